@@ -1,0 +1,12 @@
+//! Header names of the protocol, spelled once.
+
+/// Names the MCP session on every request after `initialize`.
+pub const MCP_SESSION_ID: &str = "mcp-session-id";
+/// The negotiated MCP revision, sent by clients after `initialize`.
+pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// The SSE resumption cursor (WHATWG name).
+pub const LAST_EVENT_ID: &str = "last-event-id";
+/// Query-string spelling of the cursor, for browsers' `EventSource`.
+pub const LAST_EVENT_ID_QUERY: &str = "last_event_id";
+/// The committed cursor echoed in the `101` of a safe upgrade.
+pub const RESUME_CURSOR: &str = "x-mcp-resume-cursor";

@@ -1,0 +1,33 @@
+//! The mcp-resume wire contract (`shared/PROTOCOL.md`) as plain data and pure
+//! state machines.
+//!
+//! Nothing here touches a socket, a clock or a disk: the server, the client
+//! and the tests drive these types, so the rules that keep a cursor honest are
+//! written once and can be exercised through random interleavings without any
+//! I/O (the way `quinn-proto` keeps QUIC apart from tokio).
+
+pub mod close;
+pub mod cursor;
+pub mod error;
+pub mod frame;
+pub mod gate;
+pub mod headers;
+pub mod seqcheck;
+pub mod upgrade;
+
+pub use cursor::{EventId, ParseCursorError, Seq};
+pub use error::{CursorDiscontinuity, ErrorBody};
+pub use frame::{ClientFrame, FrameError, ServerFrame};
+pub use gate::{Gate, GateError, GateVerdict};
+pub use seqcheck::SeqChecker;
+pub use upgrade::decide_start;
+
+/// MCP protocol revisions this implementation speaks, newest first; the first
+/// one is what `initialize` offers when the client asks for one we do not know.
+pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The WebSocket subprotocol that marks a cursor-safe upgrade (PROTOCOL.md 5.1).
+pub const SUBPROTOCOL: &str = "mcp.resume.v1";
+
+/// Prefix of the extra subprotocol that carries a bearer token for browsers.
+pub const AUTH_SUBPROTOCOL_PREFIX: &str = "mcp.auth.";
