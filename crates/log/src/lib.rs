@@ -1,1 +1,107 @@
+//! The session log: every server-to-client message of a session gets a
+//! contiguous seq here, durably, before any reader can see it.
+//!
+//! Readers never receive pushes from the transport; they read this log from a
+//! cursor. [`Log::subscribe`] is the commit point of PROTOCOL.md 5.2 step 4:
+//! it returns the committed head `C` together with a tail that yields every
+//! event after `C`, so a reader that replays up to `C` and then follows the
+//! tail cannot miss or repeat anything.
+//!
+//! Backends: [`MemoryLog`] (tests, nothing survives a restart) and [`DiskLog`]
+//! (the default: redb, fsync'd group commit). Both share the in-process
+//! [`hub`](crate::hub) that fans committed events out to subscribers.
 
+mod disk;
+mod error;
+mod hub;
+mod memory;
+mod subscription;
+mod types;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+pub use disk::DiskLog;
+pub use error::LogError;
+pub use memory::MemoryLog;
+pub use subscription::Subscription;
+pub use types::{Bounds, Event, PinId, Retention, Seq, SessionInfo, StreamKey};
+
+/// A per-session, ordered log of server-to-client messages.
+///
+/// Every method that names a session answers [`LogError::NoSession`] for one
+/// that never existed or has ended. Appends return only once the events are
+/// committed in the backend's sense (PROTOCOL.md 6), and only committed events
+/// are ever readable.
+#[async_trait]
+pub trait Log: Send + Sync + 'static {
+    /// Registers a new session with opaque metadata (the server's own record).
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError>;
+
+    /// The session's record; also how a server checks that a session is live.
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError>;
+
+    /// Replaces the session's metadata (for example its tool list).
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError>;
+
+    /// Marks the session as used now, postponing idle expiry.
+    async fn touch(&self, id: &str) -> Result<(), LogError>;
+
+    /// Ends the session: its streams go, its subscribers end, its id stays dead.
+    async fn end_session(&self, id: &str) -> Result<(), LogError>;
+
+    /// Opens a new request stream and returns its number `R` (1, 2, 3 ...).
+    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError>;
+
+    /// Appends a batch of JSON-RPC messages to one stream; returns the seq of
+    /// the last one once all are committed. An empty batch returns the head.
+    async fn append(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+    ) -> Result<Seq, LogError>;
+
+    /// Up to `max` committed events after `after`, in order.
+    ///
+    /// `after` above the head is [`LogError::Ahead`]; below `floor - 1` is
+    /// [`LogError::Truncated`]: a read never starts later than asked.
+    async fn read(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        after: Seq,
+        max: usize,
+    ) -> Result<Vec<Event>, LogError>;
+
+    /// The committed head and the retained floor.
+    async fn bounds(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError>;
+
+    /// The commit point: the head `C` and a tail of every event after `C`.
+    async fn subscribe(
+        &self,
+        id: &str,
+        stream: StreamKey,
+    ) -> Result<(Bounds, Subscription), LogError>;
+
+    /// Holds retention from trimming `seq` or later until `ttl` passes or [`Log::unpin`].
+    async fn pin(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        seq: Seq,
+        ttl: Duration,
+    ) -> Result<PinId, LogError>;
+
+    /// Releases a pin; releasing one that is gone is not an error.
+    async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError>;
+
+    /// Housekeeping: trims by age and ends sessions idle for longer than
+    /// `idle`; returns the ids it ended.
+    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError>;
+
+    /// Ends every subscription and makes committed state durable; for shutdown.
+    async fn close(&self) -> Result<(), LogError>;
+}

@@ -97,10 +97,7 @@ mod tests {
     fn parses_both_forms() {
         assert_eq!("0".parse(), Ok(EventId::Session(0)));
         assert_eq!("47".parse(), Ok(EventId::Session(47)));
-        assert_eq!(
-            "7/3".parse(),
-            Ok(EventId::Request { stream: 7, seq: 3 })
-        );
+        assert_eq!("7/3".parse(), Ok(EventId::Request { stream: 7, seq: 3 }));
         assert_eq!(
             "18446744073709551615".parse(),
             Ok(EventId::Session(u64::MAX))
@@ -110,8 +107,21 @@ mod tests {
     #[test]
     fn refuses_what_the_grammar_does_not_allow() {
         for bad in [
-            "", "-1", "+1", " 1", "1 ", "01", "1.0", "abc", "1/", "/1", "0/1", "1/2/3",
-            "18446744073709551616", "1/01", "٣",
+            "",
+            "-1",
+            "+1",
+            " 1",
+            "1 ",
+            "01",
+            "1.0",
+            "abc",
+            "1/",
+            "/1",
+            "0/1",
+            "1/2/3",
+            "18446744073709551616",
+            "1/01",
+            "٣",
         ] {
             assert!(bad.parse::<EventId>().is_err(), "{bad:?} was accepted");
         }

@@ -63,7 +63,9 @@ pub enum CursorDiscontinuity {
         floor: Seq,
     },
     /// A `101` without `X-MCP-Resume-Cursor`: the socket's ordering is unknown.
-    #[error("the upgrade response carried no X-MCP-Resume-Cursor; cannot prove continuity from {prior}")]
+    #[error(
+        "the upgrade response carried no X-MCP-Resume-Cursor; cannot prove continuity from {prior}"
+    )]
     MissingEcho {
         /// The reader's cursor.
         prior: Seq,
@@ -109,8 +111,8 @@ impl CursorDiscontinuity {
 
     /// The 409 body of PROTOCOL.md 4, for `Ahead` and `Truncated`.
     pub fn to_body(&self) -> ErrorBody {
-        let body = ErrorBody::new("cursor-discontinuity", self.to_string())
-            .with("reason", self.reason());
+        let body =
+            ErrorBody::new("cursor-discontinuity", self.to_string()).with("reason", self.reason());
         match *self {
             Self::Ahead { head, floor, .. } | Self::Truncated { head, floor, .. } => body
                 .with("resume-cursor", head)

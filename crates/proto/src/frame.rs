@@ -69,7 +69,9 @@ fn missing(kind: &str, field: &str) -> FrameError {
 fn object_message(kind: &str, m: Option<Box<RawValue>>) -> Result<Box<RawValue>, FrameError> {
     let m = m.ok_or_else(|| missing(kind, "message"))?;
     if !m.get().starts_with('{') {
-        return Err(FrameError::Malformed("\"message\" must be a JSON object".into()));
+        return Err(FrameError::Malformed(
+            "\"message\" must be a JSON object".into(),
+        ));
     }
     Ok(m)
 }
@@ -85,7 +87,9 @@ impl ClientFrame {
             "message" => Ok(Self::Message {
                 message: object_message("message", f.message)?,
             }),
-            other => Err(FrameError::Malformed(format!("unknown frame type {other:?}"))),
+            other => Err(FrameError::Malformed(format!(
+                "unknown frame type {other:?}"
+            ))),
         }
     }
 
@@ -93,7 +97,9 @@ impl ClientFrame {
     pub fn encode(&self) -> String {
         match self {
             Self::CursorAck { cursor } => format!(r#"{{"type":"cursor-ack","cursor":{cursor}}}"#),
-            Self::Message { message } => format!(r#"{{"type":"message","message":{}}}"#, message.get()),
+            Self::Message { message } => {
+                format!(r#"{{"type":"message","message":{}}}"#, message.get())
+            }
         }
     }
 }
@@ -110,7 +116,9 @@ impl ServerFrame {
             "heartbeat" => Ok(Self::Heartbeat {
                 head: f.head.ok_or_else(|| missing("heartbeat", "head"))?,
             }),
-            other => Err(FrameError::Malformed(format!("unknown frame type {other:?}"))),
+            other => Err(FrameError::Malformed(format!(
+                "unknown frame type {other:?}"
+            ))),
         }
     }
 }
@@ -161,7 +169,9 @@ mod tests {
             Ok(ClientFrame::CursorAck { cursor: 12 })
         ));
         assert!(matches!(
-            ClientFrame::parse(r#"{"type":"message","message":{"jsonrpc":"2.0","id":1,"method":"ping"}}"#),
+            ClientFrame::parse(
+                r#"{"type":"message","message":{"jsonrpc":"2.0","id":1,"method":"ping"}}"#
+            ),
             Ok(ClientFrame::Message { .. })
         ));
         for bad in [

@@ -54,7 +54,10 @@ impl SeqChecker {
         if let Some(c) = self.replay_until {
             if seq > c {
                 // The gate was supposed to hold this until our ack.
-                return Err(CursorDiscontinuity::Gap { expected: c, got: seq });
+                return Err(CursorDiscontinuity::Gap {
+                    expected: c,
+                    got: seq,
+                });
             }
         }
         self.last = seq;
@@ -83,11 +86,17 @@ mod tests {
         c.on_event(4).unwrap();
         assert_eq!(
             c.on_event(6),
-            Err(CursorDiscontinuity::Gap { expected: 5, got: 6 })
+            Err(CursorDiscontinuity::Gap {
+                expected: 5,
+                got: 6
+            })
         );
         assert_eq!(
             c.on_event(4),
-            Err(CursorDiscontinuity::Gap { expected: 5, got: 4 })
+            Err(CursorDiscontinuity::Gap {
+                expected: 5,
+                got: 4
+            })
         );
         assert_eq!(c.cursor(), 4);
         assert!(c.on_heartbeat(4).is_ok());
@@ -102,7 +111,10 @@ mod tests {
         c.on_event(3).unwrap();
         c.on_event(4).unwrap();
         assert_eq!(c.ack_due(), Some(4));
-        assert!(c.on_event(5).is_err(), "an event above C before the ack is a gate breach");
+        assert!(
+            c.on_event(5).is_err(),
+            "an event above C before the ack is a gate breach"
+        );
         c.acked();
         c.on_event(5).unwrap();
     }

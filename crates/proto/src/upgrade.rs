@@ -54,7 +54,11 @@ mod tests {
         // ahead, server side
         assert_eq!(
             decide_start(9, Some(7), Some(1)),
-            Err(CursorDiscontinuity::Ahead { prior: 9, head: 7, floor: 1 })
+            Err(CursorDiscontinuity::Ahead {
+                prior: 9,
+                head: 7,
+                floor: 1
+            })
         );
         // echo below prior, client side
         assert_eq!(
@@ -64,7 +68,11 @@ mod tests {
         // truncated: floor 10 means 1..=9 are gone, so prior 8 misses 9
         assert_eq!(
             decide_start(8, Some(20), Some(10)),
-            Err(CursorDiscontinuity::Truncated { prior: 8, head: 20, floor: 10 })
+            Err(CursorDiscontinuity::Truncated {
+                prior: 8,
+                head: 20,
+                floor: 10
+            })
         );
         // exactly at the floor edge: prior 9 needs 10.., which is retained
         assert_eq!(decide_start(9, Some(20), Some(10)), Ok(9));
@@ -82,7 +90,12 @@ mod tests {
 
     #[test]
     fn discontinuity_bodies_follow_section_4() {
-        let body = CursorDiscontinuity::Ahead { prior: 9, head: 7, floor: 1 }.to_body();
+        let body = CursorDiscontinuity::Ahead {
+            prior: 9,
+            head: 7,
+            floor: 1,
+        }
+        .to_body();
         let json = serde_json::to_value(&body).unwrap();
         assert_eq!(json["error"], "cursor-discontinuity");
         assert_eq!(json["reason"], "ahead");

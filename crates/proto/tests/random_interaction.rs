@@ -68,7 +68,9 @@ fn run_safe(initial_head: u64, prior: u64, steps: &[Step]) -> (Vec<u64>, u64) {
             }
             Step::Deliver => {
                 if let Some(seq) = to_client.pop_front() {
-                    client.on_event(seq).expect("safe upgrade never shows a gap");
+                    client
+                        .on_event(seq)
+                        .expect("safe upgrade never shows a gap");
                     seen.push(seq);
                     ack_now(client, to_server, acked);
                 }
@@ -81,12 +83,30 @@ fn run_safe(initial_head: u64, prior: u64, steps: &[Step]) -> (Vec<u64>, u64) {
         }
     };
     for &s in steps {
-        run(s, &mut head, &mut gate, &mut to_client, &mut to_server, &mut client, &mut seen, &mut acked);
+        run(
+            s,
+            &mut head,
+            &mut gate,
+            &mut to_client,
+            &mut to_server,
+            &mut client,
+            &mut seen,
+            &mut acked,
+        );
     }
     // Quiesce: no more appends, everything flows.
     for _ in 0..(4 * (head + 4)) {
         for s in [Step::ServerSend, Step::Deliver, Step::DeliverAck] {
-            run(s, &mut head, &mut gate, &mut to_client, &mut to_server, &mut client, &mut seen, &mut acked);
+            run(
+                s,
+                &mut head,
+                &mut gate,
+                &mut to_client,
+                &mut to_server,
+                &mut client,
+                &mut seen,
+                &mut acked,
+            );
         }
     }
     (seen, head)
@@ -129,7 +149,10 @@ fn legacy_upgrade_loses_the_handshake_window() {
         seen.iter().try_for_each(|&s| c.on_event(s))
     };
     assert_eq!(seen.first(), Some(&52));
-    assert!(checker_result.is_err(), "the gap check must see 48..=51 missing");
+    assert!(
+        checker_result.is_err(),
+        "the gap check must see 48..=51 missing"
+    );
 }
 
 #[test]

@@ -1,0 +1,194 @@
+//! The memory backend: the hub alone, keeping every retained event.
+//!
+//! Committed means appended in this process; nothing survives a restart.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::hub::{Cached, Hub, SessionState};
+use crate::types::now_ms;
+use crate::{
+    Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
+};
+
+/// A log that lives and dies with the process; for tests and throwaway servers.
+pub struct MemoryLog {
+    hub: Hub,
+}
+
+/// Buffer of a subscriber before it counts as lagging.
+pub(crate) const DEFAULT_SUB_CAPACITY: usize = 4096;
+
+impl MemoryLog {
+    /// A log with the given retention.
+    pub fn new(retention: Retention) -> Self {
+        Self {
+            hub: Hub::new(retention, DEFAULT_SUB_CAPACITY, usize::MAX),
+        }
+    }
+
+    /// A log whose subscribers lag after `capacity` unread events.
+    pub fn with_subscriber_capacity(retention: Retention, capacity: usize) -> Self {
+        Self {
+            hub: Hub::new(retention, capacity, usize::MAX),
+        }
+    }
+}
+
+impl Default for MemoryLog {
+    fn default() -> Self {
+        Self::new(Retention::default())
+    }
+}
+
+/// Floor after age retention: the first retained event younger than `cutoff_ms`.
+pub(crate) fn age_floor<'a>(
+    events: impl Iterator<Item = &'a Event>,
+    head: Seq,
+    cutoff_ms: u64,
+) -> Seq {
+    events
+        .filter(|e| e.at_ms >= cutoff_ms)
+        .map(|e| e.seq)
+        .next()
+        .unwrap_or(head + 1)
+}
+
+#[async_trait]
+impl Log for MemoryLog {
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.hub.insert(id, SessionState::new(now_ms(), meta, 1))
+    }
+
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        self.hub.info(id)
+    }
+
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.hub.with_live(id, |st| {
+            st.meta = meta;
+            Ok(())
+        })
+    }
+
+    async fn touch(&self, id: &str) -> Result<(), LogError> {
+        self.hub.touch(id)
+    }
+
+    async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        self.hub.with_live(id, |st| {
+            st.end();
+            Ok(())
+        })
+    }
+
+    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError> {
+        self.hub.with_live(id, |st| {
+            let r = st.next_request;
+            st.next_request += 1;
+            st.streams.insert(r, crate::hub::StreamState::new(0, 1));
+            Ok(r)
+        })
+    }
+
+    async fn append(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+    ) -> Result<Seq, LogError> {
+        let max_events = self.hub.retention.max_events;
+        let cache_limit = self.hub.cache_limit();
+        self.hub.with_live(id, |st| {
+            let Bounds { head, floor } = st.stream(id, stream)?.bounds();
+            let at_ms = now_ms();
+            let events: Vec<Event> = messages
+                .into_iter()
+                .zip(head + 1..)
+                .map(|(message, seq)| Event {
+                    seq,
+                    at_ms,
+                    message,
+                })
+                .collect();
+            let last = head + events.len() as u64;
+            let new_floor = st.count_floor(stream, last, floor, max_events);
+            st.publish(stream, events, new_floor, cache_limit);
+            Ok(last)
+        })
+    }
+
+    async fn read(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        after: Seq,
+        max: usize,
+    ) -> Result<Vec<Event>, LogError> {
+        match self.hub.read_cached(id, stream, after, max)? {
+            Cached::Hit(events) => Ok(events),
+            // The memory backend's cache holds everything retained.
+            Cached::Miss(b) => Err(LogError::Truncated {
+                cursor: after,
+                head: b.head,
+                floor: b.floor,
+            }),
+        }
+    }
+
+    async fn bounds(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
+        self.hub.bounds(id, stream)
+    }
+
+    async fn subscribe(
+        &self,
+        id: &str,
+        stream: StreamKey,
+    ) -> Result<(Bounds, Subscription), LogError> {
+        self.hub.subscribe(id, stream)
+    }
+
+    async fn pin(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        seq: Seq,
+        ttl: Duration,
+    ) -> Result<PinId, LogError> {
+        self.hub.pin(id, stream, seq, ttl)
+    }
+
+    async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
+        self.hub.unpin(id, pin)
+    }
+
+    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
+        let cutoff = now_ms().saturating_sub(self.hub.retention.max_age.as_millis() as u64);
+        let cache_limit = self.hub.cache_limit();
+        for (_, cell) in self.hub.live_cells() {
+            let mut st = crate::hub::lock(&cell);
+            let keys: Vec<u64> = st.streams.keys().copied().collect();
+            for n in keys {
+                let key = StreamKey::from_number(n);
+                let s = &st.streams[&n];
+                let mut floor = age_floor(s.cache.iter(), s.head, cutoff);
+                if let Some(pin) = st.pinned(key) {
+                    floor = floor.min(pin);
+                }
+                st.publish(key, Vec::new(), floor, cache_limit);
+            }
+        }
+        let idle_ids = self.hub.idle_sessions(idle);
+        for id in &idle_ids {
+            let _ = self.end_session(id).await;
+        }
+        Ok(idle_ids)
+    }
+
+    async fn close(&self) -> Result<(), LogError> {
+        self.hub.close_all();
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! Plain data of the log.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub use mcp_resume_proto::Seq;
+
+/// Which stream of a session: the session stream or request stream `R`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StreamKey {
+    /// Messages that belong to no HTTP request.
+    Session,
+    /// The SSE response to one POSTed request, numbered from 1.
+    Request(u64),
+}
+
+impl StreamKey {
+    /// Storage number: 0 for the session stream, `R` for request streams.
+    pub fn number(self) -> u64 {
+        match self {
+            StreamKey::Session => 0,
+            StreamKey::Request(r) => r,
+        }
+    }
+
+    /// Inverse of [`StreamKey::number`].
+    pub fn from_number(n: u64) -> Self {
+        if n == 0 {
+            StreamKey::Session
+        } else {
+            StreamKey::Request(n)
+        }
+    }
+}
+
+/// One committed event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// Its position in its stream.
+    pub seq: Seq,
+    /// Commit time, milliseconds since the Unix epoch; drives age retention.
+    pub at_ms: u64,
+    /// One JSON-RPC message, as UTF-8 JSON text.
+    pub message: Bytes,
+}
+
+/// Head and floor of one stream at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Highest committed seq, 0 when nothing was ever appended.
+    pub head: Seq,
+    /// Lowest retained seq; `head + 1` when nothing is retained.
+    pub floor: Seq,
+}
+
+impl Bounds {
+    /// Checks that a reader at `cursor` can be served every event after it.
+    pub fn admit(&self, cursor: Seq) -> Result<(), mcp_resume_proto::CursorDiscontinuity> {
+        mcp_resume_proto::decide_start(cursor, Some(self.head), Some(self.floor)).map(|_| ())
+    }
+}
+
+/// What the log knows of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The session id.
+    pub id: String,
+    /// Creation time, ms since the epoch.
+    pub created_ms: u64,
+    /// The owner's opaque record.
+    pub meta: Bytes,
+}
+
+/// Retention limits per stream (PROTOCOL.md 7).
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// Keep at most this many events.
+    pub max_events: u64,
+    /// Keep events at most this old (applied by `maintain`).
+    pub max_age: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            max_events: 10_000,
+            max_age: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Names one pin, for [`crate::Log::unpin`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PinId(pub(crate) u64);
+
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
