@@ -157,16 +157,19 @@ impl DiskLog {
             std::fs::create_dir_all(dir)
                 .map_err(|e| storage(format!("creating {}: {e}", dir.display())))?;
         }
-        let db = Database::create(&path).map_err(|e| match e {
-            redb::DatabaseError::Storage(redb::StorageError::Corrupted(m)) => {
-                LogError::Corrupt(format!("{}: {m}", path.display()))
-            }
-            redb::DatabaseError::DatabaseAlreadyOpen => storage(format!(
-                "{} is already open in another process",
-                path.display()
-            )),
-            other => LogError::Corrupt(format!("{}: cannot open: {other}", path.display())),
-        })?;
+        let db = Database::builder()
+            .set_check_integrity_on_open(true)
+            .create(&path)
+            .map_err(|e| match e {
+                redb::DatabaseError::Storage(redb::StorageError::Corrupted(m)) => {
+                    LogError::Corrupt(format!("{}: {m}", path.display()))
+                }
+                redb::DatabaseError::DatabaseAlreadyOpen => storage(format!(
+                    "{} is already open in another process",
+                    path.display()
+                )),
+                other => LogError::Corrupt(format!("{}: cannot open: {other}", path.display())),
+            })?;
         let hub = Arc::new(Hub::new(retention, capacity, CACHE_EVENTS));
         load(&db, &hub).map_err(|e| match e {
             LogError::Corrupt(m) => LogError::Corrupt(format!("{}: {m}", path.display())),
