@@ -1,1 +1,64 @@
-fn main() {}
+//! `mcp-resume`: serve MCP with resumable streams, and talk to such servers.
+
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for bad usage (clap's own).
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "mcp-resume",
+    version,
+    about = "MCP over HTTP that never loses a message silently",
+    long_about = "mcp-resume serves the Model Context Protocol over Streamable HTTP with resumable \
+SSE and a cursor-safe SSE-to-WebSocket upgrade. Every server-to-client message is committed to a \
+durable, ordered log before any client sees it; every connection only reads that log from a cursor; \
+where continuity cannot be proven the server refuses loudly (409, 426, a close code) and never skips.\n\n\
+Start a server:   mcp-resume serve\n\
+Try it:           curl -si -X POST http://127.0.0.1:8080/mcp -H 'content-type: application/json' \\\n\
+                    -H 'accept: application/json, text/event-stream' \\\n\
+                    -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"curl\",\"version\":\"1\"}}}'"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run an MCP server with the demo tools on a durable log.
+    Serve(serve::ServeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mcp-resume: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mcp-resume: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

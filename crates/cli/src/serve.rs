@@ -1,0 +1,202 @@
+//! `mcp-resume serve`.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use mcp_resume_log::{DiskLog, Log, MemoryLog, Retention};
+use mcp_resume_server::{demo::demo_tools, McpServer, ServerConfig};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+mcp-resume serve                                  # 127.0.0.1:8080, durable log in the data dir\n  \
+mcp-resume serve --listen 127.0.0.1:0             # a free port; prints `listening on http://ADDR/mcp`\n  \
+mcp-resume serve --store memory                   # nothing survives a restart\n  \
+mcp-resume serve --store disk:/var/lib/mcp/log.redb --bearer-token s3cret")]
+pub struct ServeArgs {
+    /// Address to listen on. Port 0 picks a free port; the real address is printed.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+
+    /// Where the session log lives: `memory` (lost on restart), `disk:PATH` (a redb
+    /// file, fsync'd before any client sees an event), or `redis://HOST:PORT/DB`.
+    /// Default: `disk` in --data-dir.
+    #[arg(long)]
+    store: Option<String>,
+
+    /// Directory of the default disk log (`log.redb` inside it).
+    /// Default: $XDG_DATA_HOME/mcp-resume, else ~/.local/share/mcp-resume.
+    #[arg(long, env = "MCP_RESUME_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Base path of the MCP endpoint.
+    #[arg(long, default_value = "/mcp")]
+    base_path: String,
+
+    /// An Origin to allow besides loopback ones (repeatable; `*` allows any).
+    /// Requests with any other Origin get 403, against DNS rebinding.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    allow_origins: Vec<String>,
+
+    /// Require `Authorization: Bearer TOKEN` (or the subprotocol `mcp.auth.TOKEN`
+    /// on WebSocket upgrades); anything else gets 401.
+    #[arg(long, env = "MCP_RESUME_BEARER_TOKEN", hide_env_values = true)]
+    bearer_token: Option<String>,
+
+    /// Largest POST body in bytes (413 above it).
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    max_body_bytes: usize,
+
+    /// Most events kept per stream; older ones are trimmed (never past an active pin).
+    #[arg(long, default_value_t = 10_000)]
+    retention_events: u64,
+
+    /// Most seconds an event is kept.
+    #[arg(long, default_value_t = 3600)]
+    retention_secs: u64,
+
+    /// Sessions idle longer than this many seconds end (later use gets 404).
+    #[arg(long, default_value_t = 1800)]
+    session_ttl_secs: u64,
+
+    /// Seconds between SSE keepalive comments and WebSocket heartbeats.
+    #[arg(long, default_value_t = 15)]
+    keepalive_secs: u64,
+
+    /// Milliseconds an upgraded client has to send `cursor-ack` (else close 4408).
+    #[arg(long, default_value_t = 10_000)]
+    upgrade_timeout_ms: u64,
+
+    /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
+    /// echo, the replay and the gate (PROTOCOL.md 9). Events committed during the
+    /// handshake are silently lost. Never use in production.
+    #[arg(long)]
+    unsafe_legacy_upgrade: bool,
+}
+
+fn default_data_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("mcp-resume");
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/share/mcp-resume"),
+        None => PathBuf::from("mcp-resume-data"),
+    }
+}
+
+/// Opens the log the flags name.
+fn open_log(args: &ServeArgs, retention: Retention) -> Result<(Arc<dyn Log>, String), String> {
+    match args.store.as_deref() {
+        Some("memory") => Ok((Arc::new(MemoryLog::new(retention)), "memory".into())),
+        Some(s) if s.starts_with("redis://") => Err(format!(
+            "--store {s}: the Redis backend is not built yet; use `disk:PATH` or `memory`"
+        )),
+        Some(s) => {
+            let path = match s.strip_prefix("disk:") {
+                Some(p) if !p.is_empty() => PathBuf::from(p),
+                Some(_) => {
+                    return Err(
+                        "--store disk: needs a path, e.g. disk:/var/lib/mcp-resume/log.redb".into(),
+                    )
+                }
+                None if s == "disk" => args
+                    .data_dir
+                    .clone()
+                    .unwrap_or_else(default_data_dir)
+                    .join("log.redb"),
+                None => {
+                    return Err(format!(
+                        "--store {s:?}: expected memory, disk:PATH or redis://HOST:PORT/DB"
+                    ))
+                }
+            };
+            let log =
+                DiskLog::open(&path, retention).map_err(|e| format!("opening the log: {e}"))?;
+            Ok((Arc::new(log), format!("disk:{}", path.display())))
+        }
+        None => {
+            let path = args
+                .data_dir
+                .clone()
+                .unwrap_or_else(default_data_dir)
+                .join("log.redb");
+            let log =
+                DiskLog::open(&path, retention).map_err(|e| format!("opening the log: {e}"))?;
+            Ok((Arc::new(log), format!("disk:{}", path.display())))
+        }
+    }
+}
+
+async fn signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Runs the server until SIGTERM or Ctrl-C.
+pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
+    if !args.base_path.starts_with('/') || args.base_path.len() < 2 {
+        return Err(format!(
+            "--base-path {:?} must start with / and name a path",
+            args.base_path
+        ));
+    }
+    let retention = Retention {
+        max_events: args.retention_events.max(1),
+        max_age: Duration::from_secs(args.retention_secs),
+    };
+    let (log, store) = open_log(&args, retention)?;
+    let config = ServerConfig {
+        base_path: args.base_path.clone(),
+        allowed_origins: args.allow_origins.clone(),
+        allow_loopback_origins: true,
+        bearer_token: args.bearer_token.clone(),
+        max_body_bytes: args.max_body_bytes,
+        session_ttl: Duration::from_secs(args.session_ttl_secs),
+        keepalive: Duration::from_secs(args.keepalive_secs.max(1)),
+        upgrade_timeout: Duration::from_millis(args.upgrade_timeout_ms),
+        unsafe_legacy_upgrade: args.unsafe_legacy_upgrade,
+        ..ServerConfig::default()
+    };
+    if args.unsafe_legacy_upgrade {
+        tracing::warn!("UNSAFE LEGACY UPGRADE MODE: WebSocket upgrades carry no cursor echo, no replay and no gate; events committed during the handshake WILL BE LOST SILENTLY. For demonstrations only.");
+        eprintln!("WARNING: --unsafe-legacy-upgrade is on: WebSocket upgrades can silently lose events. Never use this in production.");
+    }
+    if !args.listen.ip().is_loopback() && args.bearer_token.is_none() {
+        tracing::warn!(listen = %args.listen, "listening beyond loopback without --bearer-token");
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let server = McpServer::new(log, demo_tools(), config);
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{addr}{}", args.base_path);
+        let _ = out.flush();
+    }
+    tracing::info!(%addr, store, "serving MCP");
+    server
+        .serve(listener, signal())
+        .await
+        .map_err(|e| format!("server error: {e}"))?;
+    tracing::info!("stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}

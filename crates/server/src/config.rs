@@ -1,0 +1,57 @@
+//! What an operator can tune, with the defaults of the protocol.
+
+use std::time::Duration;
+
+/// Server settings; `Default` gives the PROTOCOL.md defaults.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Base path `P` (PROTOCOL.md 3).
+    pub base_path: String,
+    /// Allowed `Origin` values besides the loopback ones (when `allow_loopback_origins`).
+    pub allowed_origins: Vec<String>,
+    /// Accept `http://localhost:*`, `http://127.0.0.1:*` and `http://[::1]:*` origins.
+    pub allow_loopback_origins: bool,
+    /// Bearer token every request must carry, if set.
+    pub bearer_token: Option<String>,
+    /// Largest POST body.
+    pub max_body_bytes: usize,
+    /// Largest WebSocket message from a client.
+    pub max_frame_bytes: usize,
+    /// Most live sessions in this process.
+    pub max_sessions: usize,
+    /// Most request streams one session may open.
+    pub max_request_streams: u64,
+    /// Sessions idle longer than this end.
+    pub session_ttl: Duration,
+    /// SSE keepalive comment and WebSocket heartbeat interval.
+    pub keepalive: Duration,
+    /// Time a client has to send `cursor-ack`.
+    pub upgrade_timeout: Duration,
+    /// The SSE `retry:` the priming event advises.
+    pub retry: Duration,
+    /// How often retention and idle expiry run.
+    pub maintenance_interval: Duration,
+    /// PROTOCOL.md 9: reproduce the unsafe upgrade on purpose.
+    pub unsafe_legacy_upgrade: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            base_path: "/mcp".into(),
+            allowed_origins: Vec::new(),
+            allow_loopback_origins: true,
+            bearer_token: None,
+            max_body_bytes: 4 * 1024 * 1024,
+            max_frame_bytes: 4 * 1024 * 1024,
+            max_sessions: 100_000,
+            max_request_streams: 100_000,
+            session_ttl: Duration::from_secs(30 * 60),
+            keepalive: Duration::from_secs(15),
+            upgrade_timeout: Duration::from_secs(10),
+            retry: Duration::from_millis(1000),
+            maintenance_interval: Duration::from_secs(30),
+            unsafe_legacy_upgrade: false,
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The built-in demo tools of PROTOCOL.md 8: one user of the tool API like any other.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::jsonrpc;
+use crate::tools::{text_result, ToolError, ToolRegistry};
+
+/// Largest `count` one `emit` may ask for.
+const MAX_EMIT: u64 = 10_000_000;
+/// Notifications committed per append when `interval_ms` is 0.
+const EMIT_BATCH: u64 = 256;
+
+fn uint(args: &Value, key: &str, default: Option<u64>) -> Result<u64, ToolError> {
+    match args.get(key) {
+        Some(v) => v.as_u64().ok_or_else(|| {
+            ToolError::InvalidParams(format!("{key:?} must be a non-negative integer"))
+        }),
+        None => default.ok_or_else(|| ToolError::InvalidParams(format!("{key:?} is required"))),
+    }
+}
+
+fn string<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::InvalidParams(format!("{key:?} must be a string")))
+}
+
+fn emit_message(k: u64, count: u64) -> Value {
+    jsonrpc::notification(
+        "notifications/message",
+        json!({"level": "info", "logger": "emit", "data": {"i": k, "count": count}}),
+    )
+}
+
+/// `echo`, `emit`, `register_tool`, `unregister_tool` and `progress`.
+pub fn demo_tools() -> ToolRegistry {
+    ToolRegistry::new()
+        .tool(
+            "echo",
+            "Returns the text it is given.",
+            json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+            |_ctx, args| async move { Ok(text_result(string(&args, "text")?)) },
+        )
+        .tool(
+            "emit",
+            "Appends `count` notifications/message to the session stream, `interval_ms` apart, in the background.",
+            json!({"type": "object", "properties": {
+                "count": {"type": "integer", "minimum": 0},
+                "interval_ms": {"type": "integer", "minimum": 0}
+            }, "required": ["count"]}),
+            |ctx, args| async move {
+                let count = uint(&args, "count", None)?;
+                let interval = uint(&args, "interval_ms", Some(0))?;
+                if count > MAX_EMIT {
+                    return Err(ToolError::InvalidParams(format!("count is limited to {MAX_EMIT}")));
+                }
+                let worker = ctx.clone();
+                ctx.spawn(async move {
+                    let mut k = 1;
+                    while k <= count {
+                        let n = if interval == 0 { EMIT_BATCH.min(count - k + 1) } else { 1 };
+                        let batch = (k..k + n).map(|i| emit_message(i, count)).collect();
+                        if let Err(e) = worker.notify_session(batch).await {
+                            tracing::info!(session = worker.session_id(), error = %e, "emit stopped");
+                            return;
+                        }
+                        k += n;
+                        if interval > 0 {
+                            tokio::time::sleep(Duration::from_millis(interval)).await;
+                        }
+                    }
+                });
+                Ok(text_result(format!("emitting {count} notifications")))
+            },
+        )
+        .tool(
+            "register_tool",
+            "Adds a tool to this session's list and emits notifications/tools/list_changed.",
+            json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+            |ctx, args| async move {
+                let name = string(&args, "name")?;
+                let changed = ctx.set_session_tool(name, true).await?;
+                Ok(text_result(if changed { format!("registered {name}") } else { format!("{name} was already registered") }))
+            },
+        )
+        .tool(
+            "unregister_tool",
+            "Removes a tool from this session's list and emits notifications/tools/list_changed.",
+            json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+            |ctx, args| async move {
+                let name = string(&args, "name")?;
+                let changed = ctx.set_session_tool(name, false).await?;
+                Ok(text_result(if changed { format!("unregistered {name}") } else { format!("{name} was not registered") }))
+            },
+        )
+        .streaming_tool(
+            "progress",
+            "Answers as a request stream: `steps` notifications/progress `interval_ms` apart, then the result. Resumable with Last-Event-ID: R/n.",
+            json!({"type": "object", "properties": {
+                "steps": {"type": "integer", "minimum": 0},
+                "interval_ms": {"type": "integer", "minimum": 0}
+            }, "required": ["steps"]}),
+            |ctx, args| async move {
+                let steps = uint(&args, "steps", None)?.min(100_000);
+                let interval = uint(&args, "interval_ms", Some(0))?;
+                for k in 1..=steps {
+                    ctx.progress(k, Some(steps)).await?;
+                    if interval > 0 {
+                        tokio::time::sleep(Duration::from_millis(interval)).await;
+                    }
+                }
+                Ok(text_result(format!("done after {steps} steps")))
+            },
+        )
+}

@@ -1,0 +1,350 @@
+//! The cursor-safe upgrade of the session stream to WebSocket (PROTOCOL.md 5).
+//!
+//! The decision runs before any byte of the response, in the order of 5.2;
+//! the commit point is the log's `subscribe`; the 101 echoes the committed
+//! cursor `C`; the socket task replays `prior+1 ..= C` and lets nothing above
+//! `C` out until the client acks `C` (the [`Gate`]).
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
+use futures_util::SinkExt;
+use mcp_resume_log::{LogError, PinId, Seq, StreamKey, Subscription};
+use mcp_resume_proto::frame::{encode_event, encode_heartbeat};
+use mcp_resume_proto::{
+    close, headers as h, ClientFrame, Gate, GateError, GateVerdict, SUBPROTOCOL,
+};
+
+use crate::error::ApiError;
+use crate::http::{session_cursor, CursorQuery};
+use crate::state::AppState;
+
+/// Events replayed per log read.
+const REPLAY_CHUNK: usize = 512;
+
+/// The subprotocols a request offers, one by one.
+pub(crate) fn offered_protocols(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+}
+
+fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// Steps 1 to 5 of the decision; on success the 101, with the socket task spawned.
+pub(crate) async fn upgrade(
+    state: AppState,
+    id: String,
+    q: &CursorQuery,
+    parts: &mut Parts,
+) -> Result<Response, ApiError> {
+    let headers = &parts.headers;
+    // 1. A valid WebSocket upgrade request at all.
+    if parts.method != axum::http::Method::GET
+        || !header_has_token(headers, header::CONNECTION, "upgrade")
+        || !header_has_token(headers, header::UPGRADE, "websocket")
+        || !headers.contains_key(header::SEC_WEBSOCKET_KEY)
+    {
+        return Err(ApiError::bad("invalid-upgrade", "a WebSocket upgrade needs GET, Connection: Upgrade, Upgrade: websocket and Sec-WebSocket-Key"));
+    }
+    // 2. Version 13 and our subprotocol, else 426 and nothing changes.
+    let version_ok = headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_some_and(|v| v == "13");
+    if !version_ok || !offered_protocols(headers).any(|p| p == SUBPROTOCOL) {
+        return Err(ApiError::UpgradeRequired);
+    }
+    // 3. The session and the cursor.
+    let prior = session_cursor(headers, q)?;
+    state.log.touch(&id).await?;
+    let ws = WebSocketUpgrade::from_request_parts(parts, &())
+        .await
+        .map_err(|e| ApiError::bad("invalid-upgrade", e.body_text()))?
+        .protocols([SUBPROTOCOL])
+        .max_message_size(state.config.max_frame_bytes)
+        .max_frame_size(state.config.max_frame_bytes);
+    // 4. The commit point: C and a tail after C, in one atomic step of the log.
+    let (bounds, sub) =
+        state
+            .log
+            .subscribe(&id, StreamKey::Session)
+            .await
+            .map_err(|e| match e {
+                LogError::Unavailable(m) | LogError::Storage(m) => ApiError::Unavailable(m),
+                other => other.into(),
+            })?;
+    let committed = bounds.head;
+    if state.config.unsafe_legacy_upgrade {
+        // PROTOCOL.md 9: no echo, no replay, no gate; live from the head at the 101.
+        let resp = ws.on_upgrade(move |socket| legacy(state, id, sub, socket));
+        return Ok(resp);
+    }
+    let prior = prior.unwrap_or(bounds.floor - 1);
+    bounds.admit(prior).map_err(ApiError::Discontinuity)?;
+    let pin = state
+        .log
+        .pin(
+            &id,
+            StreamKey::Session,
+            prior + 1,
+            state.config.upgrade_timeout,
+        )
+        .await?;
+    // 5. The 101, echoing C.
+    let task_state = state.clone();
+    let task_id = id.clone();
+    let mut resp = ws
+        .on_failed_upgrade({
+            let (state, id) = (state.clone(), id.clone());
+            move |e| {
+                tracing::info!(session = %id, error = %e, "WebSocket upgrade failed after the 101");
+                tokio::spawn(async move {
+                    let _ = state.log.unpin(&id, pin).await;
+                });
+            }
+        })
+        .on_upgrade(move |socket| {
+            let conn = Conn {
+                state: task_state,
+                id: task_id,
+                pin: Some(pin),
+                gate: Gate::new(prior, committed),
+                socket,
+            };
+            conn.run(sub)
+        });
+    resp.headers_mut()
+        .insert(h::RESUME_CURSOR, HeaderValue::from(committed));
+    tracing::debug!(session = %id, prior, committed, "upgraded");
+    Ok(resp)
+}
+
+/// Why the socket task ended: a close code and a reason for the client.
+struct Closing(u16, String);
+
+impl From<GateError> for Closing {
+    fn from(e: GateError) -> Self {
+        let code = match e {
+            GateError::AckTimeout => close::ACK_TIMEOUT,
+            _ => close::CURSOR_MISMATCH,
+        };
+        Closing(code, e.to_string())
+    }
+}
+
+struct Conn {
+    state: AppState,
+    id: String,
+    pin: Option<PinId>,
+    gate: Gate,
+    socket: WebSocket,
+}
+
+impl Conn {
+    async fn run(mut self, sub: Subscription) {
+        let outcome = self.serve(sub).await;
+        self.release_pin().await;
+        if let Err(Closing(code, reason)) = outcome {
+            tracing::debug!(session = %self.id, code, %reason, "closing WebSocket");
+            let frame = CloseFrame {
+                code,
+                reason: reason.chars().take(120).collect::<String>().into(),
+            };
+            let _ = self.socket.send(Message::Close(Some(frame))).await;
+        }
+    }
+
+    async fn release_pin(&mut self) {
+        if let Some(pin) = self.pin.take() {
+            let _ = self.state.log.unpin(&self.id, pin).await;
+        }
+    }
+
+    async fn send_text(&mut self, text: String) -> Result<(), Closing> {
+        self.socket
+            .send(Message::Text(text.into()))
+            .await
+            .map_err(|_| Closing(close::NORMAL, String::new()))
+    }
+
+    /// The replay `prior+1 ..= C`, from the log.
+    async fn replay(&mut self) -> Result<(), Closing> {
+        while !self.gate.replay_done() {
+            let after = self.gate.last_sent();
+            let events = self
+                .state
+                .log
+                .read(&self.id, StreamKey::Session, after, REPLAY_CHUNK)
+                .await
+                .map_err(log_close)?;
+            if events.is_empty() {
+                return Err(Closing(
+                    close::CURSOR_MISMATCH,
+                    format!("replay after {after} came back empty"),
+                ));
+            }
+            for e in events {
+                if e.seq > self.gate.committed() {
+                    break;
+                }
+                if self.gate.offer(e.seq)? == GateVerdict::Send {
+                    self.socket
+                        .feed(Message::Text(
+                            encode_event(e.seq, std::str::from_utf8(&e.message).unwrap_or("null"))
+                                .into(),
+                        ))
+                        .await
+                        .map_err(|_| Closing(close::NORMAL, String::new()))?;
+                }
+            }
+            self.socket
+                .flush()
+                .await
+                .map_err(|_| Closing(close::NORMAL, String::new()))?;
+        }
+        Ok(())
+    }
+
+    async fn serve(&mut self, mut sub: Subscription) -> Result<(), Closing> {
+        self.replay().await?;
+        let ack_deadline = tokio::time::Instant::now() + self.state.config.upgrade_timeout;
+        let mut shutdown = self.state.shutdown.clone();
+        let keepalive = self.state.config.keepalive;
+        let mut silence = tokio::time::Instant::now() + keepalive;
+        let mut pending_heartbeat: Option<Seq> = None;
+        loop {
+            let open = self.gate.is_open();
+            tokio::select! {
+                frame = self.socket.recv() => match frame {
+                    Some(Ok(Message::Text(text))) => self.on_client_frame(text.as_str()).await?,
+                    Some(Ok(Message::Binary(_))) => return Err(Closing(close::UNSUPPORTED_DATA, "binary frames are not allowed".into())),
+                    Some(Ok(Message::Close(_))) | None => return Ok(()),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(read_error(e)),
+                },
+                ev = sub.next(), if open => {
+                    let ev = ev.map_err(log_close)?;
+                    self.gate.offer(ev.seq)?;
+                    self.send_text(encode_event(ev.seq, std::str::from_utf8(&ev.message).unwrap_or("null"))).await?;
+                    silence = tokio::time::Instant::now() + keepalive;
+                    if pending_heartbeat.is_some_and(|hb| self.gate.heartbeat_allowed(hb)) {
+                        self.send_text(encode_heartbeat(pending_heartbeat.take().unwrap_or_default())).await?;
+                    }
+                }
+                _ = tokio::time::sleep_until(ack_deadline), if !open => {
+                    self.gate.on_timeout()?;
+                }
+                _ = tokio::time::sleep_until(silence), if open => {
+                    silence = tokio::time::Instant::now() + keepalive;
+                    let head = self.state.log.bounds(&self.id, StreamKey::Session).await.map_err(log_close)?.head;
+                    if self.gate.heartbeat_allowed(head) {
+                        self.send_text(encode_heartbeat(head)).await?;
+                    } else {
+                        pending_heartbeat = Some(head);
+                    }
+                }
+                _ = crate::state::stopped(&mut shutdown) => {
+                    return Err(Closing(close::GOING_AWAY, "server shutting down; resume from your cursor".into()));
+                }
+            }
+        }
+    }
+
+    async fn on_client_frame(&mut self, text: &str) -> Result<(), Closing> {
+        match ClientFrame::parse(text) {
+            Ok(ClientFrame::CursorAck { cursor }) => {
+                self.gate.ack(cursor)?;
+                self.release_pin().await;
+                Ok(())
+            }
+            Ok(ClientFrame::Message { message }) => {
+                let value: serde_json::Value = serde_json::from_str(message.get())
+                    .map_err(|e| Closing(close::MALFORMED, e.to_string()))?;
+                let (state, id) = (self.state.clone(), self.id.clone());
+                tokio::spawn(async move {
+                    crate::mcp::handle_socket_message(&state, &id, &value).await
+                });
+                Ok(())
+            }
+            Err(e) => Err(Closing(close::MALFORMED, e.to_string())),
+        }
+    }
+}
+
+fn log_close(e: LogError) -> Closing {
+    match e {
+        LogError::Lagged { cursor } => Closing(
+            close::LAGGED,
+            format!("reader too far behind; resume from {cursor}"),
+        ),
+        LogError::SessionEnded | LogError::NoSession(_) => {
+            Closing(close::SESSION_ENDED, "the session ended".into())
+        }
+        LogError::Closed => Closing(
+            close::GOING_AWAY,
+            "server shutting down; resume from your cursor".into(),
+        ),
+        LogError::Truncated { .. } => Closing(close::CURSOR_MISMATCH, e.to_string()),
+        other => Closing(close::GOING_AWAY, other.to_string()),
+    }
+}
+
+fn read_error(e: axum::Error) -> Closing {
+    let text = e.to_string();
+    if text.contains("too long")
+        || text.contains("too big")
+        || text.contains("Space limit")
+        || text.contains("capacity")
+    {
+        Closing(close::TOO_BIG, "frame over the limit".into())
+    } else {
+        Closing(close::MALFORMED, text)
+    }
+}
+
+/// PROTOCOL.md 9, on purpose: the failure mcp-resume exists to prevent.
+async fn legacy(state: AppState, id: String, mut sub: Subscription, mut socket: WebSocket) {
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        tokio::select! {
+            ev = sub.next() => {
+                let Ok(ev) = ev else { break };
+                let text = encode_event(ev.seq, std::str::from_utf8(&ev.message).unwrap_or("null"));
+                if socket.send(Message::Text(text.into())).await.is_err() {
+                    break;
+                }
+            }
+            frame = socket.recv() => match frame {
+                Some(Ok(Message::Text(text))) => {
+                    if let Ok(ClientFrame::Message { message }) = ClientFrame::parse(text.as_str()) {
+                        if let Ok(value) = serde_json::from_str(message.get()) {
+                            let (state, id) = (state.clone(), id.clone());
+                            tokio::spawn(async move { crate::mcp::handle_socket_message(&state, &id, &value).await });
+                        }
+                    }
+                }
+                Some(Ok(_)) => {}
+                _ => break,
+            },
+            _ = crate::state::stopped(&mut shutdown) => break,
+        }
+    }
+    let _ = socket
+        .send(Message::Close(Some(CloseFrame {
+            code: close::GOING_AWAY,
+            reason: "".into(),
+        })))
+        .await;
+}
