@@ -114,7 +114,8 @@ impl CursorDiscontinuity {
         let body =
             ErrorBody::new("cursor-discontinuity", self.to_string()).with("reason", self.reason());
         match *self {
-            Self::Ahead { head, floor, .. } | Self::Truncated { head, floor, .. } => body
+            Self::Ahead { prior, head, floor } | Self::Truncated { prior, head, floor } => body
+                .with("cursor", prior)
                 .with("resume-cursor", head)
                 .with("head", head)
                 .with("floor", floor),

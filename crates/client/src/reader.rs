@@ -1,0 +1,514 @@
+//! Reading the session stream from a cursor, over SSE or WebSocket, checking
+//! every seq, reconnecting on its own, and failing loudly where continuity
+//! cannot be proven (PROTOCOL.md 5.6).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use mcp_resume_proto::close::{self, CloseAdvice};
+use mcp_resume_proto::{
+    decide_start, headers as h, ClientFrame, CursorDiscontinuity, SeqChecker, ServerFrame,
+    SUBPROTOCOL,
+};
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use crate::session::{check_status, status_error};
+use crate::sse::{SseEvent, SseParser};
+use crate::{ClientError, McpClient};
+
+type WsStream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Which transport to read over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `GET` with `Accept: text/event-stream`.
+    Sse,
+    /// The cursor-safe upgrade; falls back to SSE where the server cannot do it.
+    WebSocket,
+}
+
+/// How a [`SessionReader`] behaves.
+#[derive(Debug, Clone)]
+pub struct ReaderOptions {
+    /// SSE or WebSocket.
+    pub transport: Transport,
+    /// Start after this seq; `None` starts with everything the server retains.
+    pub from: Option<u64>,
+    /// Keep the cursor in this file; when it exists it overrides `from`.
+    pub cursor_file: Option<PathBuf>,
+    /// Give up after this many reconnects in a row without progress (`None`: never).
+    pub max_retries: Option<u32>,
+    /// Longest wait between reconnects.
+    pub max_backoff: Duration,
+}
+
+impl Default for ReaderOptions {
+    fn default() -> Self {
+        Self {
+            transport: Transport::Sse,
+            from: None,
+            cursor_file: None,
+            max_retries: None,
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One event of the session stream.
+#[derive(Debug, Clone)]
+pub struct ReadEvent {
+    /// Its seq; `None` from a server whose event ids are opaque.
+    pub seq: Option<u64>,
+    /// The event id as sent.
+    pub id: String,
+    /// The JSON-RPC message.
+    pub message: Value,
+}
+
+enum Conn {
+    Sse {
+        body: futures_util::stream::BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>,
+        parser: SseParser,
+    },
+    Ws(Box<WsStream>),
+}
+
+/// A reader of one session stream that keeps the promise on the client side.
+pub struct SessionReader {
+    client: McpClient,
+    opts: ReaderOptions,
+    /// `None` until the server told us where we start (priming event).
+    checker: Option<SeqChecker>,
+    /// Last id from a server whose ids are not seqs.
+    opaque_id: Option<String>,
+    conn: Option<Conn>,
+    pending: VecDeque<ReadEvent>,
+    ws_disabled: bool,
+    retry: Duration,
+    failures: u32,
+    fallbacks: u32,
+    reconnects: u32,
+    rng: u64,
+}
+
+impl SessionReader {
+    pub(crate) fn new(client: McpClient, opts: ReaderOptions) -> Result<Self, ClientError> {
+        let mut from = opts.from;
+        if let Some(path) = &opts.cursor_file {
+            match std::fs::read_to_string(path) {
+                Ok(s) => {
+                    from = Some(s.trim().parse().map_err(|_| {
+                        ClientError::CursorFile(format!(
+                            "{} does not hold a cursor: {:?}",
+                            path.display(),
+                            s.trim()
+                        ))
+                    })?)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ClientError::CursorFile(format!("{}: {e}", path.display()))),
+            }
+        }
+        if client.session.is_none() {
+            return Err(ClientError::Usage("the reader needs a session".into()));
+        }
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(7);
+        Ok(Self {
+            client,
+            checker: from.map(SeqChecker::new),
+            opts,
+            opaque_id: None,
+            conn: None,
+            pending: VecDeque::new(),
+            ws_disabled: false,
+            retry: Duration::from_millis(100),
+            failures: 0,
+            fallbacks: 0,
+            reconnects: 0,
+            rng: seed | 1,
+        })
+    }
+
+    /// The cursor: the seq of the last event returned, if known.
+    pub fn cursor(&self) -> Option<u64> {
+        self.checker.as_ref().map(SeqChecker::cursor)
+    }
+
+    /// How often an upgrade fell back to SSE (426, 503, or a 101 without the echo).
+    pub fn fallbacks(&self) -> u32 {
+        self.fallbacks
+    }
+
+    /// How often the reader reconnected.
+    pub fn reconnects(&self) -> u32 {
+        self.reconnects
+    }
+
+    /// Whether the current connection is a WebSocket.
+    pub fn on_websocket(&self) -> bool {
+        matches!(self.conn, Some(Conn::Ws(_)))
+    }
+
+    /// The next event, in order, with no gap and no duplicate; or the reason there is none.
+    pub async fn next(&mut self) -> Result<ReadEvent, ClientError> {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                self.save_cursor()?;
+                return Ok(ev);
+            }
+            if self.conn.is_none() {
+                match self.connect().await {
+                    Ok(()) => {}
+                    Err(e) if e.is_transient() => {
+                        self.backoff(&e).await?;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let step = match self.conn.as_mut() {
+                Some(Conn::Sse { .. }) => self.read_sse().await,
+                Some(Conn::Ws(_)) => self.read_ws().await,
+                None => continue,
+            };
+            match step {
+                Ok(()) => self.failures = 0,
+                Err(e) if e.is_transient() => {
+                    self.conn = None;
+                    self.backoff(&e).await?;
+                }
+                Err(e) => {
+                    self.close_quietly().await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn save_cursor(&self) -> Result<(), ClientError> {
+        let (Some(path), Some(c)) = (&self.opts.cursor_file, self.cursor()) else {
+            return Ok(());
+        };
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{c}\n"))
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| ClientError::CursorFile(format!("{}: {e}", path.display())))
+    }
+
+    async fn backoff(&mut self, why: &ClientError) -> Result<(), ClientError> {
+        self.failures += 1;
+        self.reconnects += 1;
+        if let Some(max) = self.opts.max_retries {
+            if self.failures > max {
+                return Err(ClientError::Transport(format!(
+                    "gave up after {max} reconnects: {why}"
+                )));
+            }
+        }
+        // Exponential from the server's `retry:`, capped, with full jitter on the upper half.
+        let exp = self
+            .retry
+            .saturating_mul(1 << self.failures.min(10).saturating_sub(1))
+            .min(self.opts.max_backoff);
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let jitter = exp.mul_f64((self.rng % 1000) as f64 / 2000.0);
+        let wait = exp / 2 + jitter;
+        tracing::info!(error = %why, wait_ms = wait.as_millis() as u64, cursor = ?self.cursor(), "reconnecting");
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    async fn close_quietly(&mut self) {
+        if let Some(Conn::Ws(mut ws)) = self.conn.take() {
+            let _ = SinkExt::close(&mut ws).await;
+        }
+    }
+
+    async fn connect(&mut self) -> Result<(), ClientError> {
+        if self.opts.transport == Transport::WebSocket && !self.ws_disabled {
+            if self.checker.is_none() {
+                // Learn where "everything retained" starts from the SSE priming event,
+                // so the upgrade carries an explicit prior cursor.
+                self.connect_sse().await?;
+                while self.checker.is_none() {
+                    self.read_sse().await?;
+                }
+                if !self.pending.is_empty() {
+                    return Ok(());
+                }
+                self.conn = None;
+            }
+            match self.connect_ws().await {
+                Ok(()) => return Ok(()),
+                Err(WsRefusal::Fallback(why)) => {
+                    self.fallbacks += 1;
+                    tracing::warn!(reason = %why, cursor = ?self.cursor(), "WebSocket upgrade not resumable here; falling back to SSE from the same cursor");
+                    self.ws_disabled = true;
+                }
+                Err(WsRefusal::Error(e)) => return Err(e),
+            }
+        }
+        self.connect_sse().await
+    }
+
+    async fn connect_sse(&mut self) -> Result<(), ClientError> {
+        let mut rb = self
+            .client
+            .request_builder(reqwest::Method::GET)
+            .header("accept", "text/event-stream");
+        if let Some(c) = self.cursor() {
+            rb = rb.header(h::LAST_EVENT_ID, c.to_string());
+        } else if let Some(id) = &self.opaque_id {
+            rb = rb.header(h::LAST_EVENT_ID, id.as_str());
+        }
+        let resp = rb.send().await?;
+        let resp = check_status(resp).await.map_err(|e| self.with_prior(e))?;
+        self.conn = Some(Conn::Sse {
+            body: resp.bytes_stream().boxed(),
+            parser: SseParser::new(),
+        });
+        Ok(())
+    }
+
+    /// Fills in the reader's own cursor in a server's 409.
+    fn with_prior(&self, e: ClientError) -> ClientError {
+        match (e, self.cursor()) {
+            (
+                ClientError::Discontinuity(CursorDiscontinuity::Ahead { head, floor, .. }),
+                Some(prior),
+            ) => ClientError::Discontinuity(CursorDiscontinuity::Ahead { prior, head, floor }),
+            (
+                ClientError::Discontinuity(CursorDiscontinuity::Truncated { head, floor, .. }),
+                Some(prior),
+            ) => ClientError::Discontinuity(CursorDiscontinuity::Truncated { prior, head, floor }),
+            (e, _) => e,
+        }
+    }
+
+    async fn read_sse(&mut self) -> Result<(), ClientError> {
+        let Some(Conn::Sse { body, parser }) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let chunk = match body.next().await {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => return Err(ClientError::Transport(e.to_string())),
+            None => return Err(ClientError::Transport("the SSE stream ended".into())),
+        };
+        let events = parser.feed(&chunk);
+        for ev in events {
+            self.on_sse_event(ev)?;
+        }
+        Ok(())
+    }
+
+    fn on_sse_event(&mut self, ev: SseEvent) -> Result<(), ClientError> {
+        if let Some(ms) = ev.retry {
+            self.retry = Duration::from_millis(ms.clamp(10, 60_000));
+        }
+        let Some(id) = ev.id else { return Ok(()) };
+        let seq = id.parse::<u64>().ok();
+        if ev.data.is_empty() {
+            // Priming event: where the server starts this stream.
+            match (seq, &self.checker) {
+                (Some(s), None) => self.checker = Some(SeqChecker::new(s)),
+                (Some(s), Some(c)) if s != c.cursor() => {
+                    return Err(ClientError::Protocol(format!(
+                        "asked to resume after {}, the server primed {s}",
+                        c.cursor()
+                    )));
+                }
+                (None, _) => self.opaque_id = Some(id),
+                _ => {}
+            }
+            return Ok(());
+        }
+        let message: Value = serde_json::from_str(&ev.data)
+            .map_err(|e| ClientError::Protocol(format!("event {id} is not JSON: {e}")))?;
+        match (seq, self.checker.as_mut()) {
+            (Some(s), Some(c)) => c.on_event(s).map_err(ClientError::Discontinuity)?,
+            (Some(s), None) => self.checker = Some(SeqChecker::new(s)),
+            (None, _) => self.opaque_id = Some(id.clone()),
+        }
+        self.pending.push_back(ReadEvent { seq, id, message });
+        Ok(())
+    }
+
+    async fn connect_ws(&mut self) -> Result<(), WsRefusal> {
+        let prior = self.cursor().unwrap_or(0);
+        let session = self.client.session.clone().unwrap_or_default();
+        let base = self.client.url.replacen("http", "ws", 1);
+        let url = format!("{base}/session/{session}/events");
+        let mut req = url
+            .into_client_request()
+            .map_err(|e| WsRefusal::Error(ClientError::Usage(e.to_string())))?;
+        let hd = req.headers_mut();
+        let mut protocols = SUBPROTOCOL.to_owned();
+        if let Some(t) = &self.client.token {
+            protocols.push_str(&format!(
+                ", {}{t}",
+                mcp_resume_proto::AUTH_SUBPROTOCOL_PREFIX
+            ));
+        }
+        let val = |s: &str| {
+            s.parse().map_err(|_| {
+                WsRefusal::Error(ClientError::Usage(format!("bad header value {s:?}")))
+            })
+        };
+        hd.insert("sec-websocket-protocol", val(&protocols)?);
+        hd.insert(h::LAST_EVENT_ID, val(&prior.to_string())?);
+        hd.insert(h::MCP_SESSION_ID, val(&session)?);
+        match tokio_tungstenite::connect_async(req).await {
+            Ok((mut ws, resp)) => {
+                let echo = resp
+                    .headers()
+                    .get(h::RESUME_CURSOR)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|s| s.parse::<u64>());
+                let echo = match echo {
+                    None => None,
+                    Some(Ok(c)) => Some(c),
+                    Some(Err(_)) => {
+                        let _ = ws.close(None).await;
+                        return Err(WsRefusal::Fallback(
+                            "X-MCP-Resume-Cursor is not a seq".into(),
+                        ));
+                    }
+                };
+                match decide_start(prior, echo, None) {
+                    Ok(_) => {
+                        let c = echo.unwrap_or(prior);
+                        let checker = self.checker.get_or_insert_with(|| SeqChecker::new(prior));
+                        checker.expect_replay_until(c);
+                        self.conn = Some(Conn::Ws(Box::new(ws)));
+                        self.maybe_ack().await.map_err(WsRefusal::Error)?;
+                        Ok(())
+                    }
+                    Err(d) => {
+                        // Not resumable: close at once, read nothing from it.
+                        let _ = ws.close(None).await;
+                        Err(WsRefusal::Fallback(d.to_string()))
+                    }
+                }
+            }
+            Err(tungstenite::Error::Http(resp)) => {
+                let status = resp.status().as_u16();
+                let body = resp
+                    .body()
+                    .as_ref()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_default();
+                match status {
+                    426 | 503 => Err(WsRefusal::Fallback(format!(
+                        "the upgrade was answered {status}"
+                    ))),
+                    _ => Err(WsRefusal::Error(
+                        self.with_prior(status_error(status, &body)),
+                    )),
+                }
+            }
+            Err(e) => Err(WsRefusal::Error(ClientError::Transport(e.to_string()))),
+        }
+    }
+
+    async fn maybe_ack(&mut self) -> Result<(), ClientError> {
+        let Some(c) = self.checker.as_ref().and_then(SeqChecker::ack_due) else {
+            return Ok(());
+        };
+        let Some(Conn::Ws(ws)) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        ws.send(Message::Text(
+            ClientFrame::CursorAck { cursor: c }.encode().into(),
+        ))
+        .await
+        .map_err(|e| ClientError::Transport(e.to_string()))?;
+        if let Some(ch) = self.checker.as_mut() {
+            ch.acked();
+        }
+        Ok(())
+    }
+
+    async fn read_ws(&mut self) -> Result<(), ClientError> {
+        let Some(Conn::Ws(ws)) = self.conn.as_mut() else {
+            return Ok(());
+        };
+        let msg = match ws.next().await {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => return Err(ClientError::Transport(e.to_string())),
+            None => return Err(ClientError::Transport("the WebSocket ended".into())),
+        };
+        match msg {
+            Message::Text(text) => {
+                let frame = ServerFrame::parse(text.as_str())
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let checker = self
+                    .checker
+                    .as_mut()
+                    .ok_or_else(|| ClientError::Protocol("no cursor".into()))?;
+                let result = match &frame {
+                    ServerFrame::Event { seq, .. } => checker.on_event(*seq),
+                    ServerFrame::Heartbeat { head } => checker.on_heartbeat(*head),
+                };
+                if let Err(d) = result {
+                    let reason = d.to_string();
+                    let _ = ws
+                        .send(Message::Close(Some(CloseFrame {
+                            code: CloseCode::from(close::CURSOR_MISMATCH),
+                            reason: reason.into(),
+                        })))
+                        .await;
+                    self.conn = None;
+                    return Err(ClientError::Discontinuity(d));
+                }
+                if let ServerFrame::Event { seq, message } = frame {
+                    let message: Value = serde_json::from_str(message.get())
+                        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                    self.pending.push_back(ReadEvent {
+                        seq: Some(seq),
+                        id: seq.to_string(),
+                        message,
+                    });
+                    self.maybe_ack().await?;
+                }
+                Ok(())
+            }
+            Message::Close(frame) => {
+                let code = frame
+                    .as_ref()
+                    .map(|f| u16::from(f.code))
+                    .unwrap_or(close::GOING_AWAY);
+                let reason = frame.map(|f| f.reason.to_string()).unwrap_or_default();
+                self.conn = None;
+                match close::advice(code) {
+                    CloseAdvice::Resume | CloseAdvice::Done => Err(ClientError::Transport(
+                        format!("WebSocket closed {code} {reason}; resuming"),
+                    )),
+                    CloseAdvice::Reinitialise => Err(ClientError::SessionGone),
+                    CloseAdvice::Fatal => Err(ClientError::Protocol(format!(
+                        "WebSocket closed {code}: {reason}"
+                    ))),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+enum WsRefusal {
+    /// Resume over SSE from the same cursor.
+    Fallback(String),
+    /// Report to the application.
+    Error(ClientError),
+}

@@ -1,0 +1,376 @@
+//! Every row of the error table of PROTOCOL.md 3, sent to a running server.
+
+mod common;
+
+use common::TestServer;
+use mcp_resume_server::ServerConfig;
+use serde_json::{json, Value};
+
+async fn body(resp: reqwest::Response) -> Value {
+    assert_eq!(
+        resp.headers()["content-type"],
+        "application/json",
+        "error bodies are JSON"
+    );
+    let v: Value = resp.json().await.unwrap();
+    v
+}
+
+fn assert_error(v: &Value, code: &str) {
+    assert_eq!(v["error"], code, "{v}");
+    assert!(
+        v["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "a human message: {v}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_expired_or_deleted_session_is_404() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let r = s
+        .post(
+            Some("no-such-session"),
+            json!({"jsonrpc":"2.0","id":1,"method":"ping"}),
+        )
+        .await;
+    assert_eq!(r.status(), 404);
+    assert_error(&body(r).await, "session-not-found");
+    let sid = s.init().await;
+    let c = reqwest::Client::new();
+    let r = c
+        .delete(&s.url)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    // Every later use of that id: POST, GET, DELETE, the events path, the upgrade.
+    assert_eq!(
+        s.post(Some(&sid), json!({"jsonrpc":"2.0","id":1,"method":"ping"}))
+            .await
+            .status(),
+        404
+    );
+    let r = c
+        .get(&s.url)
+        .header("mcp-session-id", &sid)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        c.delete(&s.url)
+            .header("mcp-session-id", &sid)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    let r = c
+        .get(s.events_url(&sid))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn idle_sessions_expire_to_404() {
+    let cfg = ServerConfig {
+        session_ttl: std::time::Duration::from_millis(100),
+        maintenance_interval: std::time::Duration::from_millis(50),
+        ..Default::default()
+    };
+    let s = TestServer::start(cfg).await;
+    let sid = s.init().await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let r = s
+        .post(Some(&sid), json!({"jsonrpc":"2.0","id":1,"method":"ping"}))
+        .await;
+    assert_eq!(r.status(), 404);
+}
+
+#[tokio::test]
+async fn request_without_session_is_400() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let r = s
+        .post(None, json!({"jsonrpc":"2.0","id":1,"method":"tools/list"}))
+        .await;
+    assert_eq!(r.status(), 400);
+    assert_error(&body(r).await, "missing-session-id");
+}
+
+#[tokio::test]
+async fn unsupported_protocol_version_is_400() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let sid = s.init().await;
+    let r = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "1999-01-01")
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_error(&body(r).await, "unsupported-protocol-version");
+    for v in ["2025-03-26", "2025-06-18", "2025-11-25"] {
+        let r = reqwest::Client::new()
+            .post(&s.url)
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", v)
+            .body(json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{v}");
+    }
+}
+
+#[tokio::test]
+async fn foreign_origin_is_403_and_loopback_is_allowed() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let send = |origin: &'static str| {
+        reqwest::Client::new()
+            .post(&s.url)
+            .header("content-type", "application/json")
+            .header("origin", origin)
+            .body(init.to_string())
+            .send()
+    };
+    let r = send("http://evil.example").await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_error(&body(r).await, "origin-not-allowed");
+    assert_eq!(send("http://localhost:3000").await.unwrap().status(), 200);
+    assert_eq!(send("http://127.0.0.1:9").await.unwrap().status(), 200);
+    assert_eq!(
+        send("http://localhost.evil.example")
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+}
+
+#[tokio::test]
+async fn missing_accept_is_406() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let sid = s.init().await;
+    let r = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "text/plain")
+        .header("mcp-session-id", &sid)
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
+    assert_error(&body(r).await, "not-acceptable");
+    let r = reqwest::Client::new()
+        .get(&s.url)
+        .header("mcp-session-id", &sid)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
+}
+
+#[tokio::test]
+async fn wrong_content_type_is_415() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let r = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    assert_error(&body(r).await, "unsupported-media-type");
+}
+
+#[tokio::test]
+async fn body_over_the_limit_is_413() {
+    let s = TestServer::start(ServerConfig {
+        max_body_bytes: 1024,
+        ..Default::default()
+    })
+    .await;
+    let sid = s.init().await;
+    let big = "x".repeat(4096);
+    let r = s.post(Some(&sid), json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":big}}})).await;
+    assert_eq!(r.status(), 413);
+    assert_error(&body(r).await, "body-too-large");
+    // The session is intact.
+    assert_eq!(
+        s.call(&sid, "echo", json!({"text":"still here"})).await["result"]["content"][0]["text"],
+        "still here"
+    );
+}
+
+#[tokio::test]
+async fn malformed_json_and_json_rpc_are_400_with_json_rpc_errors() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let sid = s.init().await;
+    let raw = |b: &'static str| {
+        reqwest::Client::new()
+            .post(&s.url)
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &sid)
+            .body(b)
+            .send()
+    };
+    let r = raw("{not json").await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], -32700);
+    assert_eq!(v["id"], Value::Null);
+    for bad in [
+        r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+        r#"42"#,
+        r#"{"jsonrpc":"2.0"}"#,
+    ] {
+        let r = raw(bad).await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{bad}");
+        assert_eq!(v["id"], Value::Null);
+    }
+}
+
+#[tokio::test]
+async fn path_id_differing_from_header_is_400() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let a = s.init().await;
+    let b = s.init().await;
+    let r = reqwest::Client::new()
+        .get(s.events_url(&a))
+        .header("mcp-session-id", &b)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_error(&body(r).await, "session-mismatch");
+}
+
+#[tokio::test]
+async fn cursors_that_cannot_be_honoured_are_409_and_malformed_ones_400() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let sid = s.init().await;
+    s.emit_and_wait(&sid, 3).await;
+    let get = |cursor: &str| {
+        reqwest::Client::new()
+            .get(&s.url)
+            .header("mcp-session-id", &sid)
+            .header("accept", "text/event-stream")
+            .header("last-event-id", cursor)
+            .send()
+    };
+    let r = get("9").await.unwrap();
+    assert_eq!(r.status(), 409);
+    let v = body(r).await;
+    assert_eq!(v["error"], "cursor-discontinuity");
+    assert_eq!(v["reason"], "ahead");
+    assert_eq!(v["resume-cursor"], 3);
+    assert_eq!(v["head"], 3);
+    assert_eq!(v["floor"], 1);
+    for bad in ["-1", "01", "abc", "1/", "18446744073709551616", "0/1"] {
+        let r = get(bad).await.unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+        assert_error(&body(r).await, "invalid-cursor");
+    }
+    // The query parameter is checked the same way.
+    let r = reqwest::Client::new()
+        .get(format!("{}?last_event_id=x", s.events_url(&sid)))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test]
+async fn truncated_cursor_is_409() {
+    let log = std::sync::Arc::new(mcp_resume_log::MemoryLog::new(mcp_resume_log::Retention {
+        max_events: 5,
+        ..Default::default()
+    }));
+    let s = TestServer::start_with(log, ServerConfig::default()).await;
+    let sid = s.init().await;
+    s.emit_and_wait(&sid, 20).await;
+    let r = reqwest::Client::new()
+        .get(&s.url)
+        .header("mcp-session-id", &sid)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", "3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let v = body(r).await;
+    assert_eq!(v["reason"], "truncated");
+    assert_eq!(v["floor"], 16);
+    assert_eq!(v["head"], 20);
+}
+
+#[tokio::test]
+async fn bearer_token_is_required_when_set() {
+    let s = TestServer::start(ServerConfig {
+        bearer_token: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .await;
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let r = s.post(None, init.clone()).await;
+    assert_eq!(r.status(), 401);
+    assert_error(&body(r).await, "unauthorized");
+    let r = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .bearer_auth("wrong")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .bearer_auth("s3cret")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn session_ids_are_long_random_and_visible_ascii() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let a = s.init().await;
+    let b = s.init().await;
+    assert_ne!(a, b);
+    assert!(a.len() * 4 >= 128, "at least 128 bits");
+    assert!(a.bytes().all(|c| (0x21..=0x7e).contains(&c)));
+}
+
+#[tokio::test]
+async fn batches_of_2025_03_26_are_answered() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let sid = s.init().await;
+    let r = s.post(Some(&sid), json!([{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}])).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+}
