@@ -1,0 +1,82 @@
+//! Spawning the real `mcp-resume serve` binary, killing it, restarting it.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Serve {
+    pub child: Child,
+    pub url: String,
+    pub addr: String,
+    pub data_dir: PathBuf,
+}
+
+impl Serve {
+    /// Starts `serve` on `listen` with a disk log in `data_dir`, and waits for its "listening" line.
+    pub fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
+            .args(["serve", "--listen", listen, "--data-dir"])
+            .arg(data_dir)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn mcp-resume serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_owned();
+        let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+        Self { child, url, addr, data_dir: data_dir.to_owned() }
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Starts again on the same address and data directory (retrying while the port frees).
+    pub fn restart(&mut self) {
+        for _ in 0..50 {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
+                .args(["serve", "--listen", &self.addr, "--data-dir"])
+                .arg(&self.data_dir)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            if line.starts_with("listening on ") {
+                self.child = child;
+                return;
+            }
+            let _ = child.wait();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("could not restart serve on {}", self.addr);
+    }
+
+    /// SIGTERM, and the exit status.
+    pub fn term(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
