@@ -1,13 +1,11 @@
 //! `mcp-resume`: serve MCP with resumable streams, and talk to such servers.
 
+mod client_cmds;
 mod serve;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-/// Exit code for bad usage (clap's own).
-pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Parser)]
 #[command(
@@ -32,6 +30,10 @@ struct Cli {
 enum Command {
     /// Run an MCP server with the demo tools on a durable log.
     Serve(serve::ServeArgs),
+    /// Call one tool and print its result.
+    Call(client_cmds::CallArgs),
+    /// Print the session stream, one JSON object per line, resuming and checking every seq.
+    Tail(client_cmds::TailArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +54,8 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
+            Command::Call(args) => client_cmds::call(args).await,
+            Command::Tail(args) => client_cmds::tail(args).await,
         }
     });
     match result {

@@ -71,6 +71,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     upgrade_timeout_ms: u64,
 
+    /// Refuse WebSocket upgrades with 426 (clients stay on SSE, losing nothing).
+    #[arg(long)]
+    no_websocket: bool,
+
     /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
     /// echo, the replay and the gate (PROTOCOL.md 9). Events committed during the
     /// handshake are silently lost. Never use in production.
@@ -173,6 +177,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         keepalive: Duration::from_secs(args.keepalive_secs.max(1)),
         upgrade_timeout: Duration::from_millis(args.upgrade_timeout_ms),
         unsafe_legacy_upgrade: args.unsafe_legacy_upgrade,
+        websocket: !args.no_websocket,
         ..ServerConfig::default()
     };
     if args.unsafe_legacy_upgrade {

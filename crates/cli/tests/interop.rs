@@ -29,7 +29,9 @@ impl SdkClient {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {program}: {e}; run scripts/test to install the SDK clients"));
+            .unwrap_or_else(|e| {
+                panic!("cannot run {program}: {e}; run scripts/test to install the SDK clients")
+            });
         let out = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -39,7 +41,11 @@ impl SdkClient {
                 }
             }
         });
-        Self { child, lines, seen: Vec::new() }
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
     }
 
     /// Waits for a line satisfying `pred`; returns it.
@@ -54,7 +60,10 @@ impl SdkClient {
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the SDK client exited waiting for {what}; saw {:?}", self.seen),
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+                    "the SDK client exited waiting for {what}; saw {:?}",
+                    self.seen
+                ),
             }
         }
         panic!("timed out waiting for {what}; saw {:?}", self.seen);
@@ -85,7 +94,10 @@ impl Drop for SdkClient {
 
 /// How many of `emit count`'s events the session stream holds, read back over SSE.
 fn committed(url: &str, session: &str, count: u64) -> u64 {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let resp = reqwest::Client::new()
             .get(url)
@@ -98,11 +110,15 @@ fn committed(url: &str, session: &str, count: u64) -> u64 {
         assert_eq!(resp.status(), 200);
         let mut resp = resp;
         let mut text = String::new();
-        while let Ok(Ok(Some(chunk))) = tokio::time::timeout(Duration::from_millis(500), resp.chunk()).await {
+        while let Ok(Ok(Some(chunk))) =
+            tokio::time::timeout(Duration::from_millis(500), resp.chunk()).await
+        {
             text.push_str(&String::from_utf8_lossy(&chunk));
         }
         let needle = format!("\"count\":{count},");
-        text.lines().filter(|l| l.starts_with("data: ") && l.contains(&needle)).count() as u64
+        text.lines()
+            .filter(|l| l.starts_with("data: ") && l.contains(&needle))
+            .count() as u64
     })
 }
 
@@ -110,12 +126,24 @@ fn scenario(program: &str, script: &str) {
     let dir = tempfile::tempdir().unwrap();
     let mut serve = Serve::spawn(dir.path(), "127.0.0.1:0", &[]);
     let mut client = SdkClient::spawn(program, &[script.to_owned(), serve.url.clone()]);
-    let session = client.wait_for("SESSION", |l| l.starts_with("SESSION ")).trim_start_matches("SESSION ").to_owned();
+    let session = client
+        .wait_for("SESSION", |l| l.starts_with("SESSION "))
+        .trim_start_matches("SESSION ")
+        .to_owned();
     let tools = client.wait_for("TOOLS", |l| l.starts_with("TOOLS "));
-    for t in ["echo", "emit", "register_tool", "unregister_tool", "progress"] {
+    for t in [
+        "echo",
+        "emit",
+        "register_tool",
+        "unregister_tool",
+        "progress",
+    ] {
         assert!(tools.contains(t), "{tools}");
     }
-    assert_eq!(client.wait_for("ECHO", |l| l.starts_with("ECHO ")), "ECHO hello");
+    assert_eq!(
+        client.wait_for("ECHO", |l| l.starts_with("ECHO ")),
+        "ECHO hello"
+    );
     // Notifications on the GET stream, then a kill -9 in the middle of them.
     client.send("emit 60 20");
     client.wait_for("EMITTED", |l| l == "EMITTED");
@@ -138,7 +166,11 @@ fn scenario(program: &str, script: &str) {
     while let Ok(l) = client.lines.try_recv() {
         client.seen.push(l);
     }
-    assert_eq!(client.events(60), (1..=m).collect::<Vec<_>>(), "every committed event once, in order");
+    assert_eq!(
+        client.events(60),
+        (1..=m).collect::<Vec<_>>(),
+        "every committed event once, in order"
+    );
     assert_eq!(client.events(5), (1..=5).collect::<Vec<_>>());
     client.send("quit");
     let status = serve.term();
@@ -148,12 +180,18 @@ fn scenario(program: &str, script: &str) {
 #[test]
 fn typescript_sdk_client() {
     let root = root();
-    scenario("node", root.join("interop/node/client.mjs").to_str().unwrap());
+    scenario(
+        "node",
+        root.join("interop/node/client.mjs").to_str().unwrap(),
+    );
 }
 
 #[test]
 fn python_sdk_client() {
     let root = root();
     let python = root.join("interop/python/.venv/bin/python");
-    scenario(python.to_str().unwrap(), root.join("interop/python/client.py").to_str().unwrap());
+    scenario(
+        python.to_str().unwrap(),
+        root.join("interop/python/client.py").to_str().unwrap(),
+    );
 }

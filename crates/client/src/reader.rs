@@ -88,6 +88,9 @@ pub struct SessionReader {
     checker: Option<SeqChecker>,
     /// Last id from a server whose ids are not seqs.
     opaque_id: Option<String>,
+    /// Seq of the last event handed to the application (the checker may be ahead of it
+    /// by what is parsed but still pending).
+    delivered: Option<u64>,
     conn: Option<Conn>,
     pending: VecDeque<ReadEvent>,
     ws_disabled: bool,
@@ -126,6 +129,7 @@ impl SessionReader {
         Ok(Self {
             client,
             checker: from.map(SeqChecker::new),
+            delivered: from,
             opts,
             opaque_id: None,
             conn: None,
@@ -141,6 +145,12 @@ impl SessionReader {
 
     /// The cursor: the seq of the last event returned, if known.
     pub fn cursor(&self) -> Option<u64> {
+        self.delivered
+            .or_else(|| self.checker.as_ref().map(SeqChecker::cursor))
+    }
+
+    /// Where the connection stands: everything up to here was received and checked.
+    fn received(&self) -> Option<u64> {
         self.checker.as_ref().map(SeqChecker::cursor)
     }
 
@@ -163,6 +173,9 @@ impl SessionReader {
     pub async fn next(&mut self) -> Result<ReadEvent, ClientError> {
         loop {
             if let Some(ev) = self.pending.pop_front() {
+                if ev.seq.is_some() {
+                    self.delivered = ev.seq;
+                }
                 self.save_cursor()?;
                 return Ok(ev);
             }
@@ -268,7 +281,7 @@ impl SessionReader {
             .client
             .request_builder(reqwest::Method::GET)
             .header("accept", "text/event-stream");
-        if let Some(c) = self.cursor() {
+        if let Some(c) = self.received() {
             rb = rb.header(h::LAST_EVENT_ID, c.to_string());
         } else if let Some(id) = &self.opaque_id {
             rb = rb.header(h::LAST_EVENT_ID, id.as_str());
@@ -284,7 +297,7 @@ impl SessionReader {
 
     /// Fills in the reader's own cursor in a server's 409.
     fn with_prior(&self, e: ClientError) -> ClientError {
-        match (e, self.cursor()) {
+        match (e, self.received()) {
             (
                 ClientError::Discontinuity(CursorDiscontinuity::Ahead { head, floor, .. }),
                 Some(prior),
@@ -346,7 +359,7 @@ impl SessionReader {
     }
 
     async fn connect_ws(&mut self) -> Result<(), WsRefusal> {
-        let prior = self.cursor().unwrap_or(0);
+        let prior = self.received().unwrap_or(0);
         let session = self.client.session.clone().unwrap_or_default();
         let base = self.client.url.replacen("http", "ws", 1);
         let url = format!("{base}/session/{session}/events");

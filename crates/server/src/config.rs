@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub retry: Duration,
     /// How often retention and idle expiry run.
     pub maintenance_interval: Duration,
+    /// Accept WebSocket upgrades; when off every upgrade gets 426 and clients stay on SSE.
+    pub websocket: bool,
     /// PROTOCOL.md 9: reproduce the unsafe upgrade on purpose.
     pub unsafe_legacy_upgrade: bool,
 }
@@ -51,6 +53,7 @@ impl Default for ServerConfig {
             upgrade_timeout: Duration::from_secs(10),
             retry: Duration::from_millis(1000),
             maintenance_interval: Duration::from_secs(30),
+            websocket: true,
             unsafe_legacy_upgrade: false,
         }
     }

@@ -253,9 +253,7 @@ pub async fn post(
                 Ok(axum::Json(reply).into_response())
             }
         }
-        Incoming::Notification { .. } | Incoming::Response => {
-            Ok(StatusCode::ACCEPTED.into_response())
-        }
+        Incoming::Notification | Incoming::Response => Ok(StatusCode::ACCEPTED.into_response()),
     }
 }
 

@@ -26,10 +26,7 @@ pub enum Incoming {
         params: Value,
     },
     /// Expects nothing.
-    Notification {
-        /// Method name.
-        method: String,
-    },
+    Notification,
     /// A response to a server-to-client request.
     Response,
 }
@@ -55,7 +52,7 @@ impl Incoming {
                 method: m.clone(),
                 params: obj.get("params").cloned().unwrap_or(Value::Null),
             }),
-            (Some(Value::String(m)), None) => Ok(Self::Notification { method: m.clone() }),
+            (Some(Value::String(_)), None) => Ok(Self::Notification),
             (Some(_), _) => Err("\"method\" must be a string".into()),
             (None, Some(_)) if obj.contains_key("result") || obj.contains_key("error") => {
                 Ok(Self::Response)

@@ -63,7 +63,10 @@ pub(crate) async fn upgrade(
     let version_ok = headers
         .get(header::SEC_WEBSOCKET_VERSION)
         .is_some_and(|v| v == "13");
-    if !version_ok || !offered_protocols(headers).any(|p| p == SUBPROTOCOL) {
+    if !version_ok
+        || !offered_protocols(headers).any(|p| p == SUBPROTOCOL)
+        || !state.config.websocket
+    {
         return Err(ApiError::UpgradeRequired);
     }
     // 3. The session and the cursor.

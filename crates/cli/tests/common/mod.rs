@@ -27,10 +27,26 @@ impl Serve {
             .spawn()
             .expect("spawn mcp-resume serve");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_owned();
-        let addr = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
-        Self { child, url, addr, data_dir: data_dir.to_owned() }
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        let addr = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        Self {
+            child,
+            url,
+            addr,
+            data_dir: data_dir.to_owned(),
+        }
     }
 
     /// `kill -9`.
@@ -51,7 +67,9 @@ impl Serve {
                 .spawn()
                 .unwrap();
             let mut line = String::new();
-            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
             if line.starts_with("listening on ") {
                 self.child = child;
                 return;
@@ -64,7 +82,11 @@ impl Serve {
 
     /// SIGTERM, and the exit status.
     pub fn term(&mut self) -> std::process::ExitStatus {
-        Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status().unwrap();
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
         self.child.wait().unwrap()
     }
 }
@@ -78,5 +100,8 @@ impl Drop for Serve {
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
