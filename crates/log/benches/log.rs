@@ -1,1 +1,238 @@
-fn main() {}
+//! Log benchmarks (issue 2): append throughput at 1 / 64 / 1024 concurrent
+//! sessions on memory and disk, replay of 100,000 events from disk, commit
+//! latency percentiles and append-to-subscriber latency.
+//!
+//! `cargo bench -p mcp-resume-log --bench log` (criterion for throughput; the
+//! latency percentiles are printed after it).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{BenchmarkId, Criterion, Throughput};
+use mcp_resume_log::{DiskLog, Log, MemoryLog, Retention, StreamKey};
+
+const S: StreamKey = StreamKey::Session;
+
+fn payload() -> Bytes {
+    // A 256-byte JSON-RPC notification.
+    let base =
+        r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":""#;
+    let pad = 256 - base.len() - 4;
+    Bytes::from(format!("{base}{}\"}}}}", "x".repeat(pad)))
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn retention() -> Retention {
+    Retention {
+        max_events: 1_000_000,
+        max_age: Duration::from_secs(3600),
+    }
+}
+
+struct Fixture {
+    log: Arc<dyn Log>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn open(backend: &str) -> Fixture {
+    match backend {
+        "memory" => Fixture {
+            log: Arc::new(MemoryLog::new(retention())),
+            _dir: None,
+        },
+        _ => {
+            let dir = tempfile::tempdir().unwrap();
+            let log = DiskLog::open(dir.path().join("log.redb"), retention()).unwrap();
+            Fixture {
+                log: Arc::new(log),
+                _dir: Some(dir),
+            }
+        }
+    }
+}
+
+/// `sessions` writers, each appending `per_session` events in batches of `batch`.
+async fn append_load(
+    log: &Arc<dyn Log>,
+    round: u64,
+    sessions: usize,
+    per_session: usize,
+    batch: usize,
+) -> Vec<Duration> {
+    let mut tasks = Vec::new();
+    for s in 0..sessions {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("r{round}s{s}");
+            log.create_session(&id, Bytes::new()).await.unwrap();
+            let p = payload();
+            let mut lat = Vec::with_capacity(per_session / batch);
+            let mut n = 0;
+            while n < per_session {
+                let t = Instant::now();
+                log.append(&id, S, vec![p.clone(); batch]).await.unwrap();
+                lat.push(t.elapsed());
+                n += batch;
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all
+}
+
+fn bench_append(c: &mut Criterion) {
+    let rt = rt();
+    let mut g = c.benchmark_group("append");
+    g.sample_size(10)
+        .measurement_time(Duration::from_secs(8))
+        .warm_up_time(Duration::from_secs(1));
+    for backend in ["memory", "disk"] {
+        // (sessions, events per session, batch per append)
+        for (sessions, per, batch) in [
+            (1usize, 20_000usize, 1usize),
+            (1, 20_000, 64),
+            (64, 320, 1),
+            (1024, 20, 1),
+        ] {
+            if backend == "disk" && sessions == 1 && batch == 1 {
+                continue; // one fsync per event: see the latency report instead
+            }
+            let total = sessions * per;
+            g.throughput(Throughput::Elements(total as u64));
+            let f = open(backend);
+            let mut round = 0u64;
+            g.bench_with_input(
+                BenchmarkId::new(backend, format!("{sessions}x{per}/batch{batch}")),
+                &(),
+                |b, _| {
+                    b.iter_custom(|iters| {
+                        let mut total_time = Duration::ZERO;
+                        for _ in 0..iters {
+                            round += 1;
+                            let t = Instant::now();
+                            rt.block_on(append_load(&f.log, round, sessions, per, batch));
+                            total_time += t.elapsed();
+                        }
+                        total_time
+                    })
+                },
+            );
+        }
+    }
+    g.finish();
+}
+
+fn bench_replay(c: &mut Criterion) {
+    let rt = rt();
+    let f = open("disk");
+    rt.block_on(async {
+        f.log.create_session("replay", Bytes::new()).await.unwrap();
+        for _ in 0..100 {
+            f.log
+                .append("replay", S, vec![payload(); 1000])
+                .await
+                .unwrap();
+        }
+    });
+    let mut g = c.benchmark_group("replay");
+    g.sample_size(10).measurement_time(Duration::from_secs(8));
+    g.throughput(Throughput::Elements(100_000));
+    g.bench_function("disk/100k-after-cursor-0", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let mut after = 0;
+                while after < 100_000 {
+                    let evs = f.log.read("replay", S, after, 512).await.unwrap();
+                    after = evs.last().unwrap().seq;
+                }
+            })
+        })
+    });
+    g.finish();
+}
+
+fn pct(mut v: Vec<Duration>, p: f64) -> f64 {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1000.0
+}
+
+/// Commit latency per append under load, and append-to-subscriber latency.
+fn latency_report() {
+    let rt = rt();
+    println!("\n== latency (ms) ==");
+    for backend in ["memory", "disk"] {
+        for sessions in [1usize, 64, 1024] {
+            let f = open(backend);
+            let per = if backend == "disk" && sessions == 1 {
+                300
+            } else {
+                (20_000 / sessions).max(20)
+            };
+            let t = Instant::now();
+            let lat = rt.block_on(append_load(&f.log, 0, sessions, per, 1));
+            let rate = (sessions * per) as f64 / t.elapsed().as_secs_f64();
+            println!(
+                "commit {backend:6} {sessions:4} sessions x1: p50 {:.3}  p99 {:.3}  ({rate:.0} events/s)",
+                pct(lat.clone(), 0.5),
+                pct(lat, 0.99)
+            );
+        }
+        // Append-to-subscriber: one writer, one subscriber, paced appends.
+        let f = open(backend);
+        let lat = rt.block_on(async {
+            f.log.create_session("sub", Bytes::new()).await.unwrap();
+            let (_, mut sub) = f.log.subscribe("sub", S).await.unwrap();
+            let reader = tokio::spawn(async move {
+                let mut lat = Vec::new();
+                for _ in 0..500 {
+                    let ev = sub.next().await.unwrap();
+                    let sent = u128::from_str_radix(std::str::from_utf8(&ev.message).unwrap(), 10)
+                        .unwrap();
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_nanos();
+                    lat.push(Duration::from_nanos((now - sent) as u64));
+                }
+                lat
+            });
+            for _ in 0..500 {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos();
+                f.log
+                    .append("sub", S, vec![Bytes::from(now.to_string())])
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            reader.await.unwrap()
+        });
+        println!(
+            "append-to-subscriber {backend:6}: p50 {:.3}  p99 {:.3}",
+            pct(lat.clone(), 0.5),
+            pct(lat, 0.99)
+        );
+    }
+}
+
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    bench_append(&mut c);
+    bench_replay(&mut c);
+    c.final_summary();
+    latency_report();
+}
