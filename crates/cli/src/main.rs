@@ -1,5 +1,6 @@
 //! `mcp-resume`: serve MCP with resumable streams, and talk to such servers.
 
+mod chaos;
 mod client_cmds;
 mod serve;
 
@@ -34,6 +35,8 @@ enum Command {
     Call(client_cmds::CallArgs),
     /// Print the session stream, one JSON object per line, resuming and checking every seq.
     Tail(client_cmds::TailArgs),
+    /// The failover experiment: count silent gaps across upgrades, drops and kills.
+    Chaos(chaos::ChaosArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Call(args) => client_cmds::call(args).await,
             Command::Tail(args) => client_cmds::tail(args).await,
+            Command::Chaos(args) => chaos::chaos(args).await,
         }
     });
     match result {

@@ -1,0 +1,280 @@
+//! `mcp-resume-load`: the benchmarks of issues 3, 4 and 8, run on this machine.
+//!
+//! `compare` starts `mcp-resume serve` (disk log), the official TypeScript SDK
+//! server and the official Python SDK server one after another and runs the
+//! same workloads against each; `upgrade` times the safe upgrade against the
+//! legacy one in the same run. Build in release mode:
+//!
+//! ```sh
+//! scripts/bench-setup && cargo build --release -p mcp-resume -p mcp-resume-load
+//! ulimit -n 200000; target/release/mcp-resume-load compare --out benches/results/compare.md
+//! ```
+
+mod servers;
+mod workloads;
+mod ws;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Benchmarks: mcp-resume side by side with the official SDK servers")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Workloads (a)-(e) of issue 8 against ours and, unless --ours-only, both SDK servers.
+    Compare {
+        /// Seconds of (a).
+        #[arg(long, default_value_t = 15)]
+        duration: u64,
+        /// Connections of (a).
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        /// Notifications of (b) and (c).
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        /// Sessions of (d).
+        #[arg(long, default_value_t = 2_000)]
+        sessions: usize,
+        /// WebSockets of (e); 0 skips it.
+        #[arg(long, default_value_t = 20_000)]
+        ws_conns: usize,
+        /// Skip the SDK servers.
+        #[arg(long)]
+        ours_only: bool,
+        /// Write the table here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Upgrade time to first live frame, safe vs legacy; events/s over WebSocket vs SSE.
+    Upgrade {
+        /// Upgrades per mode.
+        #[arg(long, default_value_t = 300)]
+        iterations: usize,
+        /// Events for the WebSocket vs SSE rate.
+        #[arg(long, default_value_t = 50_000)]
+        events: usize,
+        /// Write the table here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+struct Row {
+    name: &'static str,
+    rps: f64,
+    notif: f64,
+    delivered: usize,
+    resume_ms: f64,
+    resume_ok: String,
+    rss_session: f64,
+}
+
+fn emit(out: &mut String, line: String) {
+    println!("{line}");
+    let _ = writeln!(out, "{line}");
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Compare {
+            duration,
+            conns,
+            events,
+            sessions,
+            ws_conns,
+            ours_only,
+            out,
+        } => {
+            let root = root();
+            let bin = servers::our_binary();
+            let mut rows = Vec::new();
+            let mut starters: Vec<Box<dyn Fn() -> servers::Server>> =
+                vec![Box::new(|| servers::ours(&bin, &[]))];
+            if !ours_only {
+                starters.push(Box::new(|| servers::node(&root)));
+                starters.push(Box::new(|| servers::python(&root)));
+            }
+            let mut ws_rss = None;
+            for start in &starters {
+                let server = start();
+                eprintln!("== {} at {}", server.name, server.url);
+                let rps =
+                    workloads::echo_rps(&server.url, conns, Duration::from_secs(duration)).await;
+                eprintln!("   (a) {rps:.0} tools/call per s");
+                let d = workloads::delivery(&server.url, events).await;
+                eprintln!(
+                    "   (b) {:.0} notifications/s ({} of {events}); (c) resume {:.1} ms, {} events",
+                    d.per_sec, d.delivered, d.resume_ms, d.resumed
+                );
+                let rss = workloads::rss_per_idle_session(&server, sessions).await;
+                eprintln!("   (d) {rss:.0} bytes per idle session");
+                if server.name == "mcp-resume" && ws_conns > 0 {
+                    let r = ws::rss_per_idle_ws(&server, ws_conns).await;
+                    eprintln!("   (e) {r:.0} bytes per idle WebSocket");
+                    ws_rss = Some(r);
+                }
+                rows.push(Row {
+                    name: server.name,
+                    rps,
+                    notif: d.per_sec,
+                    delivered: d.delivered,
+                    resume_ms: d.resume_ms,
+                    resume_ok: format!(
+                        "{}{}",
+                        if d.resume_complete {
+                            "complete"
+                        } else {
+                            "INCOMPLETE"
+                        },
+                        if d.resume_in_order {
+                            ", in order"
+                        } else {
+                            ", OUT OF ORDER"
+                        }
+                    ),
+                    rss_session: rss,
+                });
+            }
+            let mut md = String::new();
+            emit(&mut md, format!("conns {conns}, {duration} s; {events} notifications; {sessions} idle sessions; {ws_conns} idle WebSockets; loopback, disk log on"));
+            emit(&mut md, String::new());
+            emit(&mut md, "| server | (a) tools/call/s | (b) notifications/s | (c) resume from event 1 | (c) replay | (d) RSS/idle session |".into());
+            emit(&mut md, "| --- | --- | --- | --- | --- | --- |".into());
+            for r in &rows {
+                emit(
+                    &mut md,
+                    format!(
+                        "| {} | {:.0} | {:.0} ({} delivered) | {:.1} ms | {} | {:.1} KiB |",
+                        r.name,
+                        r.rps,
+                        r.notif,
+                        r.delivered,
+                        r.resume_ms,
+                        r.resume_ok,
+                        r.rss_session / 1024.0
+                    ),
+                );
+            }
+            if rows.len() > 1 {
+                let ours = &rows[0];
+                let peers = &rows[1..];
+                let best =
+                    |f: &dyn Fn(&Row) -> f64, higher: bool| {
+                        peers.iter().map(f).fold(
+                            if higher { 0.0 } else { f64::INFINITY },
+                            |a, b| if higher { a.max(b) } else { a.min(b) },
+                        )
+                    };
+                let complete_peers: Vec<&Row> = peers
+                    .iter()
+                    .filter(|r| r.resume_ok == "complete, in order")
+                    .collect();
+                let best_resume = complete_peers
+                    .iter()
+                    .map(|r| r.resume_ms)
+                    .fold(f64::INFINITY, f64::min);
+                emit(
+                    &mut md,
+                    format!(
+                        "| ratio vs better peer | {:.1}x | {:.1}x | {} | | {:.2}x the memory |",
+                        ours.rps / best(&|r| r.rps, true),
+                        ours.notif / best(&|r| r.notif, true),
+                        if best_resume.is_finite() {
+                            format!("{:.1}x faster", best_resume / ours.resume_ms)
+                        } else {
+                            "no peer replayed completely and in order".into()
+                        },
+                        ours.rss_session / best(&|r| r.rss_session, false),
+                    ),
+                );
+            }
+            if let Some(r) = ws_rss {
+                emit(&mut md, String::new());
+                emit(&mut md, format!("(e) mcp-resume: {:.1} KiB RSS per idle upgraded WebSocket ({ws_conns} connections); Centrifugo publishes 27 KB default, 11.6 KB tuned", r / 1024.0));
+            }
+            if let Some(p) = out {
+                if let Some(dir) = p.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                std::fs::write(&p, md).expect("write --out");
+            }
+        }
+        Cmd::Upgrade {
+            iterations,
+            events,
+            out,
+        } => {
+            let bin = servers::our_binary();
+            let safe = servers::ours(&bin, &[]);
+            let legacy = servers::ours(&bin, &["--unsafe-legacy-upgrade"]);
+            // Interleave the two so both see the same machine conditions.
+            let mut s_times = Vec::new();
+            let mut l_times = Vec::new();
+            for _ in 0..4 {
+                s_times.extend(ws::upgrade_times(&safe.url, iterations / 4).await);
+                l_times.extend(ws::upgrade_times(&legacy.url, iterations / 4).await);
+            }
+            let (ws_rate, sse_rate) = ws::ws_vs_sse(&safe.url, events).await;
+            let mut md = String::new();
+            emit(&mut md, format!("upgrade time to first live frame, {} upgrades per mode, events every 1 ms, disk log, loopback", s_times.len()));
+            emit(&mut md, String::new());
+            emit(&mut md, "| mode | p50 ms | p99 ms |".into());
+            emit(&mut md, "| --- | --- | --- |".into());
+            emit(
+                &mut md,
+                format!(
+                    "| safe (echo + replay + gate) | {:.3} | {:.3} |",
+                    pct(&s_times, 0.5),
+                    pct(&s_times, 0.99)
+                ),
+            );
+            emit(
+                &mut md,
+                format!(
+                    "| legacy (unsafe) | {:.3} | {:.3} |",
+                    pct(&l_times, 0.5),
+                    pct(&l_times, 0.99)
+                ),
+            );
+            emit(
+                &mut md,
+                format!(
+                    "| safe - legacy | {:+.3} | {:+.3} |",
+                    pct(&s_times, 0.5) - pct(&l_times, 0.5),
+                    pct(&s_times, 0.99) - pct(&l_times, 0.99)
+                ),
+            );
+            emit(&mut md, String::new());
+            emit(&mut md, format!("events/s to one reader, {events} events: WebSocket {ws_rate:.0}, SSE {sse_rate:.0}"));
+            if let Some(p) = out {
+                if let Some(dir) = p.parent() {
+                    let _ = std::fs::create_dir_all(dir);
+                }
+                std::fs::write(&p, md).expect("write --out");
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Starting the servers under test, one at a time, and reading their RSS.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A server process under test.
+pub struct Server {
+    pub name: &'static str,
+    pub url: String,
+    child: Child,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Resident set size of the server process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits for the "listening on URL" line, then for the port to accept.
+fn started(name: &'static str, mut child: Child, dir: Option<tempfile::TempDir>) -> Server {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("first line");
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{name}: unexpected {line:?}"))
+        .to_owned();
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(&addr).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Server {
+        name,
+        url,
+        child,
+        _dir: dir,
+    }
+}
+
+/// `mcp-resume serve` on the disk log (the default), retaining enough to replay the whole benchmark.
+pub fn ours(bin: &Path, extra: &[&str]) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--retention-events",
+            "1000000",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .args(extra)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn mcp-resume serve");
+    started("mcp-resume", child, Some(dir))
+}
+
+/// The TypeScript SDK server of `benches/peers/node`.
+pub fn node(root: &Path) -> Server {
+    let child = Command::new("node")
+        .arg(root.join("benches/peers/node/server.mjs"))
+        .arg(free_port().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn node peer (run scripts/bench-setup)");
+    started("ts-sdk", child, None)
+}
+
+/// The Python SDK server of `benches/peers/python`.
+pub fn python(root: &Path) -> Server {
+    let child = Command::new(root.join("benches/peers/python/.venv/bin/python"))
+        .arg(root.join("benches/peers/python/server.py"))
+        .arg(free_port().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn python peer (run scripts/bench-setup)");
+    started("py-sdk", child, None)
+}
+
+/// The `mcp-resume` binary next to this one (same cargo profile).
+pub fn our_binary() -> PathBuf {
+    let me = std::env::current_exe().unwrap();
+    me.with_file_name("mcp-resume")
+}

@@ -1,0 +1,220 @@
+//! The workloads, each against any Streamable HTTP MCP server.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use mcp_resume_client::sse::SseParser;
+use serde_json::{json, Value};
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+/// A raw session: its id and the client it was made with.
+pub struct Session {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub id: String,
+}
+
+/// `initialize` + `notifications/initialized` with a client of its own.
+pub async fn session(url: &str) -> Session {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"load","version":"1"}}});
+    let resp = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", ACCEPT)
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "initialize: {}", resp.status());
+    let id = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let _ = resp.bytes().await;
+    let s = Session {
+        http,
+        url: url.to_owned(),
+        id,
+    };
+    s.post(&json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .await;
+    s
+}
+
+impl Session {
+    pub async fn post(&self, body: &Value) -> String {
+        let resp = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", ACCEPT)
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&resp.bytes().await.unwrap_or_default()).into_owned()
+    }
+
+    pub async fn call(&self, id: u64, tool: &str, args: Value) -> String {
+        self.post(&json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}})).await
+    }
+
+    pub async fn get(&self, last_event_id: Option<&str>) -> reqwest::Response {
+        let mut rb = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-06-18");
+        if let Some(l) = last_event_id {
+            rb = rb.header("last-event-id", l);
+        }
+        rb.send().await.unwrap()
+    }
+}
+
+/// (a) `tools/call echo` round trips per second over `conns` connections.
+pub async fn echo_rps(url: &str, conns: usize, duration: Duration) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let mut sessions = Vec::new();
+    for _ in 0..conns {
+        sessions.push(session(url).await);
+    }
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for s in sessions {
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = 1;
+            while Instant::now() < deadline {
+                let body = s.call(i, "echo", json!({"text": "hello"})).await;
+                if body.contains("hello") && body.contains("result") {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                i += 1;
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// One received notification of `emit`: its SSE id and its `i`.
+pub struct Got {
+    pub id: String,
+    pub i: u64,
+}
+
+/// Reads `emit` notifications from an SSE response until `n` or `idle` of silence.
+pub async fn read_emits(resp: reqwest::Response, n: usize, idle: Duration) -> Vec<Got> {
+    let mut parser = SseParser::new();
+    let mut body = resp.bytes_stream();
+    let mut got = Vec::with_capacity(n);
+    while got.len() < n {
+        let chunk = match tokio::time::timeout(idle, body.next()).await {
+            Ok(Some(Ok(c))) => c,
+            _ => break,
+        };
+        for ev in parser.feed(&chunk) {
+            if ev.data.is_empty() {
+                continue;
+            }
+            let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+                continue;
+            };
+            if v["method"] == "notifications/message" {
+                if let Some(i) = v["params"]["data"]["i"].as_u64() {
+                    got.push(Got {
+                        id: ev.id.unwrap_or_default(),
+                        i,
+                    });
+                }
+            }
+        }
+    }
+    got
+}
+
+/// (b) notifications/s to one SSE reader, and (c) the resume from the first event.
+pub struct Delivery {
+    pub per_sec: f64,
+    pub delivered: usize,
+    pub resume_ms: f64,
+    pub resume_complete: bool,
+    pub resume_in_order: bool,
+    pub resumed: usize,
+}
+
+pub async fn delivery(url: &str, count: usize) -> Delivery {
+    let s = session(url).await;
+    let resp = s.get(None).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    let reader = tokio::spawn(read_emits(resp, count, Duration::from_secs(10)));
+    s.call(1, "emit", json!({"count": count, "interval_ms": 0}))
+        .await;
+    let got = reader.await.unwrap();
+    let per_sec = got.len() as f64 / start.elapsed().as_secs_f64();
+    let delivered = got.len();
+    let (resume_ms, resume_complete, resume_in_order, resumed) = match got.first() {
+        Some(first) => {
+            let t = Instant::now();
+            let resp = s.get(Some(&first.id)).await;
+            let again = read_emits(resp, count - 1, Duration::from_secs(3)).await;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            let is: Vec<u64> = again.iter().map(|g| g.i).collect();
+            let complete = is.len() == count - 1;
+            let mut sorted = is.clone();
+            sorted.sort();
+            let in_order =
+                is == sorted && is.windows(2).all(|w| w[1] == w[0] + 1) && is.first() == Some(&2);
+            (ms, complete, in_order, is.len())
+        }
+        None => (f64::NAN, false, false, 0),
+    };
+    Delivery {
+        per_sec,
+        delivered,
+        resume_ms,
+        resume_complete,
+        resume_in_order,
+        resumed,
+    }
+}
+
+/// (d) RSS per session with one idle GET stream, in bytes.
+pub async fn rss_per_idle_session(server: &crate::servers::Server, sessions: usize) -> f64 {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = server.rss_kib();
+    let mut held = Vec::with_capacity(sessions);
+    for chunk in (0..sessions).collect::<Vec<_>>().chunks(50) {
+        let mut tasks = Vec::new();
+        for _ in chunk {
+            let url = server.url.clone();
+            tasks.push(tokio::spawn(async move {
+                let s = session(&url).await;
+                let resp = s.get(None).await;
+                (s, resp)
+            }));
+        }
+        for t in tasks {
+            held.push(t.await.unwrap());
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = server.rss_kib();
+    drop(held);
+    (after.saturating_sub(before) * 1024) as f64 / sessions as f64
+}
