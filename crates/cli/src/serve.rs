@@ -16,7 +16,7 @@ use mcp_resume_server::{demo::demo_tools, McpServer, ServerConfig};
 mcp-resume serve                                  # 127.0.0.1:8080, durable log in the data dir\n  \
 mcp-resume serve --listen 127.0.0.1:0             # a free port; prints `listening on http://ADDR/mcp`\n  \
 mcp-resume serve --store memory                   # nothing survives a restart\n  \
-mcp-resume serve --store disk:/var/lib/mcp/log.redb --bearer-token s3cret")]
+mcp-resume serve --store disk:/var/lib/mcp/log --bearer-token s3cret")]
 pub struct ServeArgs {
     /// Address to listen on. Port 0 picks a free port; the real address is printed.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -28,7 +28,7 @@ pub struct ServeArgs {
     #[arg(long)]
     store: Option<String>,
 
-    /// Directory of the default disk log (`log.redb` inside it).
+    /// Directory of the default disk log (`log` inside it).
     /// Default: $XDG_DATA_HOME/mcp-resume, else ~/.local/share/mcp-resume.
     #[arg(long, env = "MCP_RESUME_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -104,14 +104,14 @@ fn open_log(args: &ServeArgs, retention: Retention) -> Result<(Arc<dyn Log>, Str
                 Some(p) if !p.is_empty() => PathBuf::from(p),
                 Some(_) => {
                     return Err(
-                        "--store disk: needs a path, e.g. disk:/var/lib/mcp-resume/log.redb".into(),
+                        "--store disk: needs a path, e.g. disk:/var/lib/mcp-resume/log".into(),
                     )
                 }
                 None if s == "disk" => args
                     .data_dir
                     .clone()
                     .unwrap_or_else(default_data_dir)
-                    .join("log.redb"),
+                    .join("log"),
                 None => {
                     return Err(format!(
                         "--store {s:?}: expected memory, disk:PATH or redis://HOST:PORT/DB"
@@ -127,7 +127,7 @@ fn open_log(args: &ServeArgs, retention: Retention) -> Result<(Arc<dyn Log>, Str
                 .data_dir
                 .clone()
                 .unwrap_or_else(default_data_dir)
-                .join("log.redb");
+                .join("log");
             let log =
                 DiskLog::open(&path, retention).map_err(|e| format!("opening the log: {e}"))?;
             Ok((Arc::new(log), format!("disk:{}", path.display())))

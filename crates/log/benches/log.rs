@@ -50,7 +50,7 @@ fn open(backend: &str) -> Fixture {
         },
         _ => {
             let dir = tempfile::tempdir().unwrap();
-            let log = DiskLog::open(dir.path().join("log.redb"), retention()).unwrap();
+            let log = DiskLog::open(dir.path().join("log"), retention()).unwrap();
             Fixture {
                 log: Arc::new(log),
                 _dir: Some(dir),

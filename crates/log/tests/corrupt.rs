@@ -1,9 +1,11 @@
-//! A damaged data file is refused at open with a clear error, never a panic
-//! and never a silent loss.
+//! A damaged log directory is refused at open with a clear error, never a
+//! panic and never a silent loss.
+
+use std::path::{Path, PathBuf};
 
 use mcp_resume_log::{DiskLog, Log, LogError, Retention, StreamKey};
 
-fn fill(path: &std::path::Path) {
+fn fill(path: &Path) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -18,64 +20,92 @@ fn fill(path: &std::path::Path) {
     });
 }
 
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else if std::fs::metadata(&p).unwrap().len() > 0 && !p.ends_with("lock") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Opening either fails with `Corrupt`, or shows all 200 events intact.
+fn refused_or_whole(path: &Path) -> Option<LogError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    match DiskLog::open(path, Retention::default()) {
+        Err(e) => {
+            assert!(matches!(e, LogError::Corrupt(_)), "{e}");
+            assert!(
+                e.to_string().contains(&path.display().to_string()),
+                "the error names the log: {e}"
+            );
+            Some(e)
+        }
+        Ok(log) => rt.block_on(async {
+            let b = log
+                .bounds("a", StreamKey::Session)
+                .await
+                .expect("the session survived");
+            assert_eq!(b.head, 200, "no committed event may silently vanish");
+            let evs = log.read("a", StreamKey::Session, 0, 1000).await.unwrap();
+            assert_eq!(evs.len(), 200);
+            None
+        }),
+    }
+}
+
 #[test]
-fn garbage_file_is_refused() {
+fn garbage_files_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("log.redb");
-    std::fs::write(&path, vec![0xA5u8; 64 * 1024]).unwrap();
-    let err = DiskLog::open(&path, Retention::default())
-        .err()
-        .expect("must refuse");
-    assert!(matches!(err, LogError::Corrupt(_)), "{err}");
+    let path = dir.path().join("log");
+    fill(&path);
+    for f in files(&path) {
+        let len = std::fs::metadata(&f).unwrap().len() as usize;
+        std::fs::write(&f, vec![0xA5u8; len]).unwrap();
+    }
     assert!(
-        err.to_string().contains("log.redb"),
-        "the error names the file: {err}"
+        refused_or_whole(&path).is_some(),
+        "garbage everywhere cannot open as a log"
     );
 }
 
 #[test]
-fn truncated_file_is_refused() {
+fn truncated_files_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("log.redb");
+    let path = dir.path().join("log");
     fill(&path);
-    let len = std::fs::metadata(&path).unwrap().len();
-    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.set_len(len / 3).unwrap();
-    drop(f);
-    match DiskLog::open(&path, Retention::default()) {
-        Err(e) => assert!(matches!(e, LogError::Corrupt(_)), "{e}"),
-        Ok(_) => panic!("a truncated file opened as if whole"),
+    for f in files(&path) {
+        let len = std::fs::metadata(&f).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_len(len / 3)
+            .unwrap();
     }
+    refused_or_whole(&path);
 }
 
 #[test]
 fn flipped_bytes_are_detected() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("log.redb");
+    let path = dir.path().join("log");
     fill(&path);
-    let mut bytes = std::fs::read(&path).unwrap();
-    // Damage every page past the header, where the tables live.
-    let mut i = 8192;
-    while i < bytes.len() {
-        bytes[i] ^= 0xFF;
-        i += 4096;
+    for f in files(&path) {
+        let mut bytes = std::fs::read(&f).unwrap();
+        let mut i = bytes.len() / 2;
+        while i < bytes.len() {
+            bytes[i] ^= 0xFF;
+            i += 512;
+        }
+        std::fs::write(&f, &bytes).unwrap();
     }
-    std::fs::write(&path, &bytes).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    match DiskLog::open(&path, Retention::default()) {
-        Err(e) => assert!(matches!(e, LogError::Corrupt(_)), "{e}"),
-        Ok(log) => rt.block_on(async {
-            // If redb could repair to an earlier good state, whatever it shows must be whole.
-            if let Ok(b) = log.bounds("a", StreamKey::Session).await {
-                let evs = log
-                    .read("a", StreamKey::Session, b.floor - 1, 1000)
-                    .await
-                    .unwrap();
-                assert_eq!(evs.len() as u64, b.head + 1 - b.floor);
-            }
-        }),
-    }
+    refused_or_whole(&path);
 }

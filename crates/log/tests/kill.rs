@@ -28,7 +28,7 @@ mod serde_like {
 #[test]
 fn kill_minus_nine_loses_nothing_a_reader_saw() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("log.redb");
+    let path = dir.path().join("log");
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

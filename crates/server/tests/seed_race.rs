@@ -120,7 +120,7 @@ async fn iteration(s: &TestServer, split: u64, safe: bool) -> (Vec<u64>, Vec<u64
 
 async fn run(safe: bool, iterations: usize) -> (usize, u64) {
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(DiskLog::open(dir.path().join("log.redb"), Retention::default()).unwrap());
+    let log = Arc::new(DiskLog::open(dir.path().join("log"), Retention::default()).unwrap());
     let cfg = ServerConfig {
         unsafe_legacy_upgrade: !safe,
         ..Default::default()

@@ -29,7 +29,7 @@ impl Backend {
     pub fn restart(&mut self) {
         let Some(dir) = &self.dir else { return };
         drop(self.log.take());
-        let log = DiskLog::open_with(dir.path().join("log.redb"), self.retention, self.capacity)
+        let log = DiskLog::open_with(dir.path().join("log"), self.retention, self.capacity)
             .expect("reopen");
         self.log = Some(Arc::new(log));
     }
@@ -38,8 +38,7 @@ impl Backend {
 /// Every backend, with the given retention and subscriber capacity.
 pub fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let disk =
-        DiskLog::open_with(dir.path().join("log.redb"), retention, capacity).expect("open disk");
+    let disk = DiskLog::open_with(dir.path().join("log"), retention, capacity).expect("open disk");
     vec![
         Backend {
             name: "memory",
