@@ -454,8 +454,8 @@ impl Committer {
         let mut ov = Overlay::default();
         let mut done: Vec<(Op, Result<Effect, LogError>)> = Vec::with_capacity(batch.len());
         let mut wb = st.db.batch().durability(Some(PersistMode::SyncAll));
-        // Event keys this batch writes, per session, so an `End` later in it removes them too.
-        let mut written: HashMap<String, Vec<Vec<u8>>> = HashMap::new();
+        // Event ranges this batch writes, per session, so an `End` later in it removes them too.
+        let mut written: HashMap<String, Vec<(u64, Seq, Seq)>> = HashMap::new();
         for op in batch {
             let effect = match &op {
                 Op::Create { id, meta, .. } => {
@@ -489,7 +489,14 @@ impl Committer {
                         rec.meta = Bytes::new();
                         wb.insert(&st.sessions, id.as_bytes(), rec.encode());
                         let prefix = session_prefix(id);
-                        let mut doomed: Vec<Vec<u8>> = written.remove(id).unwrap_or_default();
+                        let mut doomed: Vec<Vec<u8>> = written
+                            .remove(id)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .flat_map(|(n, first, last)| {
+                                (first..=last).map(move |seq| event_key(id, n, seq))
+                            })
+                            .collect();
                         for ks in [&st.streams, &st.events] {
                             for kv in ks.prefix(&prefix) {
                                 match kv.key() {
@@ -534,16 +541,23 @@ impl Committer {
                     let n = stream.number();
                     let at_ms = now_ms();
                     let mut evs = Vec::with_capacity(messages.len());
-                    let keys = written.entry(id.clone()).or_default();
                     for (message, seq) in messages.iter().zip(b.head + 1..) {
-                        let key = event_key(id, n, seq);
-                        wb.insert(&st.events, key.clone(), event_value(at_ms, message));
-                        keys.push(key);
+                        wb.insert(
+                            &st.events,
+                            event_key(id, n, seq),
+                            event_value(at_ms, message),
+                        );
                         evs.push(Event {
                             seq,
                             at_ms,
                             message: message.clone(),
                         });
+                    }
+                    if let Some(last) = evs.last() {
+                        written
+                            .entry(id.clone())
+                            .or_default()
+                            .push((n, b.head + 1, last.seq));
                     }
                     let head = b.head + evs.len() as u64;
                     let floor = self.floor_after(
@@ -607,59 +621,58 @@ impl Committer {
         }
         // Durable now: make it visible, in commit order, then answer.
         for (op, effect) in done {
-            if let Ok(effect) = &effect {
-                self.apply(effect);
-            }
-            respond(op, effect);
+            let answer = effect.map(|e| self.apply(e));
+            respond(op, answer);
         }
     }
 
-    fn apply(&self, effect: &Effect) {
+    /// Makes one committed effect visible; returns what its op answers
+    /// (the last seq of an append, the number of a request stream).
+    fn apply(&self, effect: Effect) -> u64 {
         let cache = self.hub.cache_limit();
+        let mut answer = 0;
         let _ = match effect {
-            Effect::Created(id, created, meta) => self
-                .hub
-                .insert(id, SessionState::new(*created, meta.clone(), 1)),
-            Effect::Meta(id, meta) => self.hub.with_live(id, |st| {
-                st.meta = meta.clone();
+            Effect::Created(id, created, meta) => {
+                self.hub.insert(&id, SessionState::new(created, meta, 1))
+            }
+            Effect::Meta(id, meta) => self.hub.with_live(&id, |st| {
+                st.meta = meta;
                 Ok(())
             }),
-            Effect::Ended(id) => self.hub.with_live(id, |st| {
+            Effect::Ended(id) => self.hub.with_live(&id, |st| {
                 st.end();
                 Ok(())
             }),
-            Effect::Opened(id, r) => self.hub.with_live(id, |st| {
-                st.next_request = st.next_request.max(r + 1);
-                st.streams.insert(*r, StreamState::new(0, 1));
-                Ok(())
-            }),
-            Effect::Published(id, key, evs, floor) => self.hub.with_live(id, |st| {
-                st.publish(*key, evs.clone(), *floor, cache);
-                Ok(())
-            }),
+            Effect::Opened(id, r) => {
+                answer = r;
+                self.hub.with_live(&id, |st| {
+                    st.next_request = st.next_request.max(r + 1);
+                    st.streams.insert(r, StreamState::new(0, 1));
+                    Ok(())
+                })
+            }
+            Effect::Published(id, key, evs, floor) => {
+                answer = evs.last().map(|e| e.seq).unwrap_or(0);
+                self.hub.with_live(&id, |st| {
+                    st.publish(key, evs, floor, cache);
+                    Ok(())
+                })
+            }
         };
+        answer
     }
 }
 
-fn respond(op: Op, effect: Result<Effect, LogError>) {
+fn respond(op: Op, answer: Result<u64, LogError>) {
     match op {
         Op::Create { reply, .. }
         | Op::SetMeta { reply, .. }
         | Op::End { reply, .. }
         | Op::Trim { reply, .. } => {
-            let _ = reply.send(effect.map(|_| ()));
+            let _ = reply.send(answer.map(|_| ()));
         }
-        Op::OpenRequest { reply, .. } => {
-            let _ = reply.send(effect.map(|e| match e {
-                Effect::Opened(_, r) => r,
-                _ => 0,
-            }));
-        }
-        Op::Append { reply, .. } => {
-            let _ = reply.send(effect.map(|e| match e {
-                Effect::Published(_, _, evs, _) => evs.last().map(|e| e.seq).unwrap_or(0),
-                _ => 0,
-            }));
+        Op::OpenRequest { reply, .. } | Op::Append { reply, .. } => {
+            let _ = reply.send(answer);
         }
     }
 }
