@@ -43,8 +43,9 @@ enum Cmd {
         /// Sessions of (d).
         #[arg(long, default_value_t = 2_000)]
         sessions: usize,
-        /// WebSockets of (e); 0 skips it.
-        #[arg(long, default_value_t = 20_000)]
+        /// WebSockets of (e); 0 skips it. Each side needs one descriptor per socket,
+        /// and this machine caps a process at 20,000, hence 18,000.
+        #[arg(long, default_value_t = 18_000)]
         ws_conns: usize,
         /// Skip the SDK servers.
         #[arg(long)]

@@ -22,13 +22,13 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
 
-    /// Where the session log lives: `memory` (lost on restart), `disk:PATH` (a redb
-    /// file, fsync'd before any client sees an event), or `redis://HOST:PORT/DB`.
-    /// Default: `disk` in --data-dir.
+    /// Where the session log lives: `memory` (lost on restart), `disk:DIR` (a
+    /// directory; every event is fsync'd before any client sees it), or
+    /// `redis://HOST:PORT/DB` (not built yet). Default: `disk` in --data-dir.
     #[arg(long)]
     store: Option<String>,
 
-    /// Directory of the default disk log (`log` inside it).
+    /// Directory of the default disk log (the log lives in `log/` inside it).
     /// Default: $XDG_DATA_HOME/mcp-resume, else ~/.local/share/mcp-resume.
     #[arg(long, env = "MCP_RESUME_DATA_DIR")]
     data_dir: Option<PathBuf>,

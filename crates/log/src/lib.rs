@@ -8,7 +8,7 @@
 //! tail cannot miss or repeat anything.
 //!
 //! Backends: [`MemoryLog`] (tests, nothing survives a restart) and [`DiskLog`]
-//! (the default: redb, fsync'd group commit). Both share the in-process
+//! (the default: fjall, fsync'd group commit). Both share the in-process
 //! [`hub`](crate::hub) that fans committed events out to subscribers.
 
 mod disk;

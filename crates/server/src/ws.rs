@@ -23,6 +23,10 @@ use crate::state::AppState;
 
 /// Events replayed per log read.
 const REPLAY_CHUNK: usize = 512;
+/// Initial read buffer of a socket.
+const READ_BUFFER: usize = 4 * 1024;
+/// Bytes gathered before a write goes to the socket (replays are flushed per chunk anyway).
+const WRITE_BUFFER: usize = 8 * 1024;
 
 /// The subprotocols a request offers, one by one.
 pub(crate) fn offered_protocols(headers: &HeaderMap) -> impl Iterator<Item = &str> {
@@ -77,7 +81,11 @@ pub(crate) async fn upgrade(
         .map_err(|e| ApiError::bad("invalid-upgrade", e.body_text()))?
         .protocols([SUBPROTOCOL])
         .max_message_size(state.config.max_frame_bytes)
-        .max_frame_size(state.config.max_frame_bytes);
+        .max_frame_size(state.config.max_frame_bytes)
+        // tungstenite reserves 128 KiB per socket for reading by default; an idle
+        // reader needs a few KiB, and the buffer grows for a large frame.
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_BUFFER);
     // 4. The commit point: C and a tail after C, in one atomic step of the log.
     let (bounds, sub) =
         state
