@@ -143,19 +143,23 @@ async fn main() {
                     notif: d.per_sec,
                     delivered: d.delivered,
                     resume_ms: d.resume_ms,
-                    resume_ok: format!(
-                        "{}{}",
-                        if d.resume_complete {
-                            "complete"
-                        } else {
-                            "INCOMPLETE"
-                        },
-                        if d.resume_in_order {
-                            ", in order"
-                        } else {
-                            ", OUT OF ORDER"
-                        }
-                    ),
+                    resume_ok: if d.resumed == 0 {
+                        "NOTHING REPLAYED".into()
+                    } else {
+                        format!(
+                            "{}{}",
+                            if d.resume_complete {
+                                "complete"
+                            } else {
+                                "INCOMPLETE"
+                            },
+                            if d.resume_in_order {
+                                ", in order"
+                            } else {
+                                ", OUT OF ORDER"
+                            }
+                        )
+                    },
                     rss_session: rss,
                 });
             }

@@ -164,6 +164,18 @@ impl SessionReader {
         self.reconnects
     }
 
+    /// The reader as a [`futures_util::Stream`]: every event in order, ending
+    /// after the first error (which it yields).
+    pub fn into_stream(self) -> impl futures_util::Stream<Item = Result<ReadEvent, ClientError>> {
+        futures_util::stream::unfold(Some(self), |reader| async move {
+            let mut reader = reader?;
+            match reader.next().await {
+                Ok(ev) => Some((Ok(ev), Some(reader))),
+                Err(e) => Some((Err(e), None)),
+            }
+        })
+    }
+
     /// Whether the current connection is a WebSocket.
     pub fn on_websocket(&self) -> bool {
         matches!(self.conn, Some(Conn::Ws(_)))

@@ -21,6 +21,8 @@ pub struct SseParser {
     current: SseEvent,
     has_data: bool,
     touched: bool,
+    /// Reused for each line, so parsing allocates per event, not per line.
+    scratch: Vec<u8>,
 }
 
 impl SseParser {
@@ -36,12 +38,16 @@ impl SseParser {
         let mut start = 0;
         while let Some(nl) = self.buf[start..].iter().position(|b| *b == b'\n') {
             let end = start + nl;
-            let line = &self.buf[start..end];
-            let line = line.strip_suffix(b"\r").unwrap_or(line).to_vec();
+            let line = std::mem::take(&mut self.scratch);
+            let mut line = line;
+            line.clear();
+            let raw = &self.buf[start..end];
+            line.extend_from_slice(raw.strip_suffix(b"\r").unwrap_or(raw));
             start = end + 1;
             if let Some(ev) = self.line(&line) {
                 out.push(ev);
             }
+            self.scratch = line;
         }
         self.buf.drain(..start);
         out
@@ -63,18 +69,18 @@ impl SseParser {
         }
         let text = String::from_utf8_lossy(line);
         let (field, value) = match text.split_once(':') {
-            Some((f, v)) => (f.to_owned(), v.strip_prefix(' ').unwrap_or(v).to_owned()),
-            None => (text.to_string(), String::new()),
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (text.as_ref(), ""),
         };
         self.touched = true;
-        match field.as_str() {
-            "id" if !value.contains('\0') => self.current.id = Some(value),
-            "event" => self.current.event = Some(value),
+        match field {
+            "id" if !value.contains('\0') => self.current.id = Some(value.to_owned()),
+            "event" => self.current.event = Some(value.to_owned()),
             "data" => {
                 if self.has_data {
                     self.current.data.push('\n');
                 }
-                self.current.data.push_str(&value);
+                self.current.data.push_str(value);
                 self.has_data = true;
             }
             "retry" => self.current.retry = value.parse().ok(),

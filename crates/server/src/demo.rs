@@ -4,13 +4,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::jsonrpc;
 use crate::tools::{text_result, ToolError, ToolRegistry};
 
 /// Largest `count` one `emit` may ask for.
 const MAX_EMIT: u64 = 10_000_000;
 /// Notifications committed per append when `interval_ms` is 0.
-const EMIT_BATCH: u64 = 256;
+const EMIT_BATCH: u64 = 4096;
 
 fn uint(args: &Value, key: &str, default: Option<u64>) -> Result<u64, ToolError> {
     match args.get(key) {
@@ -27,11 +26,11 @@ fn string<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
         .ok_or_else(|| ToolError::InvalidParams(format!("{key:?} must be a string")))
 }
 
-fn emit_message(k: u64, count: u64) -> Value {
-    jsonrpc::notification(
-        "notifications/message",
-        json!({"level": "info", "logger": "emit", "data": {"i": k, "count": count}}),
-    )
+/// One `emit` notification, as JSON text (PROTOCOL.md 8).
+fn emit_message(k: u64, count: u64) -> bytes::Bytes {
+    bytes::Bytes::from(format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","logger":"emit","data":{{"i":{k},"count":{count}}}}}}}"#
+    ))
 }
 
 /// `echo`, `emit`, `register_tool`, `unregister_tool` and `progress`.
@@ -62,7 +61,7 @@ pub fn demo_tools() -> ToolRegistry {
                     while k <= count {
                         let n = if interval == 0 { EMIT_BATCH.min(count - k + 1) } else { 1 };
                         let batch = (k..k + n).map(|i| emit_message(i, count)).collect();
-                        if let Err(e) = worker.notify_session(batch).await {
+                        if let Err(e) = worker.notify_session_encoded(batch).await {
                             tracing::info!(session = worker.session_id(), error = %e, "emit stopped");
                             return;
                         }

@@ -167,6 +167,20 @@ impl ToolContext {
             .await?)
     }
 
+    /// As [`ToolContext::notify_session`], for messages already encoded as
+    /// JSON text (a hot loop need not build and serialise a `Value` each time).
+    /// Each must be one JSON-RPC message.
+    pub async fn notify_session_encoded(
+        &self,
+        messages: Vec<bytes::Bytes>,
+    ) -> Result<Seq, ToolError> {
+        Ok(self
+            .state
+            .log
+            .append(&self.session, StreamKey::Session, messages)
+            .await?)
+    }
+
     /// Reports progress on the request's own stream (the session stream when
     /// the call was answered as JSON); a no-op without a `progressToken`.
     pub async fn progress(&self, progress: u64, total: Option<u64>) -> Result<(), ToolError> {
