@@ -246,9 +246,19 @@ impl Conn {
                     Some(Err(e)) => return Err(read_error(e)),
                 },
                 ev = sub.next(), if open => {
-                    let ev = ev.map_err(log_close)?;
-                    self.gate.offer(ev.seq)?;
-                    self.send_text(encode_event(ev.seq, std::str::from_utf8(&ev.message).unwrap_or("null"))).await?;
+                    // Whatever else is already buffered goes out in the same flush.
+                    let mut next = Some(ev.map_err(log_close)?);
+                    let mut sent = 0;
+                    while let Some(ev) = next.take() {
+                        self.gate.offer(ev.seq)?;
+                        let frame = encode_event(ev.seq, std::str::from_utf8(&ev.message).unwrap_or("null"));
+                        self.socket.feed(Message::Text(frame.into())).await.map_err(|_| Closing(close::NORMAL, String::new()))?;
+                        sent += 1;
+                        if sent < REPLAY_CHUNK {
+                            next = sub.try_next();
+                        }
+                    }
+                    self.socket.flush().await.map_err(|_| Closing(close::NORMAL, String::new()))?;
                     silence = tokio::time::Instant::now() + keepalive;
                     if pending_heartbeat.is_some_and(|hb| self.gate.heartbeat_allowed(hb)) {
                         self.send_text(encode_heartbeat(pending_heartbeat.take().unwrap_or_default())).await?;
