@@ -287,3 +287,72 @@ fn call_prints_the_result() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not JSON"));
 }
+
+#[test]
+fn a_plain_streamable_http_server_works_with_opaque_ids_and_no_upgrade() {
+    // The official TypeScript SDK server (benches/peers/node, installed by scripts/test).
+    let root = common::root();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new("node")
+        .arg(root.join("benches/peers/node/server.mjs"))
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node and benches/peers/node (run scripts/test)");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("the peer started")
+        .to_owned();
+    let result = std::panic::catch_unwind(|| {
+        rt().block_on(async {
+            let mut client = McpClient::new(&url);
+            client.initialize().await.unwrap();
+            let echoed = client
+                .call_tool("echo", json!({"text": "plain"}))
+                .await
+                .unwrap();
+            assert_eq!(echoed["content"][0]["text"], "plain");
+            // Asked for WebSocket, it stays on SSE: the ids are not seqs.
+            let opts = ReaderOptions {
+                transport: Transport::WebSocket,
+                max_retries: Some(5),
+                ..Default::default()
+            };
+            let mut reader = client.reader(opts).unwrap();
+            let emitter = client.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                emitter
+                    .call_tool("emit", json!({"count": 5}))
+                    .await
+                    .unwrap();
+            });
+            let mut is = Vec::new();
+            while is.len() < 5 {
+                let ev = tokio::time::timeout(Duration::from_secs(10), reader.next())
+                    .await
+                    .expect("events")
+                    .unwrap();
+                assert_eq!(ev.seq, None, "opaque ids are not read as seqs");
+                assert!(!ev.id.is_empty());
+                is.push(ev.message["params"]["data"]["i"].as_u64().unwrap());
+            }
+            assert_eq!(is, vec![1, 2, 3, 4, 5]);
+            assert!(!reader.on_websocket());
+        })
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    result.unwrap();
+}

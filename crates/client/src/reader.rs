@@ -267,8 +267,18 @@ impl SessionReader {
                 // Learn where "everything retained" starts from the SSE priming event,
                 // so the upgrade carries an explicit prior cursor.
                 self.connect_sse().await?;
-                while self.checker.is_none() {
+                while self.checker.is_none() && self.opaque_id.is_none() && self.pending.is_empty()
+                {
                     self.read_sse().await?;
+                }
+                if self.checker.is_none() {
+                    // Opaque event ids: a plain Streamable HTTP server, which has no
+                    // cursor-safe upgrade. Stay on SSE, resuming by Last-Event-ID.
+                    tracing::info!(
+                        "event ids are not seqs: plain Streamable HTTP server, staying on SSE"
+                    );
+                    self.ws_disabled = true;
+                    return Ok(());
                 }
                 if !self.pending.is_empty() {
                     return Ok(());
