@@ -51,6 +51,14 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
 
+    /// Most live sessions; `initialize` beyond it gets 429.
+    #[arg(long, default_value_t = 100_000)]
+    max_sessions: usize,
+
+    /// Most request streams (SSE-answered requests) one session may open; 429 beyond.
+    #[arg(long, default_value_t = 100_000)]
+    max_request_streams: u64,
+
     /// Most events kept per stream; older ones are trimmed (never past an active pin).
     #[arg(long, default_value_t = 10_000)]
     retention_events: u64,
@@ -178,6 +186,8 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         upgrade_timeout: Duration::from_millis(args.upgrade_timeout_ms),
         unsafe_legacy_upgrade: args.unsafe_legacy_upgrade,
         websocket: !args.no_websocket,
+        max_sessions: args.max_sessions,
+        max_request_streams: args.max_request_streams,
         ..ServerConfig::default()
     };
     if args.unsafe_legacy_upgrade {

@@ -639,10 +639,7 @@ impl Committer {
                 st.meta = meta;
                 Ok(())
             }),
-            Effect::Ended(id) => self.hub.with_live(&id, |st| {
-                st.end();
-                Ok(())
-            }),
+            Effect::Ended(id) => self.hub.end(&id),
             Effect::Opened(id, r) => {
                 answer = r;
                 self.hub.with_live(&id, |st| {
@@ -709,6 +706,10 @@ impl Log for DiskLog {
 
     async fn touch(&self, id: &str) -> Result<(), LogError> {
         self.hub.touch(id)
+    }
+
+    async fn live_sessions(&self) -> usize {
+        self.hub.live()
     }
 
     async fn end_session(&self, id: &str) -> Result<(), LogError> {

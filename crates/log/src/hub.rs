@@ -184,6 +184,7 @@ pub(crate) struct Hub {
     sub_capacity: usize,
     cache_limit: usize,
     next_pin: AtomicU64,
+    live: std::sync::atomic::AtomicUsize,
 }
 
 pub(crate) type Cell = Arc<Mutex<SessionState>>;
@@ -202,6 +203,7 @@ impl Hub {
             sub_capacity,
             cache_limit,
             next_pin: AtomicU64::new(1),
+            live: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -215,8 +217,26 @@ impl Hub {
         if map.contains_key(id) {
             return Err(LogError::SessionExists(id.to_owned()));
         }
+        if !state.ended {
+            self.live.fetch_add(1, Ordering::Relaxed);
+        }
         map.insert(Arc::from(id), Arc::new(Mutex::new(state)));
         Ok(())
+    }
+
+    /// Ends a live session: subscribers end, streams and pins go.
+    pub fn end(&self, id: &str) -> Result<(), LogError> {
+        self.with_live(id, |st| {
+            st.end();
+            Ok(())
+        })?;
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// How many sessions are live.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
     }
 
     /// The session's cell, live or ended.

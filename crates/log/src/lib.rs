@@ -46,6 +46,9 @@ pub trait Log: Send + Sync + 'static {
     /// Replaces the session's metadata (for example its tool list).
     async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError>;
 
+    /// How many sessions are live now (for caps and metrics).
+    async fn live_sessions(&self) -> usize;
+
     /// Marks the session as used now, postponing idle expiry.
     async fn touch(&self, id: &str) -> Result<(), LogError>;
 

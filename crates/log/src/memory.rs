@@ -78,10 +78,11 @@ impl Log for MemoryLog {
     }
 
     async fn end_session(&self, id: &str) -> Result<(), LogError> {
-        self.hub.with_live(id, |st| {
-            st.end();
-            Ok(())
-        })
+        self.hub.end(id)
+    }
+
+    async fn live_sessions(&self) -> usize {
+        self.hub.live()
     }
 
     async fn open_request_stream(&self, id: &str) -> Result<u64, LogError> {

@@ -270,6 +270,12 @@ async fn initialize(
             "initialize must not carry Mcp-Session-Id",
         ));
     }
+    if state.log.live_sessions().await >= state.config.max_sessions {
+        return Err(ApiError::TooMany(format!(
+            "the server holds its maximum of {} sessions; end one (DELETE) or retry later",
+            state.config.max_sessions
+        )));
+    }
     let version = mcp::negotiate(params);
     let sid = new_session_id();
     let record = SessionRecord {
@@ -296,6 +302,12 @@ async fn request_stream(
     params: Value,
 ) -> Result<Response, ApiError> {
     let r = state.log.open_request_stream(&session).await?;
+    if r > state.config.max_request_streams {
+        return Err(ApiError::TooMany(format!(
+            "this session opened its maximum of {} request streams; start a new session",
+            state.config.max_request_streams
+        )));
+    }
     let stream = StreamKey::Request(r);
     let (bounds, sub) = state.log.subscribe(&session, stream).await?;
     let worker = state.clone();

@@ -374,3 +374,35 @@ async fn batches_of_2025_03_26_are_answered() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn caps_on_sessions_and_request_streams_answer_429() {
+    let s = TestServer::start(ServerConfig {
+        max_sessions: 2,
+        max_request_streams: 1,
+        ..Default::default()
+    })
+    .await;
+    let a = s.init().await;
+    let _b = s.init().await;
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let r = s.post(None, init.clone()).await;
+    assert_eq!(r.status(), 429);
+    assert_error(&body(r).await, "limit-reached");
+    // Ending a session makes room.
+    reqwest::Client::new()
+        .delete(&s.url)
+        .header("mcp-session-id", &a)
+        .send()
+        .await
+        .unwrap();
+    let r = s.post(None, init).await;
+    assert_eq!(r.status(), 200);
+    let c = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    // One request stream per session here: the second SSE-answered call is refused.
+    let progress = json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"progress","arguments":{"steps":1}}});
+    assert_eq!(s.post(Some(&c), progress.clone()).await.status(), 200);
+    let r = s.post(Some(&c), progress).await;
+    assert_eq!(r.status(), 429);
+    assert_error(&body(r).await, "limit-reached");
+}
