@@ -50,6 +50,9 @@ enum Cmd {
         /// Skip the SDK servers.
         #[arg(long)]
         ours_only: bool,
+        /// Also measure (d) for ours with the GET streams multiplexed over HTTP/2 (100 per connection).
+        #[arg(long)]
+        h2: bool,
         /// Write the table here too.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -107,6 +110,7 @@ async fn main() {
             sessions,
             ws_conns,
             ours_only,
+            h2,
             out,
         } => {
             let root = root();
@@ -119,6 +123,7 @@ async fn main() {
                 starters.push(Box::new(|| servers::python(&root)));
             }
             let mut ws_rss = None;
+            let mut h2_rss = None;
             for start in &starters {
                 let server = start();
                 eprintln!("== {} at {}", server.name, server.url);
@@ -130,8 +135,13 @@ async fn main() {
                     "   (b) {:.0} notifications/s ({} of {events}); (c) resume {:.1} ms, {} events",
                     d.per_sec, d.delivered, d.resume_ms, d.resumed
                 );
-                let rss = workloads::rss_per_idle_session(&server, sessions).await;
+                let rss = workloads::rss_per_idle_session(&server, sessions, false).await;
                 eprintln!("   (d) {rss:.0} bytes per idle session");
+                if server.name == "mcp-resume" && h2 {
+                    let r = workloads::rss_per_idle_session(&server, sessions, true).await;
+                    eprintln!("   (d, HTTP/2) {r:.0} bytes per idle session");
+                    h2_rss = Some(r);
+                }
                 if server.name == "mcp-resume" && ws_conns > 0 {
                     let r = ws::rss_per_idle_ws(&server, ws_conns).await;
                     eprintln!("   (e) {r:.0} bytes per idle WebSocket");
@@ -215,6 +225,10 @@ async fn main() {
                         ours.rss_session / best(&|r| r.rss_session, false),
                     ),
                 );
+            }
+            if let Some(r) = h2_rss {
+                emit(&mut md, String::new());
+                emit(&mut md, format!("(d) mcp-resume over HTTP/2 (h2c, 100 sessions' GET streams per connection): {:.1} KiB RSS per idle session", r / 1024.0));
             }
             if let Some(r) = ws_rss {
                 emit(&mut md, String::new());

@@ -19,10 +19,18 @@ pub struct Session {
 
 /// `initialize` + `notifications/initialized` with a client of its own.
 pub async fn session(url: &str) -> Session {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(1)
-        .build()
-        .unwrap();
+    session_with(
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .build()
+            .unwrap(),
+        url,
+    )
+    .await
+}
+
+/// `initialize` + `notifications/initialized` over `http`.
+pub async fn session_with(http: reqwest::Client, url: &str) -> Session {
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"load","version":"1"}}});
     let resp = http
         .post(url)
@@ -206,8 +214,27 @@ pub async fn delivery(url: &str, count: usize) -> Delivery {
     }
 }
 
-/// (d) RSS per session with one idle GET stream, in bytes.
-pub async fn rss_per_idle_session(server: &crate::servers::Server, sessions: usize) -> f64 {
+/// (d) RSS per session with one idle GET stream, in bytes. With `h2`, every
+/// session and stream shares one HTTP/2 connection (prior knowledge, h2c).
+pub async fn rss_per_idle_session(
+    server: &crate::servers::Server,
+    sessions: usize,
+    h2: bool,
+) -> f64 {
+    // One HTTP/2 connection per 100 sessions (servers cap concurrent streams per connection).
+    let clients: Vec<reqwest::Client> = if h2 {
+        (0..sessions.div_ceil(100))
+            .map(|_| {
+                reqwest::Client::builder()
+                    .http2_prior_knowledge()
+                    .build()
+                    .unwrap()
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut next_client = 0usize;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = server.rss_kib();
     let mut held = Vec::with_capacity(sessions);
@@ -215,8 +242,13 @@ pub async fn rss_per_idle_session(server: &crate::servers::Server, sessions: usi
         let mut tasks = Vec::new();
         for _ in chunk {
             let url = server.url.clone();
+            let shared = clients.get(next_client / 100).cloned();
+            next_client += 1;
             tasks.push(tokio::spawn(async move {
-                let s = session(&url).await;
+                let s = match shared {
+                    Some(http) => session_with(http, &url).await,
+                    None => session(&url).await,
+                };
                 let resp = s.get(None).await;
                 (s, resp)
             }));

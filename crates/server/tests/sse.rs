@@ -218,3 +218,43 @@ async fn shutdown_ends_sse_streams() {
         "the stream ended with the server"
     );
 }
+
+#[tokio::test]
+async fn http2_prior_knowledge_carries_many_session_streams_on_one_connection() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let mut readers = Vec::new();
+    let mut sids = Vec::new();
+    for _ in 0..5 {
+        let resp = h2
+            .post(&s.url)
+            .header("content-type", "application/json")
+            .body(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h2","version":"1"}}}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+        let sid = resp.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let stream = h2
+            .get(&s.url)
+            .header("mcp-session-id", &sid)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        readers.push(tokio::spawn(read_sse(stream, 3, 3000)));
+        sids.push(sid);
+    }
+    for sid in &sids {
+        s.emit_and_wait(sid, 3).await;
+    }
+    for r in readers {
+        assert_eq!(seqs(&r.await.unwrap()), vec![1, 2, 3]);
+    }
+}
