@@ -117,10 +117,21 @@ impl McpServer {
         listener: tokio::net::TcpListener,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let app = self.router();
+        self.serve_app(listener, app, signal).await
+    }
+
+    /// As [`McpServer::serve`], for an application that merged [`McpServer::router`]
+    /// with routes of its own: the same maintenance and clean shutdown.
+    pub async fn serve_app(
+        self,
+        listener: tokio::net::TcpListener,
+        app: Router,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let maintenance = self.spawn_maintenance();
         let stop = self.stop.clone();
-        let router = self.router();
-        axum::serve(listener, router)
+        axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 signal.await;
                 let _ = stop.send(true);
