@@ -115,9 +115,10 @@ fn committed(url: &str, session: &str, count: u64) -> u64 {
         {
             text.push_str(&String::from_utf8_lossy(&chunk));
         }
-        let needle = format!("\"count\":{count},");
         text.lines()
-            .filter(|l| l.starts_with("data: ") && l.contains(&needle))
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .filter(|v| v["params"]["data"]["count"].as_u64() == Some(count))
             .count() as u64
     })
 }
