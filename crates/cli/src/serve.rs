@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use mcp_resume_log::{DiskLog, Log, MemoryLog, Retention};
+use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
 use mcp_resume_server::{demo::demo_tools, McpServer, ServerConfig};
 
 #[derive(Args, Debug)]
@@ -24,9 +24,15 @@ pub struct ServeArgs {
 
     /// Where the session log lives: `memory` (lost on restart), `disk:DIR` (a
     /// directory; every event is fsync'd before any client sees it), or
-    /// `redis://HOST:PORT/DB` (not built yet). Default: `disk` in --data-dir.
+    /// `redis://HOST:PORT/DB` (shared by any number of instances). Default: `disk` in --data-dir.
     #[arg(long)]
     store: Option<String>,
+
+    /// With a redis:// store: replicas that must acknowledge every append (`WAIT`)
+    /// before it counts as committed. Pair with `appendonly yes` and `appendfsync always`
+    /// on the Redis side for durability across a Redis restart.
+    #[arg(long, default_value_t = 0)]
+    redis_replicas: usize,
 
     /// Directory of the default disk log (the log lives in `log/` inside it).
     /// Default: $XDG_DATA_HOME/mcp-resume, else ~/.local/share/mcp-resume.
@@ -101,12 +107,18 @@ fn default_data_dir() -> PathBuf {
 }
 
 /// Opens the log the flags name.
-fn open_log(args: &ServeArgs, retention: Retention) -> Result<(Arc<dyn Log>, String), String> {
+async fn open_log(
+    args: &ServeArgs,
+    retention: Retention,
+) -> Result<(Arc<dyn Log>, String), String> {
     match args.store.as_deref() {
         Some("memory") => Ok((Arc::new(MemoryLog::new(retention)), "memory".into())),
-        Some(s) if s.starts_with("redis://") => Err(format!(
-            "--store {s}: the Redis backend is not built yet; use `disk:PATH` or `memory`"
-        )),
+        Some(s) if s.starts_with("redis://") => {
+            let log = RedisLog::connect(s, retention, args.redis_replicas)
+                .await
+                .map_err(|e| format!("connecting to {s}: {e}"))?;
+            Ok((Arc::new(log), s.to_owned()))
+        }
         Some(s) => {
             let path = match s.strip_prefix("disk:") {
                 Some(p) if !p.is_empty() => PathBuf::from(p),
@@ -174,7 +186,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         max_events: args.retention_events.max(1),
         max_age: Duration::from_secs(args.retention_secs),
     };
-    let (log, store) = open_log(&args, retention)?;
+    let (log, store) = open_log(&args, retention).await?;
     let config = ServerConfig {
         base_path: args.base_path.clone(),
         allowed_origins: args.allow_origins.clone(),

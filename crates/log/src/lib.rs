@@ -15,6 +15,7 @@ mod disk;
 mod error;
 mod hub;
 mod memory;
+mod redis;
 mod subscription;
 mod types;
 
@@ -26,6 +27,7 @@ use bytes::Bytes;
 pub use disk::DiskLog;
 pub use error::LogError;
 pub use memory::MemoryLog;
+pub use redis::RedisLog;
 pub use subscription::Subscription;
 pub use types::{Bounds, Event, PinId, Retention, Seq, SessionInfo, StreamKey};
 

@@ -22,7 +22,7 @@ fn rt() -> tokio::runtime::Runtime {
 #[test]
 fn append_read_bounds() {
     rt().block_on(async {
-        for b in backends(Retention::default(), 1024) {
+        for b in backends(Retention::default(), 1024).await {
             let log = b.log();
             log.create_session("a", Bytes::from_static(b"{}"))
                 .await
@@ -54,7 +54,9 @@ fn three_distinct_errors() {
                 ..Default::default()
             },
             1024,
-        ) {
+        )
+        .await
+        {
             let log = b.log();
             assert_eq!(
                 log.read("nope", S, 0, 10).await,
@@ -101,7 +103,9 @@ fn commit_point_has_no_gap_and_no_duplicate_under_racing_appends() {
                 ..Default::default()
             },
             1 << 16,
-        ) {
+        )
+        .await
+        {
             let log = b.log().clone();
             log.create_session("a", Bytes::new()).await.unwrap();
             const TOTAL: u64 = 2000;
@@ -155,7 +159,7 @@ fn commit_point_has_no_gap_and_no_duplicate_under_racing_appends() {
 #[test]
 fn a_slow_subscriber_gets_lagged_with_its_cursor() {
     rt().block_on(async {
-        for b in backends(Retention::default(), 4) {
+        for b in backends(Retention::default(), 4).await {
             let log = b.log();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, vec![msg(1)]).await.unwrap();
@@ -186,7 +190,9 @@ fn retention_never_passes_a_pin() {
                 ..Default::default()
             },
             1024,
-        ) {
+        )
+        .await
+        {
             let log = b.log();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, (1..=5).map(msg).collect())
@@ -219,7 +225,9 @@ fn age_retention_and_idle_expiry() {
                 max_age: Duration::from_millis(50),
             },
             1024,
-        ) {
+        )
+        .await
+        {
             let log = b.log();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, (1..=3).map(msg).collect())
@@ -250,7 +258,7 @@ fn age_retention_and_idle_expiry() {
 #[test]
 fn an_ended_session_stays_dead() {
     rt().block_on(async {
-        for mut b in backends(Retention::default(), 1024) {
+        for mut b in backends(Retention::default(), 1024).await {
             let log = b.log().clone();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, vec![msg(1)]).await.unwrap();
@@ -270,7 +278,7 @@ fn an_ended_session_stays_dead() {
                 Err(LogError::SessionExists(_))
             ));
             drop(log);
-            b.restart();
+            b.restart().await;
             if b.durable() {
                 assert!(matches!(
                     b.log().session("a").await,
@@ -288,7 +296,7 @@ fn an_ended_session_stays_dead() {
 #[test]
 fn request_streams_are_numbered_and_separate() {
     rt().block_on(async {
-        for mut b in backends(Retention::default(), 1024) {
+        for mut b in backends(Retention::default(), 1024).await {
             let log = b.log().clone();
             log.create_session("a", Bytes::from_static(b"meta"))
                 .await
@@ -311,7 +319,7 @@ fn request_streams_are_numbered_and_separate() {
                 .await
                 .unwrap();
             drop(log);
-            b.restart();
+            b.restart().await;
             if b.durable() {
                 let log = b.log();
                 assert_eq!(
@@ -335,7 +343,7 @@ fn request_streams_are_numbered_and_separate() {
 #[test]
 fn many_sessions_append_concurrently() {
     rt().block_on(async {
-        for b in backends(Retention::default(), 1024) {
+        for b in backends(Retention::default(), 1024).await {
             let log: Arc<dyn Log> = b.log().clone();
             let mut tasks = Vec::new();
             for s in 0..32 {

@@ -17,6 +17,10 @@ pub struct Serve {
 impl Serve {
     /// Starts `serve` on `listen` with a disk log in `data_dir`, and waits for its "listening" line.
     pub fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
+        Self::spawn_args(data_dir, listen, extra)
+    }
+
+    fn spawn_args(data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
             .args(["serve", "--listen", listen, "--data-dir"])
             .arg(data_dir)
@@ -104,4 +108,52 @@ pub fn root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .unwrap()
+}
+
+/// A `redis-server` of our own on a free loopback port, never one we did not start.
+pub struct RedisServer {
+    child: Child,
+    pub url: String,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test installs it)");
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                std::thread::sleep(Duration::from_millis(20));
+                return Self {
+                    child,
+                    url: format!("redis://127.0.0.1:{port}/0"),
+                };
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server did not start on {port}");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -4,13 +4,66 @@
 
 use std::sync::Arc;
 
-use mcp_resume_log::{DiskLog, Log, MemoryLog, Retention};
+use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
+
+/// A `redis-server` of our own on a free loopback port, never one we did not start.
+pub struct RedisServer {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test installs it)");
+        for _ in 0..200 {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                use std::io::{Read, Write};
+                let _ = s.write_all(b"PING\r\n");
+                let mut buf = [0u8; 7];
+                if s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                    return Self {
+                        child,
+                        url: format!("redis://127.0.0.1:{port}/0"),
+                    };
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("redis-server did not start on {port}");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
 
 /// A backend plus whatever it needs to be reopened.
 pub struct Backend {
     pub name: &'static str,
     pub log: Option<Arc<dyn Log>>,
     dir: Option<tempfile::TempDir>,
+    redis: Option<RedisServer>,
     retention: Retention,
     capacity: usize,
 }
@@ -22,11 +75,25 @@ impl Backend {
 
     /// Whether state survives [`Backend::restart`].
     pub fn durable(&self) -> bool {
-        self.dir.is_some()
+        self.dir.is_some() || self.redis.is_some()
     }
 
-    /// Drops the log and opens it again from its files (durable backends only).
-    pub fn restart(&mut self) {
+    /// Whether pins outlive a restart of this process (they live in Redis; the
+    /// disk backend keeps them in memory, with the connection that took them).
+    pub fn pins_survive_restart(&self) -> bool {
+        self.redis.is_some()
+    }
+
+    /// Drops the log and opens it again from its files or server (durable backends only).
+    pub async fn restart(&mut self) {
+        if let Some(r) = &self.redis {
+            drop(self.log.take());
+            let log = RedisLog::connect_with(&r.url, self.retention, 0, self.capacity)
+                .await
+                .expect("reconnect");
+            self.log = Some(Arc::new(log));
+            return;
+        }
         let Some(dir) = &self.dir else { return };
         drop(self.log.take());
         let log = DiskLog::open_with(dir.path().join("log"), self.retention, self.capacity)
@@ -35,10 +102,15 @@ impl Backend {
     }
 }
 
-/// Every backend, with the given retention and subscriber capacity.
-pub fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
+/// Every backend, with the given retention and subscriber capacity; Redis on
+/// a `redis-server` started for this call.
+pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("tempdir");
     let disk = DiskLog::open_with(dir.path().join("log"), retention, capacity).expect("open disk");
+    let server = RedisServer::start();
+    let redis = RedisLog::connect_with(&server.url, retention, 0, capacity)
+        .await
+        .expect("connect redis");
     vec![
         Backend {
             name: "memory",
@@ -46,6 +118,7 @@ pub fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
                 retention, capacity,
             ))),
             dir: None,
+            redis: None,
             retention,
             capacity,
         },
@@ -53,6 +126,15 @@ pub fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             name: "disk",
             log: Some(Arc::new(disk)),
             dir: Some(dir),
+            redis: None,
+            retention,
+            capacity,
+        },
+        Backend {
+            name: "redis",
+            log: Some(Arc::new(redis)),
+            dir: None,
+            redis: Some(server),
             retention,
             capacity,
         },

@@ -1,0 +1,681 @@
+//! The Redis backend: many server instances serve one session.
+//!
+//! Seq assignment, append, retention and head update are one Lua script, so
+//! they are atomic in Redis. Events live in a Redis stream per log stream,
+//! with entry id `seq-0`, so a replay is `XRANGE` and the tail after the head
+//! is `XREAD BLOCK` from `C-0`, which cannot miss an entry appended between
+//! the two: the stream itself is the cursor's ground truth. "Committed" is
+//! acknowledged by Redis, plus `WAIT` for the configured number of replicas.
+//!
+//! Keys carry the session id in a hash tag (`mcpr:{id}:...`):
+//! - `mcpr:{id}:s` hash: `c` created ms, `r` next request stream, `e` ended, `m` meta, `a` last active ms
+//! - `mcpr:{id}:st:N` hash: `h` head, `f` floor
+//! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
+//! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
+//! - `mcpr:sessions` set of live ids; `mcpr:pinseq` counter.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use redis::aio::ConnectionManager;
+use redis::{Script, Value};
+use tokio::sync::mpsc;
+
+use crate::subscription::{EndCell, EndReason};
+use crate::types::now_ms;
+use crate::{
+    Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
+};
+
+const APPEND: &str = r#"
+if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
+local h = tonumber(redis.call('HGET', KEYS[2], 'h'))
+if not h then return {-2} end
+local f = tonumber(redis.call('HGET', KEYS[2], 'f'))
+for i = 5, #ARGV do
+  h = h + 1
+  redis.call('XADD', KEYS[3], h .. '-0', 't', ARGV[2], 'm', ARGV[i])
+end
+local want = h + 1 - tonumber(ARGV[3])
+if tonumber(ARGV[4]) > want then want = tonumber(ARGV[4]) end
+if want > h + 1 then want = h + 1 end
+if want > f then
+  local pins = redis.call('HGETALL', KEYS[4])
+  for j = 1, #pins, 2 do
+    local n, seq, exp = string.match(pins[j + 1], '(%d+):(%d+):(%d+)')
+    if tonumber(exp) > tonumber(ARGV[2]) then
+      if n == ARGV[1] and tonumber(seq) < want then want = math.max(tonumber(seq), f) end
+    else
+      redis.call('HDEL', KEYS[4], pins[j])
+    end
+  end
+  if want > f then
+    redis.call('XTRIM', KEYS[3], 'MINID', want .. '-0')
+    f = want
+  end
+end
+redis.call('HSET', KEYS[2], 'h', h, 'f', f)
+return {h, f}
+"#;
+
+const CREATE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
+redis.call('HSET', KEYS[1], 'c', ARGV[1], 'r', 1, 'e', 0, 'm', ARGV[2], 'a', ARGV[1])
+redis.call('HSET', KEYS[2], 'h', 0, 'f', 1)
+redis.call('SADD', KEYS[3], ARGV[3])
+return 0
+"#;
+
+const END: &str = r#"
+if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
+local r = tonumber(redis.call('HGET', KEYS[1], 'r'))
+for n = 0, r - 1 do
+  redis.call('DEL', ARGV[1] .. ':st:' .. n, ARGV[1] .. ':ev:' .. n)
+end
+redis.call('DEL', ARGV[1] .. ':pin')
+redis.call('HSET', KEYS[1], 'e', 1)
+redis.call('HDEL', KEYS[1], 'm')
+redis.call('SREM', KEYS[2], ARGV[2])
+return 0
+"#;
+
+const OPEN_REQUEST: &str = r#"
+if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
+local r = redis.call('HINCRBY', KEYS[1], 'r', 1) - 1
+redis.call('HSET', ARGV[1] .. ':st:' .. r, 'h', 0, 'f', 1)
+return r
+"#;
+
+const IF_LIVE_HSET: &str = r#"
+if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 0
+"#;
+
+const BOUNDS: &str = r#"
+if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
+local b = redis.call('HMGET', KEYS[2], 'h', 'f')
+if not b[1] then return {-2} end
+return {tonumber(b[1]), tonumber(b[2])}
+"#;
+
+fn prefix(id: &str) -> String {
+    format!("mcpr:{{{id}}}")
+}
+
+fn unavailable(e: redis::RedisError) -> LogError {
+    LogError::Unavailable(e.to_string())
+}
+
+/// The log on a Redis server shared by every instance.
+pub struct RedisLog {
+    client: redis::Client,
+    conn: ConnectionManager,
+    retention: Retention,
+    capacity: usize,
+    replicas: usize,
+    closed: Arc<AtomicBool>,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    append: Script,
+    create: Script,
+    end: Script,
+    open_request: Script,
+    if_live_hset: Script,
+    bounds: Script,
+}
+
+impl RedisLog {
+    /// Connects to `url` (`redis://HOST:PORT/DB`). `replicas` is how many
+    /// replicas must acknowledge each append (`WAIT`) before it counts as committed.
+    pub async fn connect(
+        url: &str,
+        retention: Retention,
+        replicas: usize,
+    ) -> Result<Self, LogError> {
+        Self::connect_with(
+            url,
+            retention,
+            replicas,
+            crate::memory::DEFAULT_SUB_CAPACITY,
+        )
+        .await
+    }
+
+    /// As [`RedisLog::connect`], with subscribers lagging after `capacity` unread events.
+    pub async fn connect_with(
+        url: &str,
+        retention: Retention,
+        replicas: usize,
+        capacity: usize,
+    ) -> Result<Self, LogError> {
+        let client =
+            redis::Client::open(url).map_err(|e| LogError::Storage(format!("{url}: {e}")))?;
+        let conn = ConnectionManager::new(client.clone())
+            .await
+            .map_err(unavailable)?;
+        let scripts = Scripts {
+            append: Script::new(APPEND),
+            create: Script::new(CREATE),
+            end: Script::new(END),
+            open_request: Script::new(OPEN_REQUEST),
+            if_live_hset: Script::new(IF_LIVE_HSET),
+            bounds: Script::new(BOUNDS),
+        };
+        Ok(Self {
+            client,
+            conn,
+            retention,
+            capacity,
+            replicas,
+            closed: Arc::new(AtomicBool::new(false)),
+            scripts: Arc::new(scripts),
+        })
+    }
+
+    async fn bounds_of(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
+        let p = prefix(id);
+        let r: Vec<i64> = self
+            .scripts
+            .bounds
+            .key(format!("{p}:s"))
+            .key(format!("{p}:st:{}", stream.number()))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match r.as_slice() {
+            [-1] => Err(LogError::NoSession(id.to_owned())),
+            [-2] => Err(LogError::NoStream {
+                session: id.to_owned(),
+                stream: stream.number(),
+            }),
+            [h, f] => Ok(Bounds {
+                head: *h as u64,
+                floor: *f as u64,
+            }),
+            _ => Err(LogError::Corrupt(format!("unexpected bounds reply {r:?}"))),
+        }
+    }
+
+    async fn wait_replicas(&self) -> Result<(), LogError> {
+        if self.replicas == 0 {
+            return Ok(());
+        }
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(self.replicas)
+            .arg(1000)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if (acked as usize) < self.replicas {
+            return Err(LogError::Unavailable(format!(
+                "only {acked} of {} replicas acknowledged",
+                self.replicas
+            )));
+        }
+        Ok(())
+    }
+
+    async fn trim_to(&self, id: &str, stream: StreamKey, floor: Seq) -> Result<(), LogError> {
+        let p = prefix(id);
+        let n = stream.number();
+        let _: Value = self
+            .scripts
+            .append
+            .key(format!("{p}:s"))
+            .key(format!("{p}:st:{n}"))
+            .key(format!("{p}:ev:{n}"))
+            .key(format!("{p}:pin"))
+            .arg(n)
+            .arg(now_ms())
+            .arg(self.retention.max_events)
+            .arg(floor)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+/// Parses `XRANGE`-shaped entries: `[[id, [field, value, ...]], ...]`.
+fn entries(v: &Value) -> Result<Vec<Event>, LogError> {
+    let bad = || LogError::Corrupt("unexpected stream entry shape".into());
+    let Value::Array(items) = v else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Array(pair) = item else {
+            return Err(bad());
+        };
+        let (Some(Value::BulkString(id)), Some(Value::Array(fields))) = (pair.first(), pair.get(1))
+        else {
+            return Err(bad());
+        };
+        let id = std::str::from_utf8(id).map_err(|_| bad())?;
+        let seq: u64 = id
+            .split('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)?;
+        let (mut at_ms, mut message) = (0, Bytes::new());
+        for kv in fields.chunks(2) {
+            if let [Value::BulkString(k), Value::BulkString(v)] = kv {
+                match k.as_slice() {
+                    b"t" => {
+                        at_ms = std::str::from_utf8(v)
+                            .ok()
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(0)
+                    }
+                    b"m" => message = Bytes::copy_from_slice(v),
+                    _ => {}
+                }
+            }
+        }
+        out.push(Event {
+            seq,
+            at_ms,
+            message,
+        });
+    }
+    Ok(out)
+}
+
+async fn tail(
+    client: redis::Client,
+    mut conn: ConnectionManager,
+    id: String,
+    stream: StreamKey,
+    mut last: Seq,
+    tx: mpsc::Sender<Event>,
+    end: EndCell,
+    closed: Arc<AtomicBool>,
+) {
+    let p = prefix(&id);
+    let key = format!("{p}:ev:{}", stream.number());
+    let mut blocking = match client.get_multiplexed_async_connection().await {
+        Ok(c) => c,
+        Err(_) => {
+            let _ = end.set(EndReason::Closed);
+            return;
+        }
+    };
+    loop {
+        if closed.load(Ordering::Relaxed) || tx.is_closed() {
+            let _ = end.set(EndReason::Closed);
+            return;
+        }
+        let reply: Result<Value, _> = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(512)
+            .arg("BLOCK")
+            .arg(500)
+            .arg("STREAMS")
+            .arg(&key)
+            .arg(format!("{last}-0"))
+            .query_async(&mut blocking)
+            .await;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(_) => {
+                let _ = end.set(EndReason::Closed);
+                return;
+            }
+        };
+        // [[key, entries]] or nil on timeout.
+        let evs = match &reply {
+            Value::Array(streams) => match streams.first() {
+                Some(Value::Array(kv)) => kv
+                    .get(1)
+                    .map(entries)
+                    .transpose()
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        if evs.is_empty() {
+            // Quiet: is the session still there?
+            let e: Option<String> = redis::cmd("HGET")
+                .arg(format!("{p}:s"))
+                .arg("e")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(None);
+            if e.as_deref() != Some("0") {
+                let _ = end.set(EndReason::SessionEnded);
+                return;
+            }
+            continue;
+        }
+        for ev in evs {
+            if ev.seq != last + 1 {
+                // Trimmed under a slow reader: never skip, end it so it resumes (and gets a 409).
+                let _ = end.set(EndReason::Lagged);
+                return;
+            }
+            last = ev.seq;
+            match tx.try_send(ev) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    let _ = end.set(EndReason::Lagged);
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Log for RedisLog {
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        let p = prefix(id);
+        let r: i64 = self
+            .scripts
+            .create
+            .key(format!("{p}:s"))
+            .key(format!("{p}:st:0"))
+            .key("mcpr:sessions")
+            .arg(now_ms())
+            .arg(meta.as_ref())
+            .arg(id)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::SessionExists(id.to_owned()));
+        }
+        self.wait_replicas().await
+    }
+
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        let (c, e, m): (Option<u64>, Option<String>, Option<Vec<u8>>) = redis::cmd("HMGET")
+            .arg(format!("{}:s", prefix(id)))
+            .arg("c")
+            .arg("e")
+            .arg("m")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match (c, e.as_deref()) {
+            (Some(created_ms), Some("0")) => Ok(SessionInfo {
+                id: id.to_owned(),
+                created_ms,
+                meta: Bytes::from(m.unwrap_or_default()),
+            }),
+            _ => Err(LogError::NoSession(id.to_owned())),
+        }
+    }
+
+    async fn live_sessions(&self) -> usize {
+        redis::cmd("SCARD")
+            .arg("mcpr:sessions")
+            .query_async(&mut self.conn.clone())
+            .await
+            .unwrap_or(0)
+    }
+
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        let r: i64 = self
+            .scripts
+            .if_live_hset
+            .key(format!("{}:s", prefix(id)))
+            .arg("m")
+            .arg(meta.as_ref())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        self.wait_replicas().await
+    }
+
+    async fn touch(&self, id: &str) -> Result<(), LogError> {
+        let r: i64 = self
+            .scripts
+            .if_live_hset
+            .key(format!("{}:s", prefix(id)))
+            .arg("a")
+            .arg(now_ms())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        Ok(())
+    }
+
+    async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        let p = prefix(id);
+        let r: i64 = self
+            .scripts
+            .end
+            .key(format!("{p}:s"))
+            .key("mcpr:sessions")
+            .arg(&p)
+            .arg(id)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        self.wait_replicas().await
+    }
+
+    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError> {
+        let p = prefix(id);
+        let r: i64 = self
+            .scripts
+            .open_request
+            .key(format!("{p}:s"))
+            .arg(&p)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        self.wait_replicas().await?;
+        Ok(r as u64)
+    }
+
+    async fn append(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+    ) -> Result<Seq, LogError> {
+        if messages.is_empty() {
+            return Ok(self.bounds_of(id, stream).await?.head);
+        }
+        let p = prefix(id);
+        let n = stream.number();
+        let mut inv = self.scripts.append.key(format!("{p}:s"));
+        inv.key(format!("{p}:st:{n}"))
+            .key(format!("{p}:ev:{n}"))
+            .key(format!("{p}:pin"))
+            .arg(n)
+            .arg(now_ms())
+            .arg(self.retention.max_events)
+            .arg(0);
+        for m in &messages {
+            inv.arg(m.as_ref());
+        }
+        let r: Vec<i64> = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match r.as_slice() {
+            [-1] => Err(LogError::NoSession(id.to_owned())),
+            [-2] => Err(LogError::NoStream {
+                session: id.to_owned(),
+                stream: n,
+            }),
+            [h, _] => {
+                self.wait_replicas().await?;
+                Ok(*h as u64)
+            }
+            _ => Err(LogError::Corrupt(format!("unexpected append reply {r:?}"))),
+        }
+    }
+
+    async fn read(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        after: Seq,
+        max: usize,
+    ) -> Result<Vec<Event>, LogError> {
+        let b = self.bounds_of(id, stream).await?;
+        b.admit(after).map_err(LogError::from_discontinuity)?;
+        if after == b.head {
+            return Ok(Vec::new());
+        }
+        let upper = b.head.min(after.saturating_add(max as u64));
+        let v: Value = redis::cmd("XRANGE")
+            .arg(format!("{}:ev:{}", prefix(id), stream.number()))
+            .arg(format!("{}-0", after + 1))
+            .arg(format!("{upper}-0"))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        let out = entries(&v)?;
+        if out.first().map(|e| e.seq) != Some(after + 1) || out.len() as u64 != upper - after {
+            let now = self.bounds_of(id, stream).await?;
+            return Err(LogError::Truncated {
+                cursor: after,
+                head: now.head,
+                floor: now.floor,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn bounds(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
+        self.bounds_of(id, stream).await
+    }
+
+    async fn subscribe(
+        &self,
+        id: &str,
+        stream: StreamKey,
+    ) -> Result<(Bounds, Subscription), LogError> {
+        // The commit point: C is committed in Redis, and XREAD from C-0 sees every entry after it.
+        let b = self.bounds_of(id, stream).await?;
+        let (tx, rx) = mpsc::channel(self.capacity);
+        let end: EndCell = Arc::new(OnceLock::new());
+        tokio::spawn(tail(
+            self.client.clone(),
+            self.conn.clone(),
+            id.to_owned(),
+            stream,
+            b.head,
+            tx,
+            end.clone(),
+            self.closed.clone(),
+        ));
+        Ok((b, Subscription::new(rx, end, b.head)))
+    }
+
+    async fn pin(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        seq: Seq,
+        ttl: Duration,
+    ) -> Result<PinId, LogError> {
+        self.bounds_of(id, stream).await?;
+        let mut conn = self.conn.clone();
+        let pin: u64 = redis::cmd("INCR")
+            .arg("mcpr:pinseq")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let until = now_ms() + ttl.as_millis() as u64;
+        let _: () = redis::cmd("HSET")
+            .arg(format!("{}:pin", prefix(id)))
+            .arg(pin)
+            .arg(format!("{}:{seq}:{until}", stream.number()))
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(PinId(pin))
+    }
+
+    async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
+        let _: () = redis::cmd("HDEL")
+            .arg(format!("{}:pin", prefix(id)))
+            .arg(pin.0)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = redis::cmd("SMEMBERS")
+            .arg("mcpr:sessions")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let now = now_ms();
+        let cutoff = now.saturating_sub(self.retention.max_age.as_millis() as u64);
+        let mut ended = Vec::new();
+        for id in ids {
+            let p = prefix(&id);
+            let (a, r): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+                .arg(format!("{p}:s"))
+                .arg("a")
+                .arg("r")
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            if a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64) {
+                if self.end_session(&id).await.is_ok() {
+                    ended.push(id);
+                }
+                continue;
+            }
+            for n in 0..r.unwrap_or(1) {
+                let stream = StreamKey::from_number(n);
+                let Ok(b) = self.bounds_of(&id, stream).await else {
+                    continue;
+                };
+                // The first event young enough, scanning from the floor.
+                let mut after = b.floor.saturating_sub(1);
+                let floor = loop {
+                    let evs = match self.read(&id, stream, after, 1024).await {
+                        Ok(evs) if !evs.is_empty() => evs,
+                        _ => break b.head + 1,
+                    };
+                    if let Some(e) = evs.iter().find(|e| e.at_ms >= cutoff) {
+                        break e.seq;
+                    }
+                    after = evs.last().map(|e| e.seq).unwrap_or(after);
+                };
+                if floor > b.floor {
+                    self.trim_to(&id, stream, floor).await?;
+                }
+            }
+        }
+        Ok(ended)
+    }
+
+    async fn close(&self) -> Result<(), LogError> {
+        self.closed.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
