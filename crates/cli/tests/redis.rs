@@ -104,3 +104,49 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
     });
     drop(b);
 }
+
+#[test]
+fn redis_unreachable_answers_503_with_retry_after_and_recovers_by_itself() {
+    let mut redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::spawn(dir.path(), "127.0.0.1:0", &["--store", redis.url.as_str()]);
+    rt().block_on(async {
+        let mut client = McpClient::new(&serve.url);
+        client.initialize().await.unwrap();
+        let sid = client.session_id().unwrap().to_owned();
+        redis.stop();
+        let http = reqwest::Client::new();
+        let r = http
+            .get(&serve.url)
+            .header("mcp-session-id", &sid)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        assert!(r.headers().contains_key("retry-after"));
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "log-unavailable");
+        // Redis returns (empty: it keeps nothing on disk): the instance recovers by itself.
+        redis.restart();
+        let mut ok = false;
+        for _ in 0..50 {
+            let mut c = McpClient::new(&serve.url);
+            if c.initialize().await.is_ok() {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(ok, "new sessions work again once Redis is back");
+        // The old session died with Redis's memory: loudly 404, never silently empty.
+        let r = http
+            .get(&serve.url)
+            .header("mcp-session-id", &sid)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+    });
+}
