@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};
-use mcp_resume_log::{DiskLog, Log, MemoryLog, Retention, StreamKey};
+use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention, StreamKey};
 
 const S: StreamKey = StreamKey::Session;
 
@@ -40,6 +40,17 @@ fn retention() -> Retention {
 struct Fixture {
     log: Arc<dyn Log>,
     _dir: Option<tempfile::TempDir>,
+    _redis: Option<RedisProcess>,
+}
+
+/// A redis-server of the benchmark's own, on a free port, killed on drop.
+struct RedisProcess(std::process::Child);
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn open(backend: &str) -> Fixture {
@@ -47,13 +58,49 @@ fn open(backend: &str) -> Fixture {
         "memory" => Fixture {
             log: Arc::new(MemoryLog::new(retention())),
             _dir: None,
+            _redis: None,
         },
+        "redis" => {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = std::process::Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let url = format!("redis://127.0.0.1:{port}/0");
+            let log = rt()
+                .block_on(RedisLog::connect(&url, retention(), 0))
+                .unwrap();
+            Fixture {
+                log: Arc::new(log),
+                _dir: None,
+                _redis: Some(RedisProcess(child)),
+            }
+        }
         _ => {
             let dir = tempfile::tempdir().unwrap();
             let log = DiskLog::open(dir.path().join("log"), retention()).unwrap();
             Fixture {
                 log: Arc::new(log),
                 _dir: Some(dir),
+                _redis: None,
             }
         }
     }
@@ -183,7 +230,7 @@ fn pct(mut v: Vec<Duration>, p: f64) -> f64 {
 fn latency_report() {
     let rt = rt();
     println!("\n== latency (ms) ==");
-    for backend in ["memory", "disk"] {
+    for backend in ["memory", "disk", "redis"] {
         for sessions in [1usize, 64, 1024] {
             let f = open(backend);
             let per = if backend == "disk" && sessions == 1 {

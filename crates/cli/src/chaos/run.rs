@@ -296,6 +296,20 @@ impl Reader {
     }
 }
 
+/// The committed head, as the server's 409 for an impossible cursor names it.
+async fn current_head(http: &reqwest::Client, url: &str, sid: &str) -> Option<u64> {
+    let r = http
+        .get(url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", sid)
+        .header("last-event-id", u64::MAX.to_string())
+        .send()
+        .await
+        .ok()?;
+    let v: Value = r.json().await.ok()?;
+    v["head"].as_u64()
+}
+
 /// The log as the server has it: every event from 0, read over SSE.
 async fn ground_truth(http: &reqwest::Client, url: &str, sid: &str) -> Option<Vec<(u64, String)>> {
     let mut r = Reader {
@@ -329,6 +343,7 @@ struct Outcome {
     loud: Vec<String>,
     fault: Fault,
     t: (Option<f64>, Option<f64>, Option<f64>),
+    detail: Option<String>,
 }
 
 async fn iteration(
@@ -370,6 +385,8 @@ async fn iteration(
     };
     let k = rng.range(1, e1) as usize;
     reader.sse(0, Stop::After(k)).await;
+    // Usually k, fewer if the stream went quiet first: what the upgrade is measured from.
+    let first_segment = reader.delivered.len();
     // `emit` races with the handshake.
     let e2 = rng.range(10, 60);
     let interval = rng.range(0, 3);
@@ -414,13 +431,44 @@ async fn iteration(
     let ok = end == End::Quiet;
     let _ = racer.await;
     let _ = sibling.await;
+    // Wait until the log stops growing: all of emit's events, or what a kill left of them.
+    let expected = e1 + e2;
+    let mut head = 0;
+    let mut still = Instant::now();
+    loop {
+        let h = current_head(&http, &url, &sid).await.unwrap_or(head);
+        if h >= expected {
+            head = h;
+            break;
+        }
+        if h != head {
+            head = h;
+            still = Instant::now();
+        } else if still.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A quiet spell is not the end: the reader catches up from its cursor to the head.
+    let mut ok = ok;
+    let mut rounds = 0;
+    while ok && reader.last() < head && rounds < 20 {
+        rounds += 1;
+        let from = reader.last();
+        let end = if rng.range(0, 1) == 0 {
+            reader.sse(from, Stop::Idle).await
+        } else {
+            reader.ws(from, None, false).await
+        };
+        ok = end != End::Loud;
+    }
     let truth = ground_truth(&http, &url, &sid)
         .await
         .ok_or("reading the log back failed")?;
     let _ = client.end().await;
     // Accounting: what the reader delivered after k, against the log.
     let truth_map: BTreeMap<u64, String> = truth.into_iter().map(|(s, m)| (s, canon(&m))).collect();
-    let after_k: Vec<&(u64, String)> = reader.delivered.iter().skip(k).collect();
+    let after_k: Vec<&(u64, String)> = reader.delivered.iter().skip(first_segment).collect();
     let mut seen = std::collections::BTreeSet::new();
     let (mut duplicates, mut reorders, mut mismatches) = (0, 0, 0);
     let mut prev = prior;
@@ -444,6 +492,14 @@ async fn iteration(
     } else {
         0
     };
+    let detail = (silent > 0).then(|| {
+        let missing: Vec<u64> = truth_map.keys().filter(|s| **s > prior && !seen.contains(*s)).copied().collect();
+        format!(
+            "session {sid}: fault {fault:?}, read over SSE to {prior}, missing {missing:?}, delivered {:?}..{:?}, head {head}",
+            after_k.first().map(|d| d.0),
+            after_k.last().map(|d| d.0)
+        )
+    });
     Ok(Outcome {
         silent,
         duplicates,
@@ -452,6 +508,7 @@ async fn iteration(
         loud: reader.loud,
         fault,
         t: (reader.t_101, reader.t_replay, reader.t_live),
+        detail,
     })
 }
 
@@ -490,6 +547,9 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
             res.iterations += 1;
             match r.map_err(|e| e.to_string()).and_then(|r| r) {
                 Ok(o) => {
+                    if let Some(d) = &o.detail {
+                        eprintln!("silent gap: {d}");
+                    }
                     res.silent_gaps += o.silent;
                     res.gap_iterations += (o.silent > 0) as u64;
                     res.duplicates += o.duplicates;
