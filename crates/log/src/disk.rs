@@ -31,7 +31,6 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use tokio::sync::oneshot;
 
 use crate::hub::{lock, Cached, Hub, SessionState, StreamState};
-use crate::memory::age_floor;
 use crate::types::now_ms;
 use crate::{
     Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
@@ -804,19 +803,7 @@ impl Log for DiskLog {
                 let Ok(b) = self.hub.bounds(&id, key) else {
                     continue;
                 };
-                // Oldest retained first: scan from the floor until an event is young enough.
-                let mut after = b.floor.saturating_sub(1);
-                let floor = loop {
-                    let evs = match self.read(&id, key, after, 1024).await {
-                        Ok(evs) if !evs.is_empty() => evs,
-                        _ => break b.head + 1,
-                    };
-                    let f = age_floor(evs.iter(), b.head, cutoff);
-                    if f <= evs.last().map(|e| e.seq).unwrap_or(0) {
-                        break f;
-                    }
-                    after = evs.last().map(|e| e.seq).unwrap_or(after);
-                };
+                let floor = crate::retention::first_young(self, &id, key, b, cutoff).await;
                 if floor > b.floor {
                     self.submit(|reply| Op::Trim {
                         id: id.clone(),

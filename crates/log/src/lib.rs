@@ -16,6 +16,7 @@ mod error;
 mod hub;
 mod memory;
 mod redis;
+mod retention;
 mod subscription;
 mod types;
 

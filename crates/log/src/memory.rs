@@ -44,11 +44,7 @@ impl Default for MemoryLog {
 }
 
 /// Floor after age retention: the first retained event younger than `cutoff_ms`.
-pub(crate) fn age_floor<'a>(
-    events: impl Iterator<Item = &'a Event>,
-    head: Seq,
-    cutoff_ms: u64,
-) -> Seq {
+fn age_floor<'a>(events: impl Iterator<Item = &'a Event>, head: Seq, cutoff_ms: u64) -> Seq {
     events
         .filter(|e| e.at_ms >= cutoff_ms)
         .map(|e| e.seq)

@@ -654,18 +654,7 @@ impl Log for RedisLog {
                 let Ok(b) = self.bounds_of(&id, stream).await else {
                     continue;
                 };
-                // The first event young enough, scanning from the floor.
-                let mut after = b.floor.saturating_sub(1);
-                let floor = loop {
-                    let evs = match self.read(&id, stream, after, 1024).await {
-                        Ok(evs) if !evs.is_empty() => evs,
-                        _ => break b.head + 1,
-                    };
-                    if let Some(e) = evs.iter().find(|e| e.at_ms >= cutoff) {
-                        break e.seq;
-                    }
-                    after = evs.last().map(|e| e.seq).unwrap_or(after);
-                };
+                let floor = crate::retention::first_young(self, &id, stream, b, cutoff).await;
                 if floor > b.floor {
                     self.trim_to(&id, stream, floor).await?;
                 }
