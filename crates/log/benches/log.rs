@@ -53,7 +53,7 @@ impl Drop for RedisProcess {
     }
 }
 
-fn open(backend: &str) -> Fixture {
+fn open(backend: &str, rt: &tokio::runtime::Runtime) -> Fixture {
     match backend {
         "memory" => Fixture {
             log: Arc::new(MemoryLog::new(retention())),
@@ -85,7 +85,8 @@ fn open(backend: &str) -> Fixture {
             }
             std::thread::sleep(Duration::from_millis(50));
             let url = format!("redis://127.0.0.1:{port}/0");
-            let log = rt()
+            // Connected on the runtime that will use it: the connection's driver task lives there.
+            let log = rt
                 .block_on(RedisLog::connect(&url, retention(), 0))
                 .unwrap();
             Fixture {
@@ -169,7 +170,7 @@ fn bench_append(c: &mut Criterion) {
             }
             let total = sessions * per;
             g.throughput(Throughput::Elements(total as u64));
-            let f = open(backend);
+            let f = open(backend, &rt);
             let mut round = 0u64;
             g.bench_with_input(
                 BenchmarkId::new(backend, format!("{sessions}x{per}/batch{batch}")),
@@ -194,7 +195,7 @@ fn bench_append(c: &mut Criterion) {
 
 fn bench_replay(c: &mut Criterion) {
     let rt = rt();
-    let f = open("disk");
+    let f = open("disk", &rt);
     rt.block_on(async {
         f.log.create_session("replay", Bytes::new()).await.unwrap();
         for _ in 0..100 {
@@ -232,7 +233,7 @@ fn latency_report() {
     println!("\n== latency (ms) ==");
     for backend in ["memory", "disk", "redis"] {
         for sessions in [1usize, 64, 1024] {
-            let f = open(backend);
+            let f = open(backend, &rt);
             let per = if backend == "disk" && sessions == 1 {
                 300
             } else {
@@ -247,7 +248,7 @@ fn latency_report() {
             );
         }
         // Append-to-subscriber: one writer, one subscriber, paced appends.
-        let f = open(backend);
+        let f = open(backend, &rt);
         let lat = rt.block_on(async {
             f.log.create_session("sub", Bytes::new()).await.unwrap();
             let (_, mut sub) = f.log.subscribe("sub", S).await.unwrap();
