@@ -8,31 +8,10 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::Serve;
+use common::{read_until, rt, Serve};
 use mcp_resume_client::{ClientError, McpClient, ReaderOptions, Transport};
 use mcp_resume_proto::CursorDiscontinuity;
 use serde_json::json;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Reads until the reader has `until` as its cursor; returns every seq it produced.
-async fn read_until(reader: &mut mcp_resume_client::SessionReader, until: u64) -> Vec<u64> {
-    let mut seqs = Vec::new();
-    while reader.cursor().unwrap_or(0) < until {
-        let ev = tokio::time::timeout(Duration::from_secs(20), reader.next())
-            .await
-            .expect("progress")
-            .expect("no error");
-        seqs.push(ev.seq.unwrap());
-    }
-    seqs
-}
 
 async fn head(url: &str, session: &str) -> u64 {
     // The server's own view of the head: a 409 `ahead` names it.

@@ -6,29 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{RedisServer, Serve};
+use common::{read_until, rt, RedisServer, Serve};
 use mcp_resume_client::{McpClient, ReaderOptions, Transport};
 use serde_json::json;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn read_until(reader: &mut mcp_resume_client::SessionReader, until: u64) -> Vec<u64> {
-    let mut seqs = Vec::new();
-    while reader.cursor().unwrap_or(0) < until {
-        let ev = tokio::time::timeout(Duration::from_secs(20), reader.next())
-            .await
-            .expect("progress")
-            .expect("no error");
-        seqs.push(ev.seq.unwrap());
-    }
-    seqs
-}
 
 #[test]
 fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {

@@ -180,3 +180,25 @@ impl Drop for RedisServer {
         self.stop();
     }
 }
+
+/// A small multi-threaded runtime for a test.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Reads until the reader's cursor reaches `until`; returns every seq it produced.
+pub async fn read_until(reader: &mut mcp_resume_client::SessionReader, until: u64) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    while reader.cursor().unwrap_or(0) < until {
+        let ev = tokio::time::timeout(Duration::from_secs(20), reader.next())
+            .await
+            .expect("progress")
+            .expect("no error");
+        seqs.push(ev.seq.unwrap());
+    }
+    seqs
+}
