@@ -202,6 +202,28 @@ impl RedisLog {
         }
     }
 
+    /// Sets one field of a live session's hash; `NoSession` otherwise.
+    async fn hset_if_live(
+        &self,
+        id: &str,
+        field: &str,
+        value: impl redis::ToRedisArgs,
+    ) -> Result<(), LogError> {
+        let r: i64 = self
+            .scripts
+            .if_live_hset
+            .key(format!("{}:s", prefix(id)))
+            .arg(field)
+            .arg(value)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        Ok(())
+    }
+
     async fn wait_replicas(&self) -> Result<(), LogError> {
         if self.replicas == 0 {
             return Ok(());
@@ -425,34 +447,12 @@ impl Log for RedisLog {
     }
 
     async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        let r: i64 = self
-            .scripts
-            .if_live_hset
-            .key(format!("{}:s", prefix(id)))
-            .arg("m")
-            .arg(meta.as_ref())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if r < 0 {
-            return Err(LogError::NoSession(id.to_owned()));
-        }
+        self.hset_if_live(id, "m", meta.as_ref()).await?;
         self.wait_replicas().await
     }
 
     async fn touch(&self, id: &str) -> Result<(), LogError> {
-        let r: i64 = self
-            .scripts
-            .if_live_hset
-            .key(format!("{}:s", prefix(id)))
-            .arg("a")
-            .arg(now_ms())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if r < 0 {
-            return Err(LogError::NoSession(id.to_owned()));
-        }
+        self.hset_if_live(id, "a", now_ms()).await?;
         Ok(())
     }
 
