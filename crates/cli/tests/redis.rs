@@ -7,8 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::{read_until, rt, RedisServer, Serve};
+use futures_util::{SinkExt, StreamExt};
 use mcp_resume_client::{McpClient, ReaderOptions, Transport};
 use serde_json::json;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
 
 #[test]
 fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
@@ -86,7 +89,7 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
 }
 
 #[test]
-fn redis_unreachable_answers_503_with_retry_after_and_recovers_by_itself() {
+fn redis_unreachable_ends_open_streams_loudly_answers_503_and_recovers_by_itself() {
     let mut redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let serve = Serve::spawn(dir.path(), "127.0.0.1:0", &["--store", redis.url.as_str()]);
@@ -94,8 +97,56 @@ fn redis_unreachable_answers_503_with_retry_after_and_recovers_by_itself() {
         let mut client = McpClient::new(&serve.url);
         client.initialize().await.unwrap();
         let sid = client.session_id().unwrap().to_owned();
-        redis.stop();
         let http = reqwest::Client::new();
+        // Two readers open when Redis goes: each ends with a clear error, neither hangs.
+        let sse = http
+            .get(&serve.url)
+            .header("mcp-session-id", &sid)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(sse.status(), 200);
+        let ws_url = format!(
+            "{}/session/{sid}/events",
+            serve.url.replacen("http", "ws", 1)
+        );
+        let mut req = ws_url.into_client_request().unwrap();
+        req.headers_mut()
+            .insert("sec-websocket-protocol", "mcp.resume.v1".parse().unwrap());
+        req.headers_mut()
+            .insert("last-event-id", "0".parse().unwrap());
+        let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+        let c = resp.headers()["x-mcp-resume-cursor"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        ws.send(Message::Text(
+            format!(r#"{{"type":"cursor-ack","cursor":{c}}}"#).into(),
+        ))
+        .await
+        .unwrap();
+        redis.stop();
+        let body = tokio::time::timeout(Duration::from_secs(10), sse.text())
+            .await
+            .expect("the SSE stream ends")
+            .unwrap();
+        assert!(
+            body.contains(": error log-unavailable:"),
+            "the SSE stream says why it ended: {body:?}"
+        );
+        let close = loop {
+            match tokio::time::timeout(Duration::from_secs(10), ws.next())
+                .await
+                .expect("the WebSocket closes")
+            {
+                Some(Ok(Message::Close(f))) => break f.expect("a close frame with a code"),
+                Some(Ok(_)) => continue,
+                other => panic!("no close frame: {other:?}"),
+            }
+        };
+        assert_eq!(u16::from(close.code), 1001, "resume from the cursor");
+        assert!(close.reason.contains("log unavailable"), "{}", close.reason);
         let r = http
             .get(&serve.url)
             .header("mcp-session-id", &sid)
@@ -129,4 +180,38 @@ fn redis_unreachable_answers_503_with_retry_after_and_recovers_by_itself() {
             .unwrap();
         assert_eq!(r.status(), 404);
     });
+}
+
+/// The failover case of `mcp-resume chaos`: three instances on one Redis,
+/// every step of an iteration on any of them, one killed now and then. The
+/// legacy upgrade, run the same way, must show its gaps (so the harness sees
+/// them across instances too).
+#[test]
+fn chaos_across_three_instances_with_kills_loses_nothing() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("chaos.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
+        .args(["chaos", "--spawn", "--store", redis.url.as_str()])
+        .args(["--instances", "3", "--compare-legacy", "--iterations", "60"])
+        .args(["--parallel", "8", "--seed", "7", "--quiet", "--report"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(v["instances"], 3);
+    let (safe, legacy) = (&v["modes"][0], &v["modes"][1]);
+    assert_eq!(safe["iterations"], 60);
+    assert_eq!(safe["silent_gaps"], 0, "{stdout}");
+    assert_eq!(safe["duplicates"], 0);
+    assert_eq!(safe["reorders"], 0);
+    assert_eq!(safe["content_mismatches"], 0);
+    assert!(
+        safe["faults"]["kill"].as_u64().unwrap_or(0) > 0,
+        "instances were killed"
+    );
+    assert!(legacy["silent_gaps"].as_u64().unwrap() > 0, "{stdout}");
+    assert!(out.status.success());
 }

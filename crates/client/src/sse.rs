@@ -65,6 +65,10 @@ impl SseParser {
             return Some(std::mem::take(&mut self.current));
         }
         if line[0] == b':' {
+            // The server says why it ends a stream in a comment (`: error CODE: why`).
+            if let Some(why) = line.strip_prefix(b": error ") {
+                tracing::warn!("server ended the stream: {}", String::from_utf8_lossy(why));
+            }
             return None;
         }
         let text = String::from_utf8_lossy(line);

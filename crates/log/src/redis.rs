@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use tokio::sync::mpsc;
 
@@ -102,6 +102,11 @@ if not b[1] then return {-2} end
 return {tonumber(b[1]), tonumber(b[2])}
 "#;
 
+/// How long a connection attempt to Redis may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long any one command may take, `WAIT` (1 s) and `XREAD BLOCK` (0.5 s) included.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 fn prefix(id: &str) -> String {
     format!("mcpr:{{{id}}}")
 }
@@ -156,7 +161,16 @@ impl RedisLog {
     ) -> Result<Self, LogError> {
         let client =
             redis::Client::open(url).map_err(|e| LogError::Storage(format!("{url}: {e}")))?;
-        let conn = ConnectionManager::new(client.clone())
+        // Fail fast while Redis is away (a request answers 503 within about a
+        // second instead of queueing behind a long reconnect), and notice a
+        // silent peer instead of waiting forever.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(2)
+            .set_factor(50)
+            .set_max_delay(250)
+            .set_connection_timeout(CONNECT_TIMEOUT)
+            .set_response_timeout(RESPONSE_TIMEOUT);
+        let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(unavailable)?;
         let scripts = Scripts {
@@ -321,10 +335,16 @@ async fn tail(
 ) {
     let p = prefix(&id);
     let key = format!("{p}:ev:{}", stream.number());
-    let mut blocking = match client.get_multiplexed_async_connection().await {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(CONNECT_TIMEOUT)
+        .set_response_timeout(RESPONSE_TIMEOUT);
+    let mut blocking = match client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+    {
         Ok(c) => c,
         Err(_) => {
-            let _ = end.set(EndReason::Closed);
+            let _ = end.set(EndReason::Unavailable);
             return;
         }
     };
@@ -345,8 +365,9 @@ async fn tail(
             .await;
         let reply = match reply {
             Ok(r) => r,
-            Err(_) => {
-                let _ = end.set(EndReason::Closed);
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "Redis tail lost");
+                let _ = end.set(EndReason::Unavailable);
                 return;
             }
         };

@@ -12,6 +12,8 @@ pub(crate) enum EndReason {
     Lagged,
     SessionEnded,
     Closed,
+    /// The backend went away under the tail (Redis down): resume elsewhere or later.
+    Unavailable,
 }
 
 /// Shared between the hub's sender and the subscription: set once, before
@@ -49,6 +51,10 @@ impl Subscription {
             None => Err(match self.end.get() {
                 Some(EndReason::Lagged) => LogError::Lagged { cursor: self.last },
                 Some(EndReason::SessionEnded) => LogError::SessionEnded,
+                Some(EndReason::Unavailable) => LogError::Unavailable(format!(
+                    "the connection to the log backend was lost; resume from {}",
+                    self.last
+                )),
                 Some(EndReason::Closed) | None => LogError::Closed,
             }),
         }

@@ -32,6 +32,13 @@ pub fn encode(out: &mut BytesMut, id: &str, event: Option<&str>, data: &[u8]) {
     out.put_u8(b'\n');
 }
 
+/// A comment line that says why the server ends a stream. SSE clients
+/// ignore comments, so it is safe for every client and plain for a human (and
+/// our own client logs it); the reader resumes from its cursor as after any end.
+pub fn ending(code: &str, why: &str) -> Bytes {
+    Bytes::from(format!(": error {code}: {}\n\n", why.replace('\n', " ")))
+}
+
 /// The priming event of PROTOCOL.md 4: the cursor, the retry advice, empty data.
 pub fn priming(id: &str, retry: Duration) -> Bytes {
     Bytes::from(format!(
@@ -172,6 +179,17 @@ async fn pump(
             }
             Err(LogError::Lagged { cursor }) => {
                 tracing::info!(session = %id, cursor, "SSE reader lagged; ending its stream so it resumes");
+                let why = format!("reader too far behind; resume from {cursor}");
+                let _ = tx.send(Ok(ending("reader-lagged", &why))).await;
+                return;
+            }
+            Err(e @ LogError::Unavailable(_)) => {
+                tracing::warn!(session = %id, error = %e, "SSE stream ended: log unavailable");
+                let _ = tx.send(Ok(ending("log-unavailable", &e.to_string()))).await;
+                return;
+            }
+            Err(LogError::SessionEnded) => {
+                let _ = tx.send(Ok(ending("session-ended", "the session ended"))).await;
                 return;
             }
             Err(_) => return,

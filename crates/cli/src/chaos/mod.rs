@@ -26,7 +26,8 @@ pub use run::Mode;
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 mcp-resume chaos --spawn --compare-legacy --report chaos.json --chart chaos.svg\n  \
-mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n\n\
+mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n  \
+mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n\n\
 Exit codes: 0 no silent gap and no duplicate in the safe mode; 1 some (or an error); 2 bad usage.")]
 pub struct ChaosArgs {
     /// A server to test (its MCP endpoint). Omit with --spawn.
@@ -44,6 +45,19 @@ pub struct ChaosArgs {
     /// The legacy server's endpoint, instead of spawning one.
     #[arg(long)]
     legacy_url: Option<String>,
+
+    /// The store of the spawned servers, passed to `serve --store`
+    /// (default: the disk log in a temporary directory). `redis://HOST:PORT/DB`
+    /// lets several instances serve one session (see --instances).
+    #[arg(long, value_name = "STORE", requires = "spawn")]
+    store: Option<String>,
+
+    /// Spawn this many instances on the one store (a redis:// store for more
+    /// than one). Each iteration spreads its POSTs, its sibling reader, its
+    /// reads, upgrades and resumes over them at random, and the kill fault
+    /// kills one of them: the failover case.
+    #[arg(long, default_value_t = 1, requires = "spawn")]
+    instances: usize,
 
     /// Iterations per mode.
     #[arg(long, default_value_t = 200)]
@@ -85,16 +99,43 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
         max: Duration::from_secs(args.max_secs),
         parallel: args.parallel.max(1),
         quiet: args.quiet,
+        store: match (&args.url, &args.store) {
+            (Some(_), _) => "remote".into(),
+            (None, Some(s)) => s.clone(),
+            (None, None) => "disk".into(),
+        },
+        instances: if args.url.is_some() {
+            1
+        } else {
+            args.instances
+        },
+    };
+    if args.instances > 1
+        && !args
+            .store
+            .as_deref()
+            .is_some_and(|s| s.starts_with("redis://"))
+    {
+        return Err(
+            "--instances above 1 needs a shared store: --store redis://HOST:PORT/DB".into(),
+        );
+    }
+    let spawn = |legacy| {
+        target::Target::spawn(&target::SpawnOptions {
+            legacy,
+            store: args.store.clone(),
+            instances: args.instances,
+        })
     };
     let safe_target = match &args.url {
         Some(u) => target::Target::remote(u),
-        None => target::Target::spawn(false)?,
+        None => spawn(false)?,
     };
     let mut results = vec![run::run(Mode::Safe, safe_target, &opts).await?];
     if args.compare_legacy {
         let legacy_target = match &args.legacy_url {
             Some(u) => target::Target::remote(u),
-            None => target::Target::spawn(true)?,
+            None => spawn(true)?,
         };
         results.push(run::run(Mode::Legacy, legacy_target, &opts).await?);
     }

@@ -103,7 +103,13 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
             })
         })
         .collect();
-    let doc = json!({"seed": opts.seed, "iterations_per_mode": opts.iterations, "modes": modes});
+    let doc = json!({
+        "seed": opts.seed,
+        "iterations_per_mode": opts.iterations,
+        "store": opts.store,
+        "instances": opts.instances,
+        "modes": modes,
+    });
     std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default())
 }
 

@@ -39,6 +39,9 @@ pub struct Options {
     pub max: Duration,
     pub parallel: usize,
     pub quiet: bool,
+    /// What the report says the servers ran on (`remote`, `disk`, the redis URL).
+    pub store: String,
+    pub instances: usize,
 }
 
 /// What one mode's run found.
@@ -347,11 +350,15 @@ struct Outcome {
 }
 
 async fn iteration(
-    url: String,
+    urls: Arc<Vec<String>>,
     mut rng: Rng,
     target: Arc<Mutex<Target>>,
-    killable: bool,
+    killable: usize,
 ) -> Result<Outcome, String> {
+    // With several instances every step goes to one of them at random: the
+    // session must not care which.
+    let pick = |rng: &mut Rng| urls[rng.range(0, urls.len() as u64 - 1) as usize].clone();
+    let url = pick(&mut rng);
     let http = reqwest::Client::new();
     let mut client = McpClient::new(&url);
     let mut tries = 0;
@@ -365,17 +372,18 @@ async fn iteration(
     let sid = client.session_id().unwrap_or_default().to_owned();
     // The sibling reader of the seed: reads the whole stream over SSE, concurrently.
     let sibling = {
-        let (http, url, sid) = (http.clone(), url.clone(), sid.clone());
+        let (http, url, sid) = (http.clone(), pick(&mut rng), sid.clone());
         tokio::spawn(async move { ground_truth(&http, &url, &sid).await })
     };
     let e1 = rng.range(5, 30);
+    let client = McpClient::new(&pick(&mut rng)).with_session(&sid);
     client
         .call_tool("emit", json!({"count": e1}))
         .await
         .map_err(|e| e.to_string())?;
     let mut reader = Reader {
         http: http.clone(),
-        url: url.clone(),
+        url: pick(&mut rng),
         sid: sid.clone(),
         delivered: Vec::new(),
         loud: Vec::new(),
@@ -400,7 +408,7 @@ async fn iteration(
     let fault = match rng.range(0, 9) {
         0..=3 => Fault::None,
         4..=7 => Fault::DropWs,
-        _ if killable => Fault::Kill,
+        _ if killable > 0 => Fault::Kill,
         _ => Fault::DropWs,
     };
     let drop_after = match fault {
@@ -408,11 +416,14 @@ async fn iteration(
         _ => Some(rng.range(1, 8) as usize),
     };
     let prior = reader.last();
+    reader.url = pick(&mut rng);
     let mut end = reader.ws(prior, drop_after, true).await;
     if let Fault::Kill = fault {
         if end == End::Stopped {
+            // The instance the reader was on, when there is only one; any otherwise.
+            let victim = rng.range(0, killable as u64 - 1) as usize;
             let t = target.clone();
-            tokio::task::spawn_blocking(move || t.blocking_lock().kill_and_restart())
+            tokio::task::spawn_blocking(move || t.blocking_lock().kill_and_restart(victim))
                 .await
                 .map_err(|e| e.to_string())??;
         }
@@ -422,6 +433,7 @@ async fn iteration(
     while matches!(end, End::Stopped | End::Dropped) && rounds < 50 {
         rounds += 1;
         let from = reader.last();
+        reader.url = pick(&mut rng);
         end = if rng.range(0, 1) == 0 {
             reader.sse(from, Stop::Idle).await
         } else {
@@ -432,6 +444,7 @@ async fn iteration(
     let _ = racer.await;
     let _ = sibling.await;
     // Wait until the log stops growing: all of emit's events, or what a kill left of them.
+    let url = pick(&mut rng);
     let expected = e1 + e2;
     let mut head = 0;
     let mut still = Instant::now();
@@ -455,6 +468,7 @@ async fn iteration(
     while ok && reader.last() < head && rounds < 20 {
         rounds += 1;
         let from = reader.last();
+        reader.url = pick(&mut rng);
         let end = if rng.range(0, 1) == 0 {
             reader.sse(from, Stop::Idle).await
         } else {
@@ -514,7 +528,7 @@ async fn iteration(
 
 /// Runs `opts.iterations` iterations against `target` in `mode`.
 pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, String> {
-    let url = target.url.clone();
+    let urls = Arc::new(target.urls.clone());
     let killable = target.killable();
     let target = Arc::new(Mutex::new(target));
     let mut res = Results {
@@ -534,55 +548,58 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
     bar.set_prefix(mode.name());
     let start = Instant::now();
     let mut rng = Rng(opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let mut done = 0;
-    while done < opts.iterations && start.elapsed() < opts.max {
-        let batch = opts.parallel.min(opts.iterations - done);
-        let mut set = tokio::task::JoinSet::new();
-        for _ in 0..batch {
+    // A sliding window: `parallel` iterations in flight, a new one starts as
+    // soon as one ends (the seed of each is drawn in order, so `--seed` still
+    // fixes every iteration's choices).
+    let mut started = 0;
+    let mut set = tokio::task::JoinSet::new();
+    loop {
+        while set.len() < opts.parallel && started < opts.iterations && start.elapsed() < opts.max {
+            started += 1;
             let sub = Rng(rng.next() | 1);
-            set.spawn(iteration(url.clone(), sub, target.clone(), killable));
+            set.spawn(iteration(urls.clone(), sub, target.clone(), killable));
         }
-        while let Some(r) = set.join_next().await {
-            done += 1;
-            res.iterations += 1;
-            match r.map_err(|e| e.to_string()).and_then(|r| r) {
-                Ok(o) => {
-                    if let Some(d) = &o.detail {
-                        eprintln!("silent gap: {d}");
-                    }
-                    res.silent_gaps += o.silent;
-                    res.gap_iterations += (o.silent > 0) as u64;
-                    res.duplicates += o.duplicates;
-                    res.reorders += o.reorders;
-                    res.mismatches += o.mismatches;
-                    res.loud_failures += o.loud.len() as u64;
-                    for l in o.loud {
-                        *res.loud_kinds.entry(l).or_default() += 1;
-                    }
-                    *res.faults
-                        .entry(format!("{:?}", o.fault).to_lowercase())
-                        .or_default() += 1;
-                    if let Some(t) = o.t.0 {
-                        res.t_101.push(t);
-                    }
-                    if let Some(t) = o.t.1 {
-                        res.t_replay.push(t);
-                    }
-                    if let Some(t) = o.t.2 {
-                        res.t_live.push(t);
-                    }
+        let Some(r) = set.join_next().await else {
+            break;
+        };
+        res.iterations += 1;
+        match r.map_err(|e| e.to_string()).and_then(|r| r) {
+            Ok(o) => {
+                if let Some(d) = &o.detail {
+                    eprintln!("silent gap: {d}");
                 }
-                Err(e) => {
-                    res.errors += 1;
-                    bar.println(format!("iteration failed: {e}"));
+                res.silent_gaps += o.silent;
+                res.gap_iterations += (o.silent > 0) as u64;
+                res.duplicates += o.duplicates;
+                res.reorders += o.reorders;
+                res.mismatches += o.mismatches;
+                res.loud_failures += o.loud.len() as u64;
+                for l in o.loud {
+                    *res.loud_kinds.entry(l).or_default() += 1;
+                }
+                *res.faults
+                    .entry(format!("{:?}", o.fault).to_lowercase())
+                    .or_default() += 1;
+                if let Some(t) = o.t.0 {
+                    res.t_101.push(t);
+                }
+                if let Some(t) = o.t.1 {
+                    res.t_replay.push(t);
+                }
+                if let Some(t) = o.t.2 {
+                    res.t_live.push(t);
                 }
             }
-            bar.set_message(format!(
-                "silent gaps {} dup {} loud {}",
-                res.silent_gaps, res.duplicates, res.loud_failures
-            ));
-            bar.inc(1);
+            Err(e) => {
+                res.errors += 1;
+                bar.println(format!("iteration failed: {e}"));
+            }
         }
+        bar.set_message(format!(
+            "silent gaps {} dup {} loud {}",
+            res.silent_gaps, res.duplicates, res.loud_failures
+        ));
+        bar.inc(1);
     }
     bar.finish();
     res.elapsed = start.elapsed();

@@ -1,28 +1,49 @@
-//! The server under test: someone else's URL, or our own spawned `serve`.
+//! The servers under test: someone else's URL, or our own spawned `serve`
+//! instances (one on a temporary disk log, or several on one Redis).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// How to start our own servers.
+pub struct SpawnOptions {
+    /// `--unsafe-legacy-upgrade`.
+    pub legacy: bool,
+    /// `--store` passed through; `None` is the disk log in a temporary directory.
+    pub store: Option<String>,
+    /// How many instances share the store.
+    pub instances: usize,
+}
+
 /// Where iterations run, and whether they may kill it.
 pub struct Target {
-    pub url: String,
-    spawned: Option<Spawned>,
+    /// Every instance's MCP endpoint; iterations spread their requests over them.
+    pub urls: Vec<String>,
+    spawned: Vec<Spawned>,
+    store: Option<String>,
+    legacy: bool,
+    dir: Option<tempfile::TempDir>,
 }
 
 struct Spawned {
     child: Child,
     addr: String,
-    legacy: bool,
-    dir: tempfile::TempDir,
 }
 
-fn start(addr: &str, dir: &std::path::Path, legacy: bool) -> Result<(Child, String), String> {
+fn start(
+    addr: &str,
+    dir: &std::path::Path,
+    legacy: bool,
+    store: Option<&str>,
+) -> Result<(Child, String), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--listen", addr, "--data-dir"])
         .arg(dir)
         .env("RUST_LOG", "error");
+    if let Some(s) = store {
+        cmd.args(["--store", s]);
+    }
     if legacy {
         cmd.arg("--unsafe-legacy-upgrade");
     }
@@ -49,46 +70,53 @@ impl Target {
     /// A server someone else runs.
     pub fn remote(url: &str) -> Self {
         Self {
-            url: url.to_owned(),
-            spawned: None,
+            urls: vec![url.to_owned()],
+            spawned: Vec::new(),
+            store: None,
+            legacy: false,
+            dir: None,
         }
     }
 
-    /// Our own `serve` on a free port with a temporary disk log.
-    pub fn spawn(legacy: bool) -> Result<Self, String> {
+    /// Our own `serve` instances on free ports, sharing one store.
+    pub fn spawn(opts: &SpawnOptions) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let (child, url) = start("127.0.0.1:0", dir.path(), legacy)?;
-        let addr = url
-            .trim_start_matches("http://")
-            .split('/')
-            .next()
-            .unwrap_or_default()
-            .to_owned();
-        Ok(Self {
-            url,
-            spawned: Some(Spawned {
-                child,
-                addr,
-                legacy,
-                dir,
-            }),
-        })
+        let mut t = Self {
+            urls: Vec::new(),
+            spawned: Vec::new(),
+            store: opts.store.clone(),
+            legacy: opts.legacy,
+            dir: None,
+        };
+        for _ in 0..opts.instances.max(1) {
+            let (child, url) = start("127.0.0.1:0", dir.path(), opts.legacy, t.store.as_deref())?;
+            let addr = url
+                .trim_start_matches("http://")
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            t.urls.push(url);
+            t.spawned.push(Spawned { child, addr });
+        }
+        t.dir = Some(dir);
+        Ok(t)
     }
 
-    /// Whether the kill fault is available.
-    pub fn killable(&self) -> bool {
-        self.spawned.is_some()
+    /// How many instances can be killed (0 for a remote server).
+    pub fn killable(&self) -> usize {
+        self.spawned.len()
     }
 
-    /// `kill -9` and restart on the same address and data directory.
-    pub fn kill_and_restart(&mut self) -> Result<(), String> {
-        let Some(s) = self.spawned.as_mut() else {
+    /// `kill -9` of instance `i` and a restart on the same address and store.
+    pub fn kill_and_restart(&mut self, i: usize) -> Result<(), String> {
+        let (Some(s), Some(dir)) = (self.spawned.get_mut(i), self.dir.as_ref()) else {
             return Ok(());
         };
         let _ = s.child.kill();
         let _ = s.child.wait();
         for _ in 0..100 {
-            if let Ok((child, _)) = start(&s.addr, s.dir.path(), s.legacy) {
+            if let Ok((child, _)) = start(&s.addr, dir.path(), self.legacy, self.store.as_deref()) {
                 s.child = child;
                 return Ok(());
             }
@@ -100,7 +128,7 @@ impl Target {
 
 impl Drop for Target {
     fn drop(&mut self) {
-        if let Some(s) = self.spawned.as_mut() {
+        for s in &mut self.spawned {
             let _ = s.child.kill();
             let _ = s.child.wait();
         }
