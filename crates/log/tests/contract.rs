@@ -168,9 +168,16 @@ fn a_slow_subscriber_gets_lagged_with_its_cursor() {
             log.append("a", S, (2..=20).map(msg).collect())
                 .await
                 .unwrap();
+            // Slow: it reads nothing for a while. (Redis delivers to the
+            // subscriber after the append returns, so a reader that starts at
+            // once could keep up; that one is not slow.)
+            tokio::time::sleep(Duration::from_secs(1)).await;
             let mut got = Vec::new();
             let err = loop {
-                match sub.next().await {
+                match tokio::time::timeout(Duration::from_secs(10), sub.next())
+                    .await
+                    .unwrap_or_else(|_| panic!("{}: stuck after {got:?}", b.name))
+                {
                     Ok(e) => got.push(e.seq),
                     Err(e) => break e,
                 }

@@ -4,8 +4,10 @@
 //! they are atomic in Redis. Events live in a Redis stream per log stream,
 //! with entry id `seq-0`, so a replay is `XRANGE` and the tail after the head
 //! is `XREAD BLOCK` from `C-0`, which cannot miss an entry appended between
-//! the two: the stream itself is the cursor's ground truth. "Committed" is
-//! acknowledged by Redis, plus `WAIT` for the configured number of replicas.
+//! the two: the stream itself is the cursor's ground truth. An instance reads
+//! the tails of all its readers' streams over a few shared connections
+//! ([`tail`]), not one per reader. "Committed" is acknowledged by Redis, plus
+//! `WAIT` for the configured number of replicas.
 //!
 //! Keys carry the session id in a hash tag (`mcpr:{id}:...`):
 //! - `mcpr:{id}:s` hash: `c` created ms, `r` next request stream, `e` ended, `m` meta, `a` last active ms
@@ -13,19 +15,21 @@
 //! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
 //! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
 //! - `mcpr:sessions` set of live ids; `mcpr:pinseq` counter.
+//! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
-use tokio::sync::mpsc;
 
-use crate::subscription::{EndCell, EndReason};
 use crate::types::now_ms;
+mod reply;
+mod tail;
+
 use crate::{
     Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
 };
@@ -117,13 +121,12 @@ fn unavailable(e: redis::RedisError) -> LogError {
 
 /// The log on a Redis server shared by every instance.
 pub struct RedisLog {
-    client: redis::Client,
     conn: ConnectionManager,
     retention: Retention,
-    capacity: usize,
     replicas: usize,
     closed: Arc<AtomicBool>,
     scripts: Arc<Scripts>,
+    tails: tail::Tails,
 }
 
 struct Scripts {
@@ -181,13 +184,13 @@ impl RedisLog {
             if_live_hset: Script::new(IF_LIVE_HSET),
             bounds: Script::new(BOUNDS),
         };
+        let closed = Arc::new(AtomicBool::new(false));
         Ok(Self {
-            client,
+            tails: tail::Tails::new(client.clone(), conn.clone(), capacity, closed.clone()),
             conn,
             retention,
-            capacity,
             replicas,
-            closed: Arc::new(AtomicBool::new(false)),
+            closed,
             scripts: Arc::new(scripts),
         })
     }
@@ -275,146 +278,6 @@ impl RedisLog {
             .await
             .map_err(unavailable)?;
         Ok(())
-    }
-}
-
-/// Parses `XRANGE`-shaped entries: `[[id, [field, value, ...]], ...]`.
-fn entries(v: &Value) -> Result<Vec<Event>, LogError> {
-    let bad = || LogError::Corrupt("unexpected stream entry shape".into());
-    let Value::Array(items) = v else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        let Value::Array(pair) = item else {
-            return Err(bad());
-        };
-        let (Some(Value::BulkString(id)), Some(Value::Array(fields))) = (pair.first(), pair.get(1))
-        else {
-            return Err(bad());
-        };
-        let id = std::str::from_utf8(id).map_err(|_| bad())?;
-        let seq: u64 = id
-            .split('-')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(bad)?;
-        let (mut at_ms, mut message) = (0, Bytes::new());
-        for kv in fields.chunks(2) {
-            if let [Value::BulkString(k), Value::BulkString(v)] = kv {
-                match k.as_slice() {
-                    b"t" => {
-                        at_ms = std::str::from_utf8(v)
-                            .ok()
-                            .and_then(|s| s.parse().ok())
-                            .unwrap_or(0)
-                    }
-                    b"m" => message = Bytes::copy_from_slice(v),
-                    _ => {}
-                }
-            }
-        }
-        out.push(Event {
-            seq,
-            at_ms,
-            message,
-        });
-    }
-    Ok(out)
-}
-
-async fn tail(
-    client: redis::Client,
-    mut conn: ConnectionManager,
-    id: String,
-    stream: StreamKey,
-    mut last: Seq,
-    tx: mpsc::Sender<Event>,
-    end: EndCell,
-    closed: Arc<AtomicBool>,
-) {
-    let p = prefix(&id);
-    let key = format!("{p}:ev:{}", stream.number());
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(CONNECT_TIMEOUT)
-        .set_response_timeout(RESPONSE_TIMEOUT);
-    let mut blocking = match client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-    {
-        Ok(c) => c,
-        Err(_) => {
-            let _ = end.set(EndReason::Unavailable);
-            return;
-        }
-    };
-    loop {
-        if closed.load(Ordering::Relaxed) || tx.is_closed() {
-            let _ = end.set(EndReason::Closed);
-            return;
-        }
-        let reply: Result<Value, _> = redis::cmd("XREAD")
-            .arg("COUNT")
-            .arg(512)
-            .arg("BLOCK")
-            .arg(500)
-            .arg("STREAMS")
-            .arg(&key)
-            .arg(format!("{last}-0"))
-            .query_async(&mut blocking)
-            .await;
-        let reply = match reply {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(session = %id, error = %e, "Redis tail lost");
-                let _ = end.set(EndReason::Unavailable);
-                return;
-            }
-        };
-        // [[key, entries]] or nil on timeout.
-        let evs = match &reply {
-            Value::Array(streams) => match streams.first() {
-                Some(Value::Array(kv)) => kv
-                    .get(1)
-                    .map(entries)
-                    .transpose()
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default(),
-                _ => Vec::new(),
-            },
-            _ => Vec::new(),
-        };
-        if evs.is_empty() {
-            // Quiet: is the session still there?
-            let e: Option<String> = redis::cmd("HGET")
-                .arg(format!("{p}:s"))
-                .arg("e")
-                .query_async(&mut conn)
-                .await
-                .unwrap_or(None);
-            if e.as_deref() != Some("0") {
-                let _ = end.set(EndReason::SessionEnded);
-                return;
-            }
-            continue;
-        }
-        for ev in evs {
-            if ev.seq != last + 1 {
-                // Trimmed under a slow reader: never skip, end it so it resumes (and gets a 409).
-                let _ = end.set(EndReason::Lagged);
-                return;
-            }
-            last = ev.seq;
-            match tx.try_send(ev) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    let _ = end.set(EndReason::Lagged);
-                    return;
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => return,
-            }
-        }
     }
 }
 
@@ -572,7 +435,7 @@ impl Log for RedisLog {
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        let out = entries(&v)?;
+        let out = reply::entries(&v)?;
         if out.first().map(|e| e.seq) != Some(after + 1) || out.len() as u64 != upper - after {
             let now = self.bounds_of(id, stream).await?;
             return Err(LogError::Truncated {
@@ -593,21 +456,18 @@ impl Log for RedisLog {
         id: &str,
         stream: StreamKey,
     ) -> Result<(Bounds, Subscription), LogError> {
-        // The commit point: C is committed in Redis, and XREAD from C-0 sees every entry after it.
+        // The commit point: C is committed in Redis, and the shard reads the
+        // stream from at most C, so it sees every entry after it.
         let b = self.bounds_of(id, stream).await?;
-        let (tx, rx) = mpsc::channel(self.capacity);
-        let end: EndCell = Arc::new(OnceLock::new());
-        tokio::spawn(tail(
-            self.client.clone(),
-            self.conn.clone(),
-            id.to_owned(),
-            stream,
-            b.head,
-            tx,
-            end.clone(),
-            self.closed.clone(),
-        ));
-        Ok((b, Subscription::new(rx, end, b.head)))
+        let key = format!("{}:ev:{}", prefix(id), stream.number());
+        let (head, sub) = self.tails.subscribe(id, key, b.head).await;
+        Ok((
+            Bounds {
+                head,
+                floor: b.floor,
+            },
+            sub,
+        ))
     }
 
     async fn pin(

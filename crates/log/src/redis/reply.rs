@@ -1,0 +1,95 @@
+//! Reading Redis stream replies into events.
+
+use bytes::Bytes;
+use redis::Value;
+
+use crate::{Event, LogError};
+
+fn bad() -> LogError {
+    LogError::Corrupt("unexpected stream entry shape".into())
+}
+
+/// Parses `XRANGE`-shaped entries: `[[id, [field, value, ...]], ...]`.
+pub(super) fn entries(v: &Value) -> Result<Vec<Event>, LogError> {
+    let Value::Array(items) = v else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Array(pair) = item else {
+            return Err(bad());
+        };
+        let (Some(Value::BulkString(id)), Some(Value::Array(fields))) = (pair.first(), pair.get(1))
+        else {
+            return Err(bad());
+        };
+        let id = std::str::from_utf8(id).map_err(|_| bad())?;
+        let seq: u64 = id
+            .split('-')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)?;
+        let (mut at_ms, mut message) = (0, Bytes::new());
+        for kv in fields.chunks(2) {
+            if let [Value::BulkString(k), Value::BulkString(v)] = kv {
+                match k.as_slice() {
+                    b"t" => {
+                        at_ms = std::str::from_utf8(v)
+                            .ok()
+                            .and_then(|s| s.parse().ok())
+                            .unwrap_or(0)
+                    }
+                    b"m" => message = Bytes::copy_from_slice(v),
+                    _ => {}
+                }
+            }
+        }
+        out.push(Event {
+            seq,
+            at_ms,
+            message,
+        });
+    }
+    Ok(out)
+}
+
+/// Splits an `XREAD` reply (`[[key, entries], ...]`, a map under RESP3, or
+/// nil on timeout) by key.
+pub(super) fn by_key(v: &Value) -> Vec<(&[u8], &Value)> {
+    if let Value::Map(m) = v {
+        return m
+            .iter()
+            .filter_map(|(k, e)| match k {
+                Value::BulkString(k) => Some((k.as_slice(), e)),
+                _ => None,
+            })
+            .collect();
+    }
+    let Value::Array(streams) = v else {
+        return Vec::new();
+    };
+    streams
+        .iter()
+        .filter_map(|s| match s {
+            Value::Array(kv) => match (kv.first(), kv.get(1)) {
+                (Some(Value::BulkString(k)), Some(entries)) => Some((k.as_slice(), entries)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// The id of the last entry of an `XREAD` key's entries, as Redis spelt it.
+pub(super) fn last_id(entries: &Value) -> Option<String> {
+    let Value::Array(items) = entries else {
+        return None;
+    };
+    match items.last()? {
+        Value::Array(pair) => match pair.first()? {
+            Value::BulkString(id) => String::from_utf8(id.clone()).ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}

@@ -1,0 +1,335 @@
+//! Following Redis streams for this instance's readers: one blocking `XREAD`
+//! per shard of streams, fanned out to every local subscriber, instead of a
+//! Redis connection per reader.
+//!
+//! Each followed stream has a [`Fanout`] whose `last` is the seq it has read
+//! up to. A subscriber joins with the commit point `C = max(head, last)`
+//! (both committed) and receives only events after its own cursor, so it
+//! cannot miss what the shard read before it joined nor see anything twice.
+//! The shard's task reads every stream from its `last`, so nothing appended
+//! between two reads is missed either. A new stream interrupts the blocking
+//! read through the shard's wake stream.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use tokio::sync::mpsc;
+
+use super::reply;
+use crate::subscription::{EndCell, EndReason};
+use crate::{Event, Seq, Subscription};
+
+/// Shards per instance: each is one blocking connection when in use.
+const SHARDS: usize = 16;
+/// How long one `XREAD` blocks; also the bound on noticing `close`.
+const BLOCK_MS: u64 = 500;
+/// How often the sessions of followed streams are checked for having ended.
+const END_CHECK: Duration = Duration::from_secs(1);
+
+struct Sub {
+    tx: mpsc::Sender<Event>,
+    end: EndCell,
+    /// The last seq this subscriber has (or needs not get).
+    after: Seq,
+}
+
+impl Sub {
+    fn end(self, why: EndReason) {
+        let _ = self.end.set(why);
+    }
+}
+
+/// One followed stream.
+struct Fanout {
+    session: String,
+    /// The seq the shard has read this stream up to.
+    last: Seq,
+    subs: Vec<Sub>,
+}
+
+impl Fanout {
+    /// Hands events on; `false` when the stream must be dropped (a gap:
+    /// entries were trimmed before the shard read them).
+    fn deliver(&mut self, events: Vec<Event>) -> bool {
+        for ev in events {
+            if ev.seq <= self.last {
+                continue;
+            }
+            if ev.seq != self.last + 1 {
+                // Never skip: every reader ends and resumes from its cursor (a 409 if truncated).
+                self.end_all(EndReason::Lagged);
+                return false;
+            }
+            self.last = ev.seq;
+            self.subs.retain_mut(|s| {
+                if ev.seq <= s.after {
+                    return true;
+                }
+                match s.tx.try_send(ev.clone()) {
+                    Ok(()) => {
+                        s.after = ev.seq;
+                        true
+                    }
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        let _ = s.end.set(EndReason::Lagged);
+                        false
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => false,
+                }
+            });
+        }
+        true
+    }
+
+    fn end_all(&mut self, why: EndReason) {
+        for s in self.subs.drain(..) {
+            s.end(why);
+        }
+    }
+}
+
+#[derive(Default)]
+struct ShardState {
+    running: bool,
+    /// By stream key.
+    streams: HashMap<String, Fanout>,
+}
+
+struct Shard {
+    client: redis::Client,
+    conn: ConnectionManager,
+    /// This shard's wake stream (unique per instance).
+    wake: String,
+    capacity: usize,
+    closed: Arc<AtomicBool>,
+    state: Mutex<ShardState>,
+}
+
+/// Every stream this instance follows for its readers.
+pub(super) struct Tails {
+    shards: Vec<Arc<Shard>>,
+}
+
+impl Tails {
+    pub fn new(
+        client: redis::Client,
+        conn: ConnectionManager,
+        capacity: usize,
+        closed: Arc<AtomicBool>,
+    ) -> Self {
+        let mut nonce = [0u8; 8];
+        let _ = getrandom::fill(&mut nonce);
+        let nonce = u64::from_le_bytes(nonce);
+        let shards = (0..SHARDS)
+            .map(|i| {
+                Arc::new(Shard {
+                    client: client.clone(),
+                    conn: conn.clone(),
+                    wake: format!("mcpr:wake:{nonce:016x}:{i}"),
+                    capacity,
+                    closed: closed.clone(),
+                    state: Mutex::new(ShardState::default()),
+                })
+            })
+            .collect();
+        Self { shards }
+    }
+
+    /// Follows `key` (the events of `session`) for a new subscriber whose
+    /// commit point is at least `head`; returns the commit point `C` and the
+    /// subscription of every event after it.
+    pub async fn subscribe(&self, session: &str, key: String, head: Seq) -> (Seq, Subscription) {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        session.hash(&mut h);
+        let shard = &self.shards[h.finish() as usize % self.shards.len()];
+        let (tx, rx) = mpsc::channel(shard.capacity);
+        let end: EndCell = Arc::new(OnceLock::new());
+        let (c, start, new_stream) = {
+            let mut st = shard.lock();
+            let new_stream = !st.streams.contains_key(&key);
+            let f = st.streams.entry(key).or_insert_with(|| Fanout {
+                session: session.to_owned(),
+                last: head,
+                subs: Vec::new(),
+            });
+            let c = head.max(f.last);
+            f.subs.push(Sub {
+                tx,
+                end: end.clone(),
+                after: c,
+            });
+            let start = !st.running;
+            st.running = true;
+            (c, start, new_stream)
+        };
+        if start {
+            tokio::spawn(shard.clone().run());
+        } else if new_stream {
+            shard.wake().await;
+        }
+        (c, Subscription::new(rx, end, c))
+    }
+}
+
+impl Shard {
+    fn lock(&self) -> MutexGuard<'_, ShardState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Interrupts the blocking read so that it picks up a new stream. If this
+    /// fails, Redis is away and the read fails too; the new stream is read
+    /// at the latest when the block times out.
+    async fn wake(&self) {
+        let _: Result<redis::Value, _> = redis::cmd("XADD")
+            .arg(&self.wake)
+            .arg("MAXLEN")
+            .arg(1)
+            .arg("*")
+            .arg("w")
+            .arg(1)
+            .query_async(&mut self.conn.clone())
+            .await;
+    }
+
+    /// Ends every subscriber of the shard and stops following anything.
+    fn end_everything(&self, why: EndReason) {
+        let mut st = self.lock();
+        for (_, mut f) in st.streams.drain() {
+            f.end_all(why);
+        }
+        st.running = false;
+    }
+
+    async fn run(self: Arc<Self>) {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(super::CONNECT_TIMEOUT)
+            .set_response_timeout(super::RESPONSE_TIMEOUT);
+        let mut blocking = match self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "Redis tail could not connect");
+                return self.end_everything(EndReason::Unavailable);
+            }
+        };
+        let mut wake_last = "0-0".to_owned();
+        let mut checked = Instant::now();
+        loop {
+            // What to read, from where; drop streams nobody reads any more.
+            let keys: Vec<(String, Seq)> = {
+                let mut st = self.lock();
+                if self.closed.load(Ordering::Relaxed) {
+                    drop(st);
+                    return self.end_everything(EndReason::Closed);
+                }
+                st.streams.retain(|_, f| {
+                    f.subs.retain(|s| !s.tx.is_closed());
+                    !f.subs.is_empty()
+                });
+                if st.streams.is_empty() {
+                    st.running = false;
+                    return;
+                }
+                st.streams
+                    .iter()
+                    .map(|(k, f)| (k.clone(), f.last))
+                    .collect()
+            };
+            let mut cmd = redis::cmd("XREAD");
+            cmd.arg("COUNT")
+                .arg(512)
+                .arg("BLOCK")
+                .arg(BLOCK_MS)
+                .arg("STREAMS")
+                .arg(&self.wake);
+            for (k, _) in &keys {
+                cmd.arg(k);
+            }
+            cmd.arg(&wake_last);
+            for (_, last) in &keys {
+                cmd.arg(format!("{last}-0"));
+            }
+            let reply: redis::Value = match cmd.query_async(&mut blocking).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Redis tail lost; ending its readers");
+                    return self.end_everything(EndReason::Unavailable);
+                }
+            };
+            for (key, entries) in reply::by_key(&reply) {
+                if key == self.wake.as_bytes() {
+                    if let Some(id) = reply::last_id(entries) {
+                        wake_last = id;
+                    }
+                    continue;
+                }
+                let events = match reply::entries(entries) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::error!(error = %e, "unreadable Redis stream entry");
+                        return self.end_everything(EndReason::Unavailable);
+                    }
+                };
+                let key = String::from_utf8_lossy(key);
+                let mut st = self.lock();
+                if let Some(f) = st.streams.get_mut(key.as_ref()) {
+                    if !f.deliver(events) {
+                        st.streams.remove(key.as_ref());
+                    }
+                }
+            }
+            if checked.elapsed() >= END_CHECK {
+                checked = Instant::now();
+                self.end_ended_sessions().await;
+            }
+        }
+    }
+
+    /// Ends the readers of sessions that ended (on any instance).
+    async fn end_ended_sessions(&self) {
+        let sessions: Vec<String> = {
+            let st = self.lock();
+            let mut s: Vec<String> = st.streams.values().map(|f| f.session.clone()).collect();
+            s.sort();
+            s.dedup();
+            s
+        };
+        let mut pipe = redis::pipe();
+        for id in &sessions {
+            pipe.cmd("HGET")
+                .arg(format!("{}:s", super::prefix(id)))
+                .arg("e");
+        }
+        let Ok(flags) = pipe
+            .query_async::<Vec<Option<String>>>(&mut self.conn.clone())
+            .await
+        else {
+            return; // Redis trouble shows in the blocking read.
+        };
+        let ended: Vec<&String> = sessions
+            .iter()
+            .zip(flags)
+            .filter(|(_, e)| e.as_deref() != Some("0"))
+            .map(|(id, _)| id)
+            .collect();
+        if ended.is_empty() {
+            return;
+        }
+        let mut st = self.lock();
+        st.streams.retain(|_, f| {
+            if ended.contains(&&f.session) {
+                f.end_all(EndReason::SessionEnded);
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
