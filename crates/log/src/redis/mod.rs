@@ -11,7 +11,7 @@
 //!
 //! Keys carry the session id in a hash tag (`mcpr:{id}:...`):
 //! - `mcpr:{id}:s` hash: `c` created ms, `r` next request stream, `e` ended, `m` meta, `a` last active ms
-//! - `mcpr:{id}:st:N` hash: `h` head, `f` floor
+//! - `mcpr:{id}:st:N` hash: `h` head (appended), `c` committed head (what readers see), `f` floor
 //! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
 //! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
 //! - `mcpr:sessions` set of live ids; `mcpr:pinseq` counter.
@@ -39,7 +39,7 @@ if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
 local h = tonumber(redis.call('HGET', KEYS[2], 'h'))
 if not h then return {-2} end
 local f = tonumber(redis.call('HGET', KEYS[2], 'f'))
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   h = h + 1
   redis.call('XADD', KEYS[3], h .. '-0', 't', ARGV[2], 'm', ARGV[i])
 end
@@ -61,14 +61,18 @@ if want > f then
     f = want
   end
 end
-redis.call('HSET', KEYS[2], 'h', h, 'f', f)
+if ARGV[5] == '1' then
+  redis.call('HSET', KEYS[2], 'h', h, 'f', f, 'c', h)
+else
+  redis.call('HSET', KEYS[2], 'h', h, 'f', f)
+end
 return {h, f}
 "#;
 
 const CREATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('HSET', KEYS[1], 'c', ARGV[1], 'r', 1, 'e', 0, 'm', ARGV[2], 'a', ARGV[1])
-redis.call('HSET', KEYS[2], 'h', 0, 'f', 1)
+redis.call('HSET', KEYS[2], 'h', 0, 'f', 1, 'c', 0)
 redis.call('SADD', KEYS[3], ARGV[3])
 return 0
 "#;
@@ -89,7 +93,7 @@ return 0
 const OPEN_REQUEST: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
 local r = redis.call('HINCRBY', KEYS[1], 'r', 1) - 1
-redis.call('HSET', ARGV[1] .. ':st:' .. r, 'h', 0, 'f', 1)
+redis.call('HSET', ARGV[1] .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0)
 return r
 "#;
 
@@ -99,11 +103,21 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 0
 "#;
 
+/// After `WAIT`: the committed head `c` moves up to `ARGV[1]`. Replication
+/// is one ordered stream, so replicas holding seq N hold everything before it.
+const COMMIT: &str = r#"
+local c = tonumber(redis.call('HGET', KEYS[1], 'c'))
+if c and tonumber(ARGV[1]) > c then redis.call('HSET', KEYS[1], 'c', ARGV[1]) end
+return 0
+"#;
+
 const BOUNDS: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
-local b = redis.call('HMGET', KEYS[2], 'h', 'f')
+local b = redis.call('HMGET', KEYS[2], 'c', 'f')
 if not b[1] then return {-2} end
-return {tonumber(b[1]), tonumber(b[2])}
+local c, f = tonumber(b[1]), tonumber(b[2])
+if f > c + 1 then f = c + 1 end
+return {c, f}
 "#;
 
 /// How long a connection attempt to Redis may take.
@@ -136,6 +150,7 @@ struct Scripts {
     open_request: Script,
     if_live_hset: Script,
     bounds: Script,
+    commit: Script,
 }
 
 impl RedisLog {
@@ -183,10 +198,17 @@ impl RedisLog {
             open_request: Script::new(OPEN_REQUEST),
             if_live_hset: Script::new(IF_LIVE_HSET),
             bounds: Script::new(BOUNDS),
+            commit: Script::new(COMMIT),
         };
         let closed = Arc::new(AtomicBool::new(false));
         Ok(Self {
-            tails: tail::Tails::new(client.clone(), conn.clone(), capacity, closed.clone()),
+            tails: tail::Tails::new(
+                client.clone(),
+                conn.clone(),
+                capacity,
+                closed.clone(),
+                replicas > 0,
+            ),
             conn,
             retention,
             replicas,
@@ -241,6 +263,15 @@ impl RedisLog {
         Ok(())
     }
 
+    /// `"1"` when an acknowledged append is committed at once (no replicas to wait for).
+    fn commit_at_ack(&self) -> &'static str {
+        if self.replicas == 0 {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
     async fn wait_replicas(&self) -> Result<(), LogError> {
         if self.replicas == 0 {
             return Ok(());
@@ -274,6 +305,7 @@ impl RedisLog {
             .arg(now_ms())
             .arg(self.retention.max_events)
             .arg(floor)
+            .arg(self.commit_at_ack())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -393,7 +425,8 @@ impl Log for RedisLog {
             .arg(n)
             .arg(now_ms())
             .arg(self.retention.max_events)
-            .arg(0);
+            .arg(0)
+            .arg(self.commit_at_ack());
         for m in &messages {
             inv.arg(m.as_ref());
         }
@@ -408,7 +441,20 @@ impl Log for RedisLog {
                 stream: n,
             }),
             [h, _] => {
-                self.wait_replicas().await?;
+                if self.replicas > 0 {
+                    // Readers see nothing above `c`, and `c` moves only once the
+                    // replicas hold the events: nothing sent can be taken back
+                    // by a failover to a replica.
+                    self.wait_replicas().await?;
+                    let _: i64 = self
+                        .scripts
+                        .commit
+                        .key(format!("{p}:st:{n}"))
+                        .arg(*h)
+                        .invoke_async(&mut self.conn.clone())
+                        .await
+                        .map_err(unavailable)?;
+                }
                 Ok(*h as u64)
             }
             _ => Err(LogError::Corrupt(format!("unexpected append reply {r:?}"))),
@@ -459,8 +505,11 @@ impl Log for RedisLog {
         // The commit point: C is committed in Redis, and the shard reads the
         // stream from at most C, so it sees every entry after it.
         let b = self.bounds_of(id, stream).await?;
-        let key = format!("{}:ev:{}", prefix(id), stream.number());
-        let (head, sub) = self.tails.subscribe(id, key, b.head).await;
+        let (p, n) = (prefix(id), stream.number());
+        let (head, sub) = self
+            .tails
+            .subscribe(id, format!("{p}:ev:{n}"), format!("{p}:st:{n}"), b.head)
+            .await;
         Ok((
             Bounds {
                 head,

@@ -46,6 +46,8 @@ impl Sub {
 /// One followed stream.
 struct Fanout {
     session: String,
+    /// The stream's state hash, whose `c` is the committed head.
+    state_key: String,
     /// The seq the shard has read this stream up to.
     last: Seq,
     subs: Vec<Sub>,
@@ -54,10 +56,14 @@ struct Fanout {
 impl Fanout {
     /// Hands events on; `false` when the stream must be dropped (a gap:
     /// entries were trimmed before the shard read them).
-    fn deliver(&mut self, events: Vec<Event>) -> bool {
+    /// Events above `committed` stay in Redis until they are committed.
+    fn deliver(&mut self, events: Vec<Event>, committed: Seq) -> bool {
         for ev in events {
             if ev.seq <= self.last {
                 continue;
+            }
+            if ev.seq > committed {
+                break;
             }
             if ev.seq != self.last + 1 {
                 // Never skip: every reader ends and resumes from its cursor (a 409 if truncated).
@@ -106,6 +112,8 @@ struct Shard {
     wake: String,
     capacity: usize,
     closed: Arc<AtomicBool>,
+    /// Appends are committed only after `WAIT` (replicas): deliver up to `c`, not to what is in the stream.
+    strict: bool,
     state: Mutex<ShardState>,
 }
 
@@ -120,6 +128,7 @@ impl Tails {
         conn: ConnectionManager,
         capacity: usize,
         closed: Arc<AtomicBool>,
+        strict: bool,
     ) -> Self {
         let mut nonce = [0u8; 8];
         let _ = getrandom::fill(&mut nonce);
@@ -132,6 +141,7 @@ impl Tails {
                     wake: format!("mcpr:wake:{nonce:016x}:{i}"),
                     capacity,
                     closed: closed.clone(),
+                    strict,
                     state: Mutex::new(ShardState::default()),
                 })
             })
@@ -142,7 +152,13 @@ impl Tails {
     /// Follows `key` (the events of `session`) for a new subscriber whose
     /// commit point is at least `head`; returns the commit point `C` and the
     /// subscription of every event after it.
-    pub async fn subscribe(&self, session: &str, key: String, head: Seq) -> (Seq, Subscription) {
+    pub async fn subscribe(
+        &self,
+        session: &str,
+        key: String,
+        state_key: String,
+        head: Seq,
+    ) -> (Seq, Subscription) {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         session.hash(&mut h);
         let shard = &self.shards[h.finish() as usize % self.shards.len()];
@@ -153,6 +169,7 @@ impl Tails {
             let new_stream = !st.streams.contains_key(&key);
             let f = st.streams.entry(key).or_insert_with(|| Fanout {
                 session: session.to_owned(),
+                state_key,
                 last: head,
                 subs: Vec::new(),
             });
@@ -263,6 +280,7 @@ impl Shard {
                     return self.end_everything(EndReason::Unavailable);
                 }
             };
+            let mut batches = Vec::new();
             for (key, entries) in reply::by_key(&reply) {
                 if key == self.wake.as_bytes() {
                     if let Some(id) = reply::last_id(entries) {
@@ -270,26 +288,65 @@ impl Shard {
                     }
                     continue;
                 }
-                let events = match reply::entries(entries) {
-                    Ok(e) => e,
+                match reply::entries(entries) {
+                    Ok(events) => batches.push((String::from_utf8_lossy(key).into_owned(), events)),
                     Err(e) => {
                         tracing::error!(error = %e, "unreadable Redis stream entry");
                         return self.end_everything(EndReason::Unavailable);
                     }
-                };
-                let key = String::from_utf8_lossy(key);
+                }
+            }
+            let committed = match self.committed(&batches).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Redis tail lost; ending its readers");
+                    return self.end_everything(EndReason::Unavailable);
+                }
+            };
+            let mut held = false;
+            {
                 let mut st = self.lock();
-                if let Some(f) = st.streams.get_mut(key.as_ref()) {
-                    if !f.deliver(events) {
-                        st.streams.remove(key.as_ref());
+                for ((key, events), committed) in batches.into_iter().zip(committed) {
+                    held |= events.last().is_some_and(|e| e.seq > committed);
+                    if let Some(f) = st.streams.get_mut(&key) {
+                        if !f.deliver(events, committed) {
+                            st.streams.remove(&key);
+                        }
                     }
                 }
+            }
+            if held {
+                // Appended but not yet acknowledged by the replicas: look again shortly.
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
             if checked.elapsed() >= END_CHECK {
                 checked = Instant::now();
                 self.end_ended_sessions().await;
             }
         }
+    }
+
+    /// The committed head of each batch's stream: everything read, unless
+    /// commits wait for replicas; then the streams' `c`, in one round trip.
+    async fn committed(&self, batches: &[(String, Vec<Event>)]) -> redis::RedisResult<Vec<Seq>> {
+        if !self.strict || batches.is_empty() {
+            return Ok(vec![Seq::MAX; batches.len()]);
+        }
+        let keys: Vec<Option<String>> = {
+            let st = self.lock();
+            batches
+                .iter()
+                .map(|(k, _)| st.streams.get(k).map(|f| f.state_key.clone()))
+                .collect()
+        };
+        let mut pipe = redis::pipe();
+        for k in &keys {
+            pipe.cmd("HGET")
+                .arg(k.as_deref().unwrap_or("mcpr:none"))
+                .arg("c");
+        }
+        let c: Vec<Option<Seq>> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(c.into_iter().map(|c| c.unwrap_or(0)).collect())
     }
 
     /// Ends the readers of sessions that ended (on any instance).

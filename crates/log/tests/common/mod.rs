@@ -14,6 +14,11 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With extra `redis-server` arguments (for example `--replicaof HOST PORT`).
+    pub fn start_with(extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -30,6 +35,7 @@ impl RedisServer {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("redis-server (scripts/test installs it)");
@@ -48,6 +54,18 @@ impl RedisServer {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         panic!("redis-server did not start on {port}");
+    }
+}
+
+impl RedisServer {
+    /// `HOST PORT` of this server, for `--replicaof`.
+    pub fn host_port(&self) -> (String, String) {
+        let hp = self
+            .url
+            .trim_start_matches("redis://")
+            .trim_end_matches("/0");
+        let (h, p) = hp.split_once(':').unwrap();
+        (h.to_owned(), p.to_owned())
     }
 }
 

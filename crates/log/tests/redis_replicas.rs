@@ -1,0 +1,107 @@
+//! "Committed" with replicas (PROTOCOL.md 6): an append counts once Redis
+//! and `--redis-replicas` replicas hold it, and no reader, on any instance,
+//! sees an event before that. Against a real primary and a real replica.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{msg, RedisServer};
+use mcp_resume_log::{Log, LogError, RedisLog, Retention, StreamKey};
+
+const S: StreamKey = StreamKey::Session;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn replica_of(primary: &RedisServer) -> RedisServer {
+    let (h, p) = primary.host_port();
+    RedisServer::start_with(&["--replicaof", &h, &p])
+}
+
+/// Waits until the primary sees `n` replicas online.
+async fn replicas_online(url: &str, n: usize) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for _ in 0..200 {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if info.contains(&format!("connected_slaves:{n}")) && (n == 0 || info.contains("online")) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the primary never saw {n} replicas online");
+}
+
+#[test]
+fn nothing_is_readable_before_the_replicas_hold_it() {
+    let primary = RedisServer::start();
+    let mut replica = Some(replica_of(&primary));
+    rt().block_on(async {
+        replicas_online(&primary.url, 1).await;
+        let log = RedisLog::connect(&primary.url, Retention::default(), 1)
+            .await
+            .unwrap();
+        // Another instance reads what this one writes.
+        let other = RedisLog::connect(&primary.url, Retention::default(), 1)
+            .await
+            .unwrap();
+        log.create_session("a", Bytes::new()).await.unwrap();
+        let (b, mut sub) = other.subscribe("a", S).await.unwrap();
+        assert_eq!(b.head, 0);
+        assert_eq!(
+            log.append("a", S, (1..=10).map(msg).collect())
+                .await
+                .unwrap(),
+            10
+        );
+        for want in 1..=10 {
+            let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
+                .await
+                .expect("delivered")
+                .unwrap();
+            assert_eq!(ev.seq, want);
+        }
+
+        // The replica goes: an append is in Redis but not committed.
+        drop(replica.take());
+        replicas_online(&primary.url, 0).await;
+        let err = log.append("a", S, vec![msg(11)]).await.unwrap_err();
+        assert!(matches!(err, LogError::Unavailable(_)), "{err:?}");
+        assert_eq!(other.bounds("a", S).await.unwrap().head, 10, "not named");
+        assert!(
+            other.read("a", S, 10, 100).await.unwrap().is_empty(),
+            "not read"
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(800), sub.next())
+                .await
+                .is_err(),
+            "not sent to a subscriber"
+        );
+
+        // A replica again: the next commit covers both, delivered in order.
+        replica = Some(replica_of(&primary));
+        replicas_online(&primary.url, 1).await;
+        assert_eq!(log.append("a", S, vec![msg(12)]).await.unwrap(), 12);
+        for want in [11, 12] {
+            let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
+                .await
+                .expect("delivered")
+                .unwrap();
+            assert_eq!(ev.seq, want);
+        }
+        assert_eq!(other.bounds("a", S).await.unwrap().head, 12);
+    });
+    drop(replica);
+}
