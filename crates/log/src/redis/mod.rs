@@ -263,6 +263,47 @@ impl RedisLog {
         Ok(())
     }
 
+    /// What backs "committed" on this Redis, in words, and whether it is
+    /// weaker than PROTOCOL.md 6 asks (an acknowledged event survives a crash):
+    /// `appendfsync always`, or at least as many replicas as `WAIT` asks for
+    /// (and at least one). `CONFIG` may be disabled on managed Redis; then
+    /// the answer says so.
+    pub async fn durability(&self) -> (String, bool) {
+        let mut conn = self.conn.clone();
+        let config = |name: &'static str| {
+            let mut conn = conn.clone();
+            async move {
+                let v: Result<Vec<String>, _> = redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg(name)
+                    .query_async(&mut conn)
+                    .await;
+                v.ok().and_then(|v| v.get(1).cloned())
+            }
+        };
+        let aof = config("appendonly").await;
+        let fsync = config("appendfsync").await;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        let replicas: usize = info
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_slaves:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        let synced = aof.as_deref() == Some("yes") && fsync.as_deref() == Some("always");
+        let replicated = self.replicas > 0 && replicas >= self.replicas;
+        let words = format!(
+            "appendonly {}, appendfsync {}, {replicas} replicas connected, WAIT for {}",
+            aof.as_deref().unwrap_or("unknown"),
+            fsync.as_deref().unwrap_or("unknown"),
+            self.replicas
+        );
+        (words, !(synced || replicated))
+    }
+
     /// `"1"` when an acknowledged append is committed at once (no replicas to wait for).
     fn commit_at_ack(&self) -> &'static str {
         if self.replicas == 0 {
