@@ -10,6 +10,7 @@
 //! ulimit -n 200000; target/release/mcp-resume-load compare --out benches/results/compare.md
 //! ```
 
+mod cross;
 mod servers;
 mod workloads;
 mod ws;
@@ -53,6 +54,20 @@ enum Cmd {
         /// Also measure (d) for ours with the GET streams multiplexed over HTTP/2 (100 per connection).
         #[arg(long)]
         h2: bool,
+        /// Write the table here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Delivery across instances: tools/call on instance A to the event on an SSE
+    /// reader on instance B (two `serve` processes on one Redis of its own), beside
+    /// the same within one instance on Redis and on the disk log.
+    Cross {
+        /// Probes per session.
+        #[arg(long, default_value_t = 1000)]
+        probes: usize,
+        /// Sessions probing at once, in the loaded rows.
+        #[arg(long, default_value_t = 64)]
+        sessions: usize,
         /// Write the table here too.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -103,6 +118,50 @@ fn emit(out: &mut String, line: String) {
 async fn main() {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Cross {
+            probes,
+            sessions,
+            out,
+        } => {
+            let bin = servers::our_binary();
+            let redis = cross::Redis::start();
+            let store = ["--store", redis.url.as_str()];
+            let disk = servers::ours(&bin, &[]);
+            let a = servers::ours(&bin, &store);
+            let b = servers::ours(&bin, &store);
+            let mut text = String::new();
+            emit(
+                &mut text,
+                "| setup | sessions at once | probes | p50 ms | p99 ms | max ms |".into(),
+            );
+            emit(
+                &mut text,
+                "| --- | ---: | ---: | ---: | ---: | ---: |".into(),
+            );
+            for n in [1, sessions] {
+                let per = if n == 1 { probes } else { (probes / 4).max(50) };
+                for (name, w, r) in [
+                    ("disk log, one instance", &disk.url, &disk.url),
+                    ("redis, one instance", &a.url, &a.url),
+                    ("redis, POST on A, reader on B", &a.url, &b.url),
+                ] {
+                    let lat = cross::probe(w, r, n, per).await;
+                    emit(
+                        &mut text,
+                        format!(
+                            "| {name} | {n} | {} | {:.3} | {:.3} | {:.3} |",
+                            lat.len(),
+                            pct(&lat, 0.5),
+                            pct(&lat, 0.99),
+                            pct(&lat, 1.0)
+                        ),
+                    );
+                }
+            }
+            if let Some(p) = out {
+                std::fs::write(&p, text).unwrap();
+            }
+        }
         Cmd::Compare {
             duration,
             conns,
