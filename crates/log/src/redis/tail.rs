@@ -27,6 +27,8 @@ use crate::{Event, Seq, Subscription};
 const SHARDS: usize = 16;
 /// How long one `XREAD` blocks; also the bound on noticing `close`.
 const BLOCK_MS: u64 = 500;
+/// How long a wake stream outlives its last use.
+const WAKE_TTL_MS: u64 = 600_000;
 /// How often the sessions of followed streams are checked for having ended.
 const END_CHECK: Duration = Duration::from_secs(1);
 
@@ -200,14 +202,19 @@ impl Shard {
     /// Interrupts the blocking read so that it picks up a new stream. If this
     /// fails, Redis is away and the read fails too; the new stream is read
     /// at the latest when the block times out.
+    /// The key expires when unused, so instances that die leave nothing behind.
     async fn wake(&self) {
-        let _: Result<redis::Value, _> = redis::cmd("XADD")
+        let _: Result<redis::Value, _> = redis::pipe()
+            .cmd("XADD")
             .arg(&self.wake)
             .arg("MAXLEN")
             .arg(1)
             .arg("*")
             .arg("w")
             .arg(1)
+            .cmd("PEXPIRE")
+            .arg(&self.wake)
+            .arg(WAKE_TTL_MS)
             .query_async(&mut self.conn.clone())
             .await;
     }
