@@ -15,43 +15,6 @@ use serde_json::json;
 
 use crate::workloads::Session;
 
-/// A redis-server of the benchmark's own on a free port, killed on drop.
-pub struct Redis {
-    child: std::process::Child,
-    pub url: String,
-}
-
-impl Redis {
-    pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/test installs it)");
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        Self {
-            child,
-            url: format!("redis://127.0.0.1:{port}/0"),
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `probes` probes on each of `sessions` sessions at once: created on
 /// `writer`, read on `reader`. Returns every probe's latency in ms.
 pub async fn probe(writer: &str, reader: &str, sessions: usize, probes: usize) -> Vec<f64> {

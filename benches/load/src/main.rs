@@ -124,7 +124,7 @@ async fn main() {
             out,
         } => {
             let bin = servers::our_binary();
-            let redis = cross::Redis::start();
+            let redis = mcp_resume_testkit::RedisServer::start();
             let store = ["--store", redis.url.as_str()];
             let disk = servers::ours(&bin, &[]);
             let a = servers::ours(&bin, &store);

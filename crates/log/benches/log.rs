@@ -40,17 +40,7 @@ fn retention() -> Retention {
 struct Fixture {
     log: Arc<dyn Log>,
     _dir: Option<tempfile::TempDir>,
-    _redis: Option<RedisProcess>,
-}
-
-/// A redis-server of the benchmark's own, on a free port, killed on drop.
-struct RedisProcess(std::process::Child);
-
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    _redis: Option<mcp_resume_testkit::RedisServer>,
 }
 
 fn open(backend: &str, rt: &tokio::runtime::Runtime) -> Fixture {
@@ -61,30 +51,8 @@ fn open(backend: &str, rt: &tokio::runtime::Runtime) -> Fixture {
             _redis: None,
         },
         "redis" => {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let child = std::process::Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("redis-server");
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-            let url = format!("redis://127.0.0.1:{port}/0");
+            let redis = mcp_resume_testkit::RedisServer::start();
+            let url = redis.url.clone();
             // Connected on the runtime that will use it: the connection's driver task lives there.
             let log = rt
                 .block_on(RedisLog::connect(&url, retention(), 0))
@@ -92,7 +60,7 @@ fn open(backend: &str, rt: &tokio::runtime::Runtime) -> Fixture {
             Fixture {
                 log: Arc::new(log),
                 _dir: None,
-                _redis: Some(RedisProcess(child)),
+                _redis: Some(redis),
             }
         }
         _ => {

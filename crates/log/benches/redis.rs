@@ -34,37 +34,6 @@ fn retention() -> Retention {
     }
 }
 
-/// A redis-server of the benchmark's own, killed on drop.
-struct RedisProcess(std::process::Child, String);
-
-impl RedisProcess {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/test installs it)");
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        Self(child, format!("redis://127.0.0.1:{port}/0"))
-    }
-}
-
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn pct(v: &mut [Duration], p: f64) -> f64 {
     v.sort();
     v[((v.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1000.0
@@ -178,8 +147,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let redis = RedisProcess::start();
-    let url = redis.1.clone();
+    let redis = mcp_resume_testkit::RedisServer::start();
+    let url = redis.url.clone();
     rt.block_on(async {
         let mut round = 0;
         if run("append") {

@@ -40,7 +40,7 @@ fn run_safe(initial_head: u64, prior: u64, steps: &[Step]) -> (Vec<u64>, u64) {
     client.expect_replay_until(committed);
     let mut seen = Vec::new();
     let mut acked = false;
-    let mut ack_now = |client: &mut SeqChecker, to_server: &mut VecDeque<u64>, acked: &mut bool| {
+    let ack_now = |client: &mut SeqChecker, to_server: &mut VecDeque<u64>, acked: &mut bool| {
         if !*acked {
             if let Some(c) = client.ack_due() {
                 to_server.push_back(c);
@@ -50,7 +50,7 @@ fn run_safe(initial_head: u64, prior: u64, steps: &[Step]) -> (Vec<u64>, u64) {
         }
     };
     ack_now(&mut client, &mut to_server, &mut acked);
-    let mut run = |s: Step,
+    let run = |s: Step,
                    head: &mut u64,
                    gate: &mut Gate,
                    to_client: &mut VecDeque<u64>,

@@ -110,76 +110,8 @@ pub fn root() -> PathBuf {
         .unwrap()
 }
 
-/// A `redis-server` of our own on a free loopback port, never one we did not start.
-pub struct RedisServer {
-    child: Option<Child>,
-    pub url: String,
-    port: u16,
-}
-
-impl RedisServer {
-    pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut s = Self {
-            child: None,
-            url: format!("redis://127.0.0.1:{port}/0"),
-            port,
-        };
-        s.launch();
-        s
-    }
-
-    fn launch(&mut self) {
-        let port = self.port;
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/test installs it)");
-        self.child = Some(child);
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                std::thread::sleep(Duration::from_millis(20));
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not start on {port}");
-    }
-
-    /// Kills it.
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Kills it (losing its data: it keeps nothing on disk) and starts it again on the same port.
-    pub fn restart(&mut self) {
-        self.stop();
-        self.launch();
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+#[allow(unused_imports)]
+pub use mcp_resume_testkit::RedisServer;
 
 /// A small multi-threaded runtime for a test.
 pub fn rt() -> tokio::runtime::Runtime {

@@ -6,75 +6,7 @@ use std::sync::Arc;
 
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
 
-/// A `redis-server` of our own on a free loopback port, never one we did not start.
-pub struct RedisServer {
-    child: std::process::Child,
-    pub url: String,
-}
-
-impl RedisServer {
-    pub fn start() -> Self {
-        Self::start_with(&[])
-    }
-
-    /// With extra `redis-server` arguments (for example `--replicaof HOST PORT`).
-    pub fn start_with(extra: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server (scripts/test installs it)");
-        for _ in 0..200 {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-                use std::io::{Read, Write};
-                let _ = s.write_all(b"PING\r\n");
-                let mut buf = [0u8; 7];
-                if s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
-                    return Self {
-                        child,
-                        url: format!("redis://127.0.0.1:{port}/0"),
-                    };
-                }
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("redis-server did not start on {port}");
-    }
-}
-
-impl RedisServer {
-    /// `HOST PORT` of this server, for `--replicaof`.
-    pub fn host_port(&self) -> (String, String) {
-        let hp = self
-            .url
-            .trim_start_matches("redis://")
-            .trim_end_matches("/0");
-        let (h, p) = hp.split_once(':').unwrap();
-        (h.to_owned(), p.to_owned())
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+pub use mcp_resume_testkit::RedisServer;
 
 /// A backend plus whatever it needs to be reopened.
 pub struct Backend {

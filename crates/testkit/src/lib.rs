@@ -1,0 +1,90 @@
+//! What the tests and benchmarks of every crate share, so there is one way
+//! to do it: a `redis-server` of their own on a free loopback port, never
+//! one they did not start and check.
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A `redis-server` process on 127.0.0.1, killed on drop. It keeps nothing
+/// on disk unless the extra arguments say so.
+pub struct RedisServer {
+    child: Option<Child>,
+    /// `redis://127.0.0.1:PORT/0`.
+    pub url: String,
+    /// Its port.
+    pub port: u16,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts one and waits until it answers `PING`.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With extra `redis-server` arguments (for example `--replicaof HOST PORT`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("a free port")
+            .local_addr()
+            .expect("its address")
+            .port();
+        let mut s = Self {
+            child: None,
+            url: format!("redis://127.0.0.1:{port}/0"),
+            port,
+            extra: extra.iter().map(|e| e.to_string()).collect(),
+        };
+        s.launch();
+        s
+    }
+
+    fn launch(&mut self) {
+        let port = self.port.to_string();
+        let child = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test installs it)");
+        self.child = Some(child);
+        for _ in 0..500 {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.write_all(b"PING\r\n");
+                let mut buf = [0u8; 7];
+                if s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server did not start on {}", self.port);
+    }
+
+    /// `HOST PORT`, for `--replicaof`.
+    pub fn host_port(&self) -> (String, String) {
+        ("127.0.0.1".into(), self.port.to_string())
+    }
+
+    /// Kills it (`kill -9`).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Kills it, losing its data, and starts it again on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
