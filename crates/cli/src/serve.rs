@@ -117,15 +117,11 @@ async fn open_log(
             let log = RedisLog::connect(s, retention, args.redis_replicas)
                 .await
                 .map_err(|e| format!("connecting to {s}: {e}"))?;
-            let (words, weak) = log.durability().await;
-            if weak {
-                tracing::warn!(
-                    "{s}: {words}: a Redis crash can take back events clients have seen; \
-                     run Redis with appendonly yes and appendfsync always, or with replicas \
-                     and --redis-replicas N (README, Running on Redis)"
-                );
-            } else {
-                tracing::info!("{s}: {words}");
+            match log.durability().await {
+                (_, Some(warning)) => {
+                    tracing::warn!("{s}: {warning} (README, Running on Redis)")
+                }
+                (words, None) => tracing::info!("{s}: {words}"),
             }
             Ok((Arc::new(log), s.to_owned()))
         }

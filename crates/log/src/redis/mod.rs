@@ -263,12 +263,12 @@ impl RedisLog {
         Ok(())
     }
 
-    /// What backs "committed" on this Redis, in words, and whether it is
-    /// weaker than PROTOCOL.md 6 asks (an acknowledged event survives a crash):
-    /// `appendfsync always`, or at least as many replicas as `WAIT` asks for
-    /// (and at least one). `CONFIG` may be disabled on managed Redis; then
-    /// the answer says so.
-    pub async fn durability(&self) -> (String, bool) {
+    /// What backs "committed" on this Redis, in words, and a warning when it
+    /// is weaker than PROTOCOL.md 6 asks (an acknowledged event survives a
+    /// crash: `appendfsync always`, or replicas that `WAIT` counts) or cannot
+    /// work (fewer replicas than `WAIT` asks for). `CONFIG` may be disabled on
+    /// managed Redis; then the words say "unknown".
+    pub async fn durability(&self) -> (String, Option<String>) {
         let mut conn = self.conn.clone();
         let config = |name: &'static str| {
             let mut conn = conn.clone();
@@ -294,14 +294,27 @@ impl RedisLog {
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or(0);
         let synced = aof.as_deref() == Some("yes") && fsync.as_deref() == Some("always");
-        let replicated = self.replicas > 0 && replicas >= self.replicas;
         let words = format!(
             "appendonly {}, appendfsync {}, {replicas} replicas connected, WAIT for {}",
             aof.as_deref().unwrap_or("unknown"),
             fsync.as_deref().unwrap_or("unknown"),
             self.replicas
         );
-        (words, !(synced || replicated))
+        let warning = if replicas < self.replicas {
+            Some(format!(
+                "{words}: every append fails with 503 until {} replicas are connected",
+                self.replicas
+            ))
+        } else if !synced && self.replicas == 0 {
+            Some(format!(
+                "{words}: a Redis crash can take back events clients have seen; run Redis \
+                 with appendonly yes and appendfsync always, or with replicas and \
+                 --redis-replicas N"
+            ))
+        } else {
+            None
+        };
+        (words, warning)
     }
 
     /// `"1"` when an acknowledged append is committed at once (no replicas to wait for).
