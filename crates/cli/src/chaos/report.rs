@@ -72,6 +72,12 @@ pub fn print_table(results: &[Results]) {
             println!("{} loud failures: {:?}", r.mode, r.loud_kinds);
         }
         println!("{} faults injected: {:?}", r.mode, r.faults);
+        if !r.error_kinds.is_empty() {
+            println!(
+                "{} harness errors (not judged): {:?}",
+                r.mode, r.error_kinds
+            );
+        }
     }
 }
 
@@ -92,6 +98,7 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
                 "loud_kinds": r.loud_kinds,
                 "faults": r.faults,
                 "harness_errors": r.errors,
+                "harness_error_kinds": r.error_kinds,
                 "elapsed_s": r.elapsed.as_secs_f64(),
                 "upgrade_ms": {
                     "p50": pct(&r.t_live, 0.5),

@@ -60,6 +60,8 @@ pub struct Results {
     pub loud_kinds: BTreeMap<String, u64>,
     pub faults: BTreeMap<String, u64>,
     pub errors: u64,
+    /// Harness errors by what failed (the iteration could not be judged).
+    pub error_kinds: BTreeMap<String, u64>,
     /// ms from connect to the 101, to the end of the replay, to the first live frame.
     pub t_101: Vec<f64>,
     pub t_replay: Vec<f64>,
@@ -377,10 +379,16 @@ async fn iteration(
     };
     let e1 = rng.range(5, 30);
     let client = McpClient::new(&pick(&mut rng)).with_session(&sid);
-    client
-        .call_tool("emit", json!({"count": e1}))
-        .await
-        .map_err(|e| e.to_string())?;
+    // Another iteration may be restarting the server: retry like initialize
+    // (a retried emit that had gone through only adds events; the log is the truth).
+    let mut tries = 0;
+    while let Err(e) = client.call_tool("emit", json!({"count": e1})).await {
+        tries += 1;
+        if tries > 100 {
+            return Err(format!("first emit: {e}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut reader = Reader {
         http: http.clone(),
         url: pick(&mut rng),
@@ -425,7 +433,8 @@ async fn iteration(
             let t = target.clone();
             tokio::task::spawn_blocking(move || t.blocking_lock().kill_and_restart(victim))
                 .await
-                .map_err(|e| e.to_string())??;
+                .map_err(|e| format!("restart: {e}"))?
+                .map_err(|e| format!("restart: {e}"))?;
         }
     }
     // Resume, over SSE or WebSocket at random, until caught up: a reader never stops at a drop.
@@ -478,7 +487,7 @@ async fn iteration(
     }
     let truth = ground_truth(&http, &url, &sid)
         .await
-        .ok_or("reading the log back failed")?;
+        .ok_or("read back: the log could not be read back")?;
     let _ = client.end().await;
     // Accounting: what the reader delivered after k, against the log.
     let truth_map: BTreeMap<u64, String> = truth.into_iter().map(|(s, m)| (s, canon(&m))).collect();
@@ -592,7 +601,13 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
             }
             Err(e) => {
                 res.errors += 1;
-                bar.println(format!("iteration failed: {e}"));
+                let kind = e.split(':').next().unwrap_or("other").to_owned();
+                *res.error_kinds.entry(kind).or_default() += 1;
+                if opts.quiet {
+                    eprintln!("iteration failed: {e}");
+                } else {
+                    bar.println(format!("iteration failed: {e}"));
+                }
             }
         }
         bar.set_message(format!(
