@@ -50,13 +50,22 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
                 ..Default::default()
             })
             .unwrap();
-        // The seed's race across instances: emit on A while B upgrades.
+        // The seed's race across instances: a sibling SSE reader on A, emit
+        // on A, while B upgrades; each sees every event once, in order.
+        let mut sibling = on_a
+            .reader(ReaderOptions {
+                from: Some(20),
+                ..Default::default()
+            })
+            .unwrap();
+        let sibling = tokio::spawn(async move { read_until(&mut sibling, 120).await });
         on_a.call_tool("emit", json!({"count": 100, "interval_ms": 2}))
             .await
             .unwrap();
         let got = read_until(&mut ws_b, 120).await;
         assert_eq!(got, (13..=120).collect::<Vec<_>>());
         assert_eq!(ws_b.fallbacks(), 0, "B echoes the cursor");
+        assert_eq!(sibling.await.unwrap(), (21..=120).collect::<Vec<_>>());
         // A reader on A; A is killed mid-stream; it resumes on B from its cursor.
         let mut on_a_reader = on_a
             .reader(ReaderOptions {
