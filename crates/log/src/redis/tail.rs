@@ -27,6 +27,8 @@ use crate::{Event, Seq, Subscription};
 const SHARDS: usize = 16;
 /// How long one `XREAD` blocks; also the bound on noticing `close`.
 const BLOCK_MS: u64 = 500;
+/// The longest pause between looks at a stream whose newest events are not committed yet.
+const MAX_HOLD_POLL: Duration = Duration::from_millis(100);
 /// How long a wake stream outlives its last use.
 const WAKE_TTL_MS: u64 = 600_000;
 /// How often the sessions of followed streams are checked for having ended.
@@ -245,6 +247,7 @@ impl Shard {
         };
         let mut wake_last = "0-0".to_owned();
         let mut checked = Instant::now();
+        let mut held_for = Duration::from_millis(1);
         loop {
             // What to read, from where; drop streams nobody reads any more.
             let keys: Vec<(String, Seq)> = {
@@ -323,8 +326,13 @@ impl Shard {
                 }
             }
             if held {
-                // Appended but not yet acknowledged by the replicas: look again shortly.
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                // Appended but not yet acknowledged by the replicas: look again
+                // shortly, backing off while it lasts (replicas away, an
+                // append's WAIT failed) instead of spinning on Redis.
+                tokio::time::sleep(held_for).await;
+                held_for = (held_for * 2).min(MAX_HOLD_POLL);
+            } else {
+                held_for = Duration::from_millis(1);
             }
             if checked.elapsed() >= END_CHECK {
                 checked = Instant::now();
