@@ -97,6 +97,16 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
     drop(b);
 }
 
+/// `GET` of the session stream over SSE.
+async fn session_stream(http: &reqwest::Client, url: &str, sid: &str) -> reqwest::Response {
+    http.get(url)
+        .header("mcp-session-id", sid)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap()
+}
+
 #[test]
 fn redis_unreachable_ends_open_streams_loudly_answers_503_and_recovers_by_itself() {
     let mut redis = RedisServer::start();
@@ -108,13 +118,7 @@ fn redis_unreachable_ends_open_streams_loudly_answers_503_and_recovers_by_itself
         let sid = client.session_id().unwrap().to_owned();
         let http = reqwest::Client::new();
         // Two readers open when Redis goes: each ends with a clear error, neither hangs.
-        let sse = http
-            .get(&serve.url)
-            .header("mcp-session-id", &sid)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
+        let sse = session_stream(&http, &serve.url, &sid).await;
         assert_eq!(sse.status(), 200);
         let ws_url = format!(
             "{}/session/{sid}/events",
@@ -156,13 +160,7 @@ fn redis_unreachable_ends_open_streams_loudly_answers_503_and_recovers_by_itself
         };
         assert_eq!(u16::from(close.code), 1001, "resume from the cursor");
         assert!(close.reason.contains("log unavailable"), "{}", close.reason);
-        let r = http
-            .get(&serve.url)
-            .header("mcp-session-id", &sid)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
+        let r = session_stream(&http, &serve.url, &sid).await;
         assert_eq!(r.status(), 503);
         assert!(r.headers().contains_key("retry-after"));
         let body: serde_json::Value = r.json().await.unwrap();
@@ -180,13 +178,7 @@ fn redis_unreachable_ends_open_streams_loudly_answers_503_and_recovers_by_itself
         }
         assert!(ok, "new sessions work again once Redis is back");
         // The old session died with Redis's memory: loudly 404, never silently empty.
-        let r = http
-            .get(&serve.url)
-            .header("mcp-session-id", &sid)
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
+        let r = session_stream(&http, &serve.url, &sid).await;
         assert_eq!(r.status(), 404);
     });
 }

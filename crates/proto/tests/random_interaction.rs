@@ -51,13 +51,13 @@ fn run_safe(initial_head: u64, prior: u64, steps: &[Step]) -> (Vec<u64>, u64) {
     };
     ack_now(&mut client, &mut to_server, &mut acked);
     let run = |s: Step,
-                   head: &mut u64,
-                   gate: &mut Gate,
-                   to_client: &mut VecDeque<u64>,
-                   to_server: &mut VecDeque<u64>,
-                   client: &mut SeqChecker,
-                   seen: &mut Vec<u64>,
-                   acked: &mut bool| {
+               head: &mut u64,
+               gate: &mut Gate,
+               to_client: &mut VecDeque<u64>,
+               to_server: &mut VecDeque<u64>,
+               client: &mut SeqChecker,
+               seen: &mut Vec<u64>,
+               acked: &mut bool| {
         match s {
             Step::Append => *head += 1,
             Step::ServerSend => {

@@ -189,7 +189,9 @@ async fn pump(
                 return;
             }
             Err(LogError::SessionEnded) => {
-                let _ = tx.send(Ok(ending("session-ended", "the session ended"))).await;
+                let _ = tx
+                    .send(Ok(ending("session-ended", "the session ended")))
+                    .await;
                 return;
             }
             Err(_) => return,
