@@ -10,32 +10,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{BenchmarkId, Criterion, Throughput};
-use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention, StreamKey};
+use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, StreamKey};
+
+mod common;
+
+use common::{payload, pct, retention};
+use mcp_resume_testkit::rt;
 
 const S: StreamKey = StreamKey::Session;
-
-fn payload() -> Bytes {
-    // A 256-byte JSON-RPC notification.
-    let base =
-        r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":""#;
-    let pad = 256 - base.len() - 4;
-    Bytes::from(format!("{base}{}\"}}}}", "x".repeat(pad)))
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn retention() -> Retention {
-    Retention {
-        max_events: 1_000_000,
-        max_age: Duration::from_secs(3600),
-    }
-}
 
 struct Fixture {
     log: Arc<dyn Log>,
@@ -190,11 +172,6 @@ fn bench_replay(c: &mut Criterion) {
     g.finish();
 }
 
-fn pct(mut v: Vec<Duration>, p: f64) -> f64 {
-    v.sort();
-    v[((v.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1000.0
-}
-
 /// Commit latency per append under load, and append-to-subscriber latency.
 fn latency_report() {
     let rt = rt();
@@ -207,25 +184,24 @@ fn latency_report() {
             } else {
                 (20_000 / sessions).max(20)
             };
-            let (elapsed, lat) = rt.block_on(append_load(&f.log, 0, sessions, per, 1));
+            let (elapsed, mut lat) = rt.block_on(append_load(&f.log, 0, sessions, per, 1));
             let rate = (sessions * per) as f64 / elapsed.as_secs_f64();
             println!(
                 "commit {backend:6} {sessions:4} sessions x1: p50 {:.3}  p99 {:.3}  ({rate:.0} events/s)",
-                pct(lat.clone(), 0.5),
-                pct(lat, 0.99)
+                pct(&mut lat, 0.5),
+                pct(&mut lat, 0.99)
             );
         }
         // Append-to-subscriber: one writer, one subscriber, paced appends.
         let f = open(backend, &rt);
-        let lat = rt.block_on(async {
+        let mut lat = rt.block_on(async {
             f.log.create_session("sub", Bytes::new()).await.unwrap();
             let (_, mut sub) = f.log.subscribe("sub", S).await.unwrap();
             let reader = tokio::spawn(async move {
                 let mut lat = Vec::new();
                 for _ in 0..500 {
                     let ev = sub.next().await.unwrap();
-                    let sent = u128::from_str_radix(std::str::from_utf8(&ev.message).unwrap(), 10)
-                        .unwrap();
+                    let sent: u128 = std::str::from_utf8(&ev.message).unwrap().parse().unwrap();
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .unwrap()
@@ -249,8 +225,8 @@ fn latency_report() {
         });
         println!(
             "append-to-subscriber {backend:6}: p50 {:.3}  p99 {:.3}",
-            pct(lat.clone(), 0.5),
-            pct(lat, 0.99)
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
         );
     }
 }

@@ -15,29 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use mcp_resume_log::{Log, RedisLog, Retention, StreamKey};
+use mcp_resume_log::{Log, RedisLog, StreamKey};
+
+mod common;
+
+use common::{payload, pct, retention};
 
 const S: StreamKey = StreamKey::Session;
-
-fn payload() -> Bytes {
-    // A 256-byte JSON-RPC notification.
-    let base =
-        r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":""#;
-    let pad = 256 - base.len() - 4;
-    Bytes::from(format!("{base}{}\"}}}}", "x".repeat(pad)))
-}
-
-fn retention() -> Retention {
-    Retention {
-        max_events: 1_000_000,
-        max_age: Duration::from_secs(3600),
-    }
-}
-
-fn pct(v: &mut [Duration], p: f64) -> f64 {
-    v.sort();
-    v[((v.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1000.0
-}
 
 fn now_ns() -> u128 {
     SystemTime::now()
@@ -142,11 +126,7 @@ fn main() {
     // `append` or `delivery`.
     let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let run = |part: &str| only.as_deref().is_none_or(|o| o == part);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = mcp_resume_testkit::rt();
     let redis = mcp_resume_testkit::RedisServer::start();
     let url = redis.url.clone();
     rt.block_on(async {

@@ -7,25 +7,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
-use crate::subscription::{EndCell, EndReason};
+use crate::subscription::{EndReason, Feed};
 use crate::{Bounds, Event, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription};
-
-struct Sub {
-    tx: mpsc::Sender<Event>,
-    end: EndCell,
-}
-
-impl Sub {
-    fn end(self, why: EndReason) {
-        let _ = self.end.set(why);
-    }
-}
 
 /// One stream's visible state.
 pub(crate) struct StreamState {
@@ -33,7 +21,7 @@ pub(crate) struct StreamState {
     pub floor: Seq,
     /// Contiguous, ending at `head` when not empty.
     pub cache: VecDeque<Event>,
-    subs: Vec<Sub>,
+    subs: Vec<Feed>,
 }
 
 impl StreamState {
@@ -145,14 +133,7 @@ impl SessionState {
         for ev in events {
             debug_assert_eq!(ev.seq, s.head + 1, "publish out of order");
             s.head = ev.seq;
-            s.subs.retain(|sub| match sub.tx.try_send(ev.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    let _ = sub.end.set(EndReason::Lagged);
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
+            s.subs.retain(|sub| sub.offer(&ev));
             s.cache.push_back(ev);
         }
         s.floor = floor.max(s.floor);
@@ -288,13 +269,9 @@ impl Hub {
     pub fn subscribe(&self, id: &str, key: StreamKey) -> Result<(Bounds, Subscription), LogError> {
         self.with_live(id, |st| {
             let s = st.stream_mut(id, key)?;
-            let (tx, rx) = mpsc::channel(self.sub_capacity);
-            let end: EndCell = Arc::new(OnceLock::new());
-            s.subs.push(Sub {
-                tx,
-                end: end.clone(),
-            });
-            Ok((s.bounds(), Subscription::new(rx, end, s.head)))
+            let (feed, sub) = Feed::pair(self.sub_capacity, s.head);
+            s.subs.push(feed);
+            Ok((s.bounds(), sub))
         })
     }
 

@@ -16,9 +16,54 @@ pub(crate) enum EndReason {
     Unavailable,
 }
 
-/// Shared between the hub's sender and the subscription: set once, before
-/// the sender is dropped, so the receiver can tell a lag from an end.
-pub(crate) type EndCell = Arc<OnceLock<EndReason>>;
+/// Shared between the feed and the subscription: set once, before the
+/// sender is dropped, so the receiver can tell a lag from an end.
+type EndCell = Arc<OnceLock<EndReason>>;
+
+/// The backend's half of a [`Subscription`]: every backend feeds its
+/// subscribers the same way, and a full one ends lagged, never skipped.
+pub(crate) struct Feed {
+    tx: mpsc::Sender<Event>,
+    end: EndCell,
+}
+
+impl Feed {
+    /// A subscription whose commit point is `cursor`, and the feed that fills it.
+    pub fn pair(capacity: usize, cursor: Seq) -> (Feed, Subscription) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let end: EndCell = Arc::new(OnceLock::new());
+        (
+            Feed {
+                tx,
+                end: end.clone(),
+            },
+            Subscription::new(rx, end, cursor),
+        )
+    }
+
+    /// Hands one event on; `false` once this subscriber is done: it went
+    /// away, or its buffer is full and it now ends with [`LogError::Lagged`].
+    pub fn offer(&self, ev: &Event) -> bool {
+        match self.tx.try_send(ev.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let _ = self.end.set(EndReason::Lagged);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    /// Whether the subscription was dropped.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Ends the subscription for `why` (after what it has buffered).
+    pub fn end(self, why: EndReason) {
+        let _ = self.end.set(why);
+    }
+}
 
 /// Every committed event after the commit point, in order, until it ends.
 ///
@@ -32,7 +77,7 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    pub(crate) fn new(rx: mpsc::Receiver<Event>, end: EndCell, last: Seq) -> Self {
+    fn new(rx: mpsc::Receiver<Event>, end: EndCell, last: Seq) -> Self {
         Self { rx, end, last }
     }
 

@@ -8,16 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{backends, msg};
 use mcp_resume_log::{Log, LogError, Retention, StreamKey};
+use mcp_resume_testkit::rt;
 
 const S: StreamKey = StreamKey::Session;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 #[test]
 fn append_read_bounds() {

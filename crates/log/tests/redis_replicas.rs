@@ -9,16 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{msg, RedisServer};
 use mcp_resume_log::{Log, LogError, RedisLog, Retention, StreamKey};
+use mcp_resume_testkit::rt;
 
 const S: StreamKey = StreamKey::Session;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 fn replica_of(primary: &RedisServer) -> RedisServer {
     let (h, p) = primary.host_port();

@@ -26,12 +26,7 @@ async fn clients(url: &str) -> usize {
 #[test]
 fn three_hundred_readers_share_a_handful_of_connections() {
     let redis = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    mcp_resume_testkit::rt().block_on(async {
         let writer = RedisLog::connect(&redis.url, Retention::default(), 0)
             .await
             .unwrap();

@@ -269,14 +269,7 @@ async fn cursors_that_cannot_be_honoured_are_409_and_malformed_ones_400() {
     let s = TestServer::start(ServerConfig::default()).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 3).await;
-    let get = |cursor: &str| {
-        reqwest::Client::new()
-            .get(&s.url)
-            .header("mcp-session-id", &sid)
-            .header("accept", "text/event-stream")
-            .header("last-event-id", cursor)
-            .send()
-    };
+    let get = |cursor: &str| s.session_stream(&sid, Some(cursor)).send();
     let r = get("9").await.unwrap();
     assert_eq!(r.status(), 409);
     let v = body(r).await;
@@ -309,14 +302,7 @@ async fn truncated_cursor_is_409() {
     let s = TestServer::start_with(log, ServerConfig::default()).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 20).await;
-    let r = reqwest::Client::new()
-        .get(&s.url)
-        .header("mcp-session-id", &sid)
-        .header("accept", "text/event-stream")
-        .header("last-event-id", "3")
-        .send()
-        .await
-        .unwrap();
+    let r = s.session_stream(&sid, Some("3")).send().await.unwrap();
     assert_eq!(r.status(), 409);
     let v = body(r).await;
     assert_eq!(v["reason"], "truncated");

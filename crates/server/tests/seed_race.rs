@@ -21,23 +21,10 @@ const EVENTS: u64 = 40;
 /// One iteration; returns (events the sibling saw, events the upgraded reader saw).
 async fn iteration(s: &TestServer, split: u64, safe: bool) -> (Vec<u64>, Vec<u64>) {
     let sid = s.init().await;
-    let sibling_resp = reqwest::Client::new()
-        .get(&s.url)
-        .header("mcp-session-id", &sid)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let sibling_resp = s.session_stream(&sid, None).send().await.unwrap();
     let sibling = tokio::spawn(read_sse(sibling_resp, EVENTS as usize, 3000));
     // The reader starts over SSE from 0 ...
-    let resp = reqwest::Client::new()
-        .get(&s.url)
-        .header("mcp-session-id", &sid)
-        .header("accept", "text/event-stream")
-        .header("last-event-id", "0")
-        .send()
-        .await
-        .unwrap();
+    let resp = s.session_stream(&sid, Some("0")).send().await.unwrap();
     // The first half is committed before the reader stops reading SSE.
     s.emit_and_wait(&sid, EVENTS / 2).await;
     let mut parser = mcp_resume_client::sse::SseParser::new();

@@ -8,23 +8,12 @@ use common::{read_sse, seqs, TestServer};
 use mcp_resume_server::ServerConfig;
 use serde_json::json;
 
-fn get(s: &TestServer, sid: &str, cursor: Option<&str>) -> reqwest::RequestBuilder {
-    let mut rb = reqwest::Client::new()
-        .get(&s.url)
-        .header("mcp-session-id", sid)
-        .header("accept", "text/event-stream");
-    if let Some(c) = cursor {
-        rb = rb.header("last-event-id", c);
-    }
-    rb
-}
-
 #[tokio::test]
 async fn priming_event_then_replay_then_live_with_headers() {
     let s = TestServer::start(ServerConfig::default()).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 5).await;
-    let resp = get(&s, &sid, Some("2")).send().await.unwrap();
+    let resp = s.session_stream(&sid, Some("2")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     assert_eq!(resp.headers()["cache-control"], "no-cache");
@@ -51,10 +40,15 @@ async fn no_cursor_starts_at_the_floor_and_zero_is_checked() {
     let s = TestServer::start(ServerConfig::default()).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 3).await;
-    let events = read_sse(get(&s, &sid, None).send().await.unwrap(), 3, 2000).await;
+    let events = read_sse(s.session_stream(&sid, None).send().await.unwrap(), 3, 2000).await;
     assert_eq!(events[0].id.as_deref(), Some("0"));
     assert_eq!(seqs(&events), vec![1, 2, 3]);
-    let events = read_sse(get(&s, &sid, Some("0")).send().await.unwrap(), 3, 2000).await;
+    let events = read_sse(
+        s.session_stream(&sid, Some("0")).send().await.unwrap(),
+        3,
+        2000,
+    )
+    .await;
     assert_eq!(seqs(&events), vec![1, 2, 3]);
     // The events path with the query parameter, for EventSource.
     let r = reqwest::Client::new()
@@ -76,7 +70,8 @@ async fn many_readers_each_from_their_own_cursor_see_no_gap_at_the_seam() {
         .await;
     let mut readers = Vec::new();
     for k in 0..8u64 {
-        let resp = get(&s, &sid, Some(&(k * 6).to_string()))
+        let resp = s
+            .session_stream(&sid, Some(&(k * 6).to_string()))
             .send()
             .await
             .unwrap();
@@ -104,7 +99,7 @@ async fn keepalive_comments_flow_in_silence() {
     })
     .await;
     let sid = s.init().await;
-    let resp = get(&s, &sid, None).send().await.unwrap();
+    let resp = s.session_stream(&sid, None).send().await.unwrap();
     let mut body = resp.bytes_stream();
     use futures_util::StreamExt;
     let mut text = String::new();
@@ -134,7 +129,7 @@ async fn request_stream_resumes_with_last_event_id_r_n() {
     let ids: Vec<_> = first.iter().filter_map(|e| e.id.clone()).collect();
     assert_eq!(ids, vec!["1/0", "1/1", "1/2"]);
     // The work goes on; resume from 1/2.
-    let resp = get(&s, &sid, Some("1/2")).send().await.unwrap();
+    let resp = s.session_stream(&sid, Some("1/2")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let rest = read_sse(resp, 5, 3000).await;
     let ids: Vec<_> = rest
@@ -151,7 +146,11 @@ async fn request_stream_resumes_with_last_event_id_r_n() {
     assert_eq!(p["params"]["total"], 6);
     // A request stream that does not exist.
     assert_eq!(
-        get(&s, &sid, Some("7/0")).send().await.unwrap().status(),
+        s.session_stream(&sid, Some("7/0"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
         400
     );
 }
@@ -160,7 +159,7 @@ async fn request_stream_resumes_with_last_event_id_r_n() {
 async fn tools_list_changed_reaches_the_session_stream() {
     let s = TestServer::start(ServerConfig::default()).await;
     let sid = s.init().await;
-    let resp = get(&s, &sid, None).send().await.unwrap();
+    let resp = s.session_stream(&sid, None).send().await.unwrap();
     let reader = tokio::spawn(read_sse(resp, 2, 3000));
     tokio::time::sleep(Duration::from_millis(50)).await;
     s.call(&sid, "register_tool", json!({"name": "extra"}))
@@ -207,7 +206,7 @@ async fn tools_list_changed_reaches_the_session_stream() {
 async fn shutdown_ends_sse_streams() {
     let s = TestServer::start(ServerConfig::default()).await;
     let sid = s.init().await;
-    let resp = get(&s, &sid, None).send().await.unwrap();
+    let resp = s.session_stream(&sid, None).send().await.unwrap();
     let reader = tokio::spawn(read_sse(resp, 100, 5000));
     tokio::time::sleep(Duration::from_millis(50)).await;
     let started = std::time::Instant::now();

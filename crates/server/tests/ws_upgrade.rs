@@ -78,14 +78,7 @@ async fn row2_missing_subprotocol_or_wrong_version_is_426_and_changes_nothing() 
     assert_eq!(r.status(), 426);
     assert_eq!(r.headers()["sec-websocket-version"], "13");
     // The seed's second observation: an SSE resume from the same cursor still works.
-    let resp = reqwest::Client::new()
-        .get(&s.url)
-        .header("mcp-session-id", &sid)
-        .header("accept", "text/event-stream")
-        .header("last-event-id", "2")
-        .send()
-        .await
-        .unwrap();
+    let resp = s.session_stream(&sid, Some("2")).send().await.unwrap();
     assert_eq!(
         common::seqs(&common::read_sse(resp, 2, 2000).await),
         vec![3, 4]

@@ -1,6 +1,6 @@
 //! What the tests and benchmarks of every crate share, so there is one way
 //! to do it: a `redis-server` of their own on a free loopback port, never
-//! one they did not start and check.
+//! one they did not start and check, and the runtime they drive it from.
 
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
@@ -87,4 +87,14 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The runtime tests and benchmarks run on: multi-threaded, two workers (this
+/// machine's cores), so tasks really run side by side.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
 }

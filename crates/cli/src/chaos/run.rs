@@ -378,7 +378,7 @@ async fn iteration(
         tokio::spawn(async move { ground_truth(&http, &url, &sid).await })
     };
     let e1 = rng.range(5, 30);
-    let client = McpClient::new(&pick(&mut rng)).with_session(&sid);
+    let client = McpClient::new(pick(&mut rng)).with_session(&sid);
     // Another iteration may be restarting the server: retry like initialize
     // (a retried emit that had gone through only adds events; the log is the truth).
     let mut tries = 0;
@@ -510,7 +510,7 @@ async fn iteration(
     let silent = if ok && reader.loud.is_empty() {
         truth_map
             .keys()
-            .filter(|s| **s > prior as u64 && !seen.contains(*s))
+            .filter(|s| **s > prior && !seen.contains(*s))
             .count() as u64
     } else {
         0

@@ -111,16 +111,7 @@ pub fn root() -> PathBuf {
 }
 
 #[allow(unused_imports)]
-pub use mcp_resume_testkit::RedisServer;
-
-/// A small multi-threaded runtime for a test.
-pub fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+pub use mcp_resume_testkit::{rt, RedisServer};
 
 /// Reads until the reader's cursor reaches `until`; returns every seq it produced.
 pub async fn read_until(reader: &mut mcp_resume_client::SessionReader, until: u64) -> Vec<u64> {

@@ -13,14 +13,13 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
-use tokio::sync::mpsc;
 
 use super::reply;
-use crate::subscription::{EndCell, EndReason};
+use crate::subscription::{EndReason, Feed};
 use crate::{Event, Seq, Subscription};
 
 /// Shards per instance: each is one blocking connection when in use.
@@ -35,16 +34,9 @@ const WAKE_TTL_MS: u64 = 600_000;
 const END_CHECK: Duration = Duration::from_secs(1);
 
 struct Sub {
-    tx: mpsc::Sender<Event>,
-    end: EndCell,
+    feed: Feed,
     /// The last seq this subscriber has (or needs not get).
     after: Seq,
-}
-
-impl Sub {
-    fn end(self, why: EndReason) {
-        let _ = self.end.set(why);
-    }
 }
 
 /// One followed stream.
@@ -79,17 +71,8 @@ impl Fanout {
                 if ev.seq <= s.after {
                     return true;
                 }
-                match s.tx.try_send(ev.clone()) {
-                    Ok(()) => {
-                        s.after = ev.seq;
-                        true
-                    }
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        let _ = s.end.set(EndReason::Lagged);
-                        false
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => false,
-                }
+                s.after = ev.seq;
+                s.feed.offer(&ev)
             });
         }
         true
@@ -97,7 +80,7 @@ impl Fanout {
 
     fn end_all(&mut self, why: EndReason) {
         for s in self.subs.drain(..) {
-            s.end(why);
+            s.feed.end(why);
         }
     }
 }
@@ -166,9 +149,7 @@ impl Tails {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         session.hash(&mut h);
         let shard = &self.shards[h.finish() as usize % self.shards.len()];
-        let (tx, rx) = mpsc::channel(shard.capacity);
-        let end: EndCell = Arc::new(OnceLock::new());
-        let (c, start, new_stream) = {
+        let (c, start, new_stream, sub) = {
             let mut st = shard.lock();
             let new_stream = !st.streams.contains_key(&key);
             let f = st.streams.entry(key).or_insert_with(|| Fanout {
@@ -178,21 +159,18 @@ impl Tails {
                 subs: Vec::new(),
             });
             let c = head.max(f.last);
-            f.subs.push(Sub {
-                tx,
-                end: end.clone(),
-                after: c,
-            });
+            let (feed, sub) = Feed::pair(shard.capacity, c);
+            f.subs.push(Sub { feed, after: c });
             let start = !st.running;
             st.running = true;
-            (c, start, new_stream)
+            (c, start, new_stream, sub)
         };
         if start {
             tokio::spawn(shard.clone().run());
         } else if new_stream {
             shard.wake().await;
         }
-        (c, Subscription::new(rx, end, c))
+        (c, sub)
     }
 }
 
@@ -257,7 +235,7 @@ impl Shard {
                     return self.end_everything(EndReason::Closed);
                 }
                 st.streams.retain(|_, f| {
-                    f.subs.retain(|s| !s.tx.is_closed());
+                    f.subs.retain(|s| !s.feed.is_closed());
                     !f.subs.is_empty()
                 });
                 if st.streams.is_empty() {

@@ -65,6 +65,18 @@ impl TestServer {
         format!("{}/session/{sid}/events", self.url)
     }
 
+    /// `GET` of the session stream over SSE, from `cursor` (`Last-Event-ID`) if given.
+    pub fn session_stream(&self, sid: &str, cursor: Option<&str>) -> reqwest::RequestBuilder {
+        let mut rb = reqwest::Client::new()
+            .get(&self.url)
+            .header("mcp-session-id", sid)
+            .header("accept", "text/event-stream");
+        if let Some(c) = cursor {
+            rb = rb.header("last-event-id", c);
+        }
+        rb
+    }
+
     pub fn ws_url(&self, sid: &str) -> String {
         self.events_url(sid).replacen("http", "ws", 1)
     }
