@@ -16,7 +16,14 @@ use mcp_resume_server::{demo::demo_tools, McpServer, ServerConfig};
 mcp-resume serve                                  # 127.0.0.1:8080, durable log in the data dir\n  \
 mcp-resume serve --listen 127.0.0.1:0             # a free port; prints `listening on http://ADDR/mcp`\n  \
 mcp-resume serve --store memory                   # nothing survives a restart\n  \
-mcp-resume serve --store disk:/var/lib/mcp/log --bearer-token s3cret")]
+mcp-resume serve --store disk:/var/lib/mcp/log --bearer-token s3cret\n  \
+mcp-resume serve --metrics-listen 127.0.0.1:9090  # /metrics, /healthz, /readyz on their own port\n\n\
+Demo tools served to every session:\n  \
+echo {text}                      returns the text\n  \
+emit {count, interval_ms}        appends `count` notifications/message to the session stream, in the background\n  \
+register_tool / unregister_tool {name}   change this session's tool list (notifications/tools/list_changed)\n  \
+progress {steps, interval_ms}    answers as a resumable request stream of notifications/progress, then the result\n\n\
+Operations: GET /metrics (Prometheus), /healthz (the process answers), /readyz (the log answers; 503 otherwise).")]
 pub struct ServeArgs {
     /// Address to listen on. Port 0 picks a free port; the real address is printed.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -88,6 +95,22 @@ pub struct ServeArgs {
     /// Refuse WebSocket upgrades with 426 (clients stay on SSE, losing nothing).
     #[arg(long)]
     no_websocket: bool,
+
+    /// Serve /metrics, /healthz and /readyz on this address instead of the main listener.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+
+    /// Most tools one session may add with register_tool.
+    #[arg(long, default_value_t = 256)]
+    max_session_tools: usize,
+
+    /// Most background tasks (emit) one session may run at once.
+    #[arg(long, default_value_t = 16)]
+    max_background_per_session: usize,
+
+    /// Seconds shutdown waits for running calls and streams before it cuts them off.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace_secs: u64,
 
     /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
     /// echo, the replay and the gate (PROTOCOL.md 9). Events committed during the
@@ -206,6 +229,10 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         websocket: !args.no_websocket,
         max_sessions: args.max_sessions,
         max_request_streams: args.max_request_streams,
+        max_session_tools: args.max_session_tools,
+        max_background_per_session: args.max_background_per_session.max(1),
+        metrics_on_main: args.metrics_listen.is_none(),
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         ..ServerConfig::default()
     };
     if args.unsafe_legacy_upgrade {
@@ -220,6 +247,18 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let server = McpServer::new(log, demo_tools(), config);
+    if let Some(ops) = args.metrics_listen {
+        let listener = tokio::net::TcpListener::bind(ops)
+            .await
+            .map_err(|e| format!("cannot listen on {ops} (--metrics-listen): {e}"))?;
+        let app = server.ops_router();
+        tracing::info!(addr = %ops, "metrics on /metrics, probes on /healthz and /readyz");
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on http://{addr}{}", args.base_path);

@@ -35,6 +35,15 @@ pub struct ServerConfig {
     pub websocket: bool,
     /// PROTOCOL.md 9: reproduce the unsafe upgrade on purpose.
     pub unsafe_legacy_upgrade: bool,
+    /// Tools one session may register with `register_tool`.
+    pub max_session_tools: usize,
+    /// Background tasks (for example `emit`) one session may run at once.
+    pub max_background_per_session: usize,
+    /// Serve `/metrics`, `/healthz` and `/readyz` from [`crate::McpServer::router`]
+    /// (off when they have a listener of their own).
+    pub metrics_on_main: bool,
+    /// How long shutdown waits for running handlers and streams to finish.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +64,10 @@ impl Default for ServerConfig {
             maintenance_interval: Duration::from_secs(30),
             websocket: true,
             unsafe_legacy_upgrade: false,
+            max_session_tools: 256,
+            max_background_per_session: 16,
+            metrics_on_main: true,
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }

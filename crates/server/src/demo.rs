@@ -70,7 +70,7 @@ pub fn demo_tools() -> ToolRegistry {
                             tokio::time::sleep(Duration::from_millis(interval)).await;
                         }
                     }
-                });
+                })?;
                 Ok(text_result(format!("emitting {count} notifications")))
             },
         )

@@ -2,6 +2,7 @@
 //! `P`, and the session stream on `P/session/{id}/events`.
 
 use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -27,7 +28,8 @@ pub(crate) fn guard(
     state: &AppState,
     headers: &HeaderMap,
     token_in_subprotocol: bool,
-) -> Result<(), ApiError> {
+) -> Result<Principal, ApiError> {
+    let mut principal = None;
     if let Some(want) = &state.config.bearer_token {
         let bearer = headers
             .get(header::AUTHORIZATION)
@@ -41,10 +43,11 @@ pub(crate) fn guard(
         if !(bearer || offered) {
             return Err(ApiError::Unauthorized);
         }
+        principal = Some("bearer".to_owned());
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
-        if !origin_allowed(state, origin) {
+        if !origin_allowed(&state.config, origin) {
             return Err(ApiError::Forbidden(origin.to_owned()));
         }
     }
@@ -57,19 +60,18 @@ pub(crate) fn guard(
             ));
         }
     }
-    Ok(())
+    Ok(principal)
 }
 
-fn origin_allowed(state: &AppState, origin: &str) -> bool {
-    if state
-        .config
+pub(crate) fn origin_allowed(config: &crate::ServerConfig, origin: &str) -> bool {
+    if config
         .allowed_origins
         .iter()
         .any(|o| o == "*" || o == origin)
     {
         return true;
     }
-    if !state.config.allow_loopback_origins {
+    if !config.allow_loopback_origins {
         return false;
     }
     let Some(rest) = origin
@@ -126,18 +128,60 @@ fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
                 ApiError::bad("invalid-session-id", "Mcp-Session-Id must be visible ASCII")
             })?;
             if !valid_session_id(id) {
-                return Err(ApiError::bad(
-                    "invalid-session-id",
-                    "Mcp-Session-Id must be visible ASCII",
-                ));
+                return Err(ApiError::NoSession(id.to_owned()));
             }
             Ok(Some(id.to_owned()))
         }
     }
 }
 
-async fn live_session(state: &AppState, id: &str) -> Result<(), ApiError> {
-    state.log.touch(id).await.map_err(ApiError::from)
+/// Who is calling: the principal the guard authenticated (none when the
+/// server asks for no credentials).
+pub(crate) type Principal = Option<String>;
+
+/// The session `id`, live, touched, and fit for this request: created by the
+/// same principal (any other gets 404, as if it did not exist) and, when the
+/// request names an `MCP-Protocol-Version`, on that revision (400 otherwise).
+/// Reads the session's record only when something needs checking against it.
+pub(crate) async fn live_session(
+    state: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+    principal: &Principal,
+    need_record: bool,
+) -> Result<Option<SessionRecord>, ApiError> {
+    state.log.touch(id).await?;
+    let version = headers
+        .get(h::MCP_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok());
+    if !need_record && version.is_none() && principal.is_none() {
+        return Ok(None);
+    }
+    let rec = state.record(id).await?;
+    if rec.principal != *principal {
+        return Err(ApiError::NoSession(id.to_owned()));
+    }
+    if let Some(v) = version {
+        if v != rec.protocol_version {
+            return Err(ApiError::bad(
+                "protocol-version-mismatch",
+                format!(
+                    "MCP-Protocol-Version {v:?} differs from the session's negotiated {:?}",
+                    rec.protocol_version
+                ),
+            ));
+        }
+    }
+    Ok(Some(rec))
+}
+
+/// The `last_event_id` query, parsed after the guard so that an anonymous
+/// caller learns nothing, and refused with the JSON body of every other error.
+pub(crate) fn query(
+    q: Result<Query<CursorQuery>, QueryRejection>,
+) -> Result<CursorQuery, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad("invalid-query", e.body_text()))
 }
 
 /// The cursor from `Last-Event-ID` or `last_event_id`, parsed once.
@@ -170,7 +214,7 @@ pub async fn post(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    guard(&state, &headers, false)?;
+    let principal = guard(&state, &headers, false)?;
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -206,7 +250,7 @@ pub async fn post(
     };
     let session = session_header(&headers)?;
     if let Value::Array(items) = &value {
-        return batch(&state, session, items).await;
+        return batch(&state, session, &headers, &principal, items).await;
     }
     let msg = match Incoming::classify(&value) {
         Ok(m) => m,
@@ -220,7 +264,7 @@ pub async fn post(
     };
     if let Incoming::Request { id, method, params } = &msg {
         if method == "initialize" {
-            return initialize(&state, session, id, params).await;
+            return initialize(&state, session, principal, acc.json, id, params).await;
         }
     }
     let Some(session) = session else {
@@ -229,7 +273,7 @@ pub async fn post(
             "Mcp-Session-Id is required for every request but initialize",
         ));
     };
-    live_session(&state, &session).await?;
+    live_session(&state, &session, &headers, &principal, false).await?;
     match msg {
         Incoming::Request { id, method, params } => {
             let streaming = method == "tools/call"
@@ -260,6 +304,8 @@ pub async fn post(
 async fn initialize(
     state: &AppState,
     session: Option<String>,
+    principal: Principal,
+    json: bool,
     id: &Value,
     params: &Value,
 ) -> Result<Response, ApiError> {
@@ -281,9 +327,13 @@ async fn initialize(
     let record = SessionRecord {
         protocol_version: version.to_owned(),
         dynamic_tools: Vec::new(),
+        principal,
     };
     state.log.create_session(&sid, record.encode()).await?;
-    let mut resp = axum::Json(jsonrpc::result(id, mcp::initialize_result(version))).into_response();
+    let mut resp = answer(
+        json,
+        &[jsonrpc::result(id, mcp::initialize_result(version))],
+    );
     resp.headers_mut().insert(
         h::MCP_SESSION_ID,
         HeaderValue::from_str(&sid).map_err(|e| ApiError::Internal(e.to_string()))?,
@@ -312,8 +362,23 @@ async fn request_stream(
     let (bounds, sub) = state.log.subscribe(&session, stream).await?;
     let worker = state.clone();
     let sid = session.clone();
-    tokio::spawn(async move {
-        let reply = mcp::handle_request(&worker, &sid, stream, &id, &method, &params).await;
+    state.spawn(async move {
+        // The handler runs in a task of its own so that a panic in it still
+        // ends the call with an error response instead of leaving the stream open.
+        let handler = {
+            let (worker, sid, id, method, params) =
+                (worker.clone(), sid.clone(), id.clone(), method, params);
+            tokio::spawn(async move {
+                mcp::handle_request(&worker, &sid, stream, &id, &method, &params).await
+            })
+        };
+        let reply = match handler.await {
+            Ok(reply) => reply,
+            Err(e) => {
+                tracing::error!(session = %sid, stream = r, error = %e, "a handler failed without answering");
+                jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried")
+            }
+        };
         if let Err(e) = worker.append(&sid, stream, &reply).await {
             tracing::warn!(session = %sid, stream = r, error = %e, "could not commit a response");
         }
@@ -324,6 +389,8 @@ async fn request_stream(
 async fn batch(
     state: &AppState,
     session: Option<String>,
+    headers: &HeaderMap,
+    principal: &Principal,
     items: &[Value],
 ) -> Result<Response, ApiError> {
     if items.is_empty() {
@@ -339,7 +406,15 @@ async fn batch(
             "Mcp-Session-Id is required for every request but initialize",
         ));
     };
-    live_session(state, &session).await?;
+    let rec = live_session(state, &session, headers, principal, true).await?;
+    let version = rec.map(|r| r.protocol_version).unwrap_or_default();
+    if version != crate::session::BATCH_REVISION {
+        return Ok(jsonrpc_error(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::INVALID_REQUEST,
+            format!("JSON-RPC batches were removed in MCP 2025-06-18; this session speaks {version}: send one message per POST"),
+        ));
+    }
     let mut replies = Vec::new();
     for item in items {
         match Incoming::classify(item) {
@@ -353,18 +428,49 @@ async fn batch(
     }
     if replies.is_empty() {
         Ok(StatusCode::ACCEPTED.into_response())
-    } else {
+    } else if accepts(headers).json {
         Ok(axum::Json(Value::Array(replies)).into_response())
+    } else {
+        Ok(answer(false, &replies))
     }
+}
+
+/// Responses that need no log (answered at once, nothing to resume): as
+/// `application/json` when the client accepts it (`json`), else as an SSE body
+/// of one event per response, for a client whose `Accept` allows only
+/// `text/event-stream`.
+fn answer(json: bool, replies: &[Value]) -> Response {
+    if json {
+        return match replies {
+            [one] => axum::Json(one).into_response(),
+            many => axum::Json(many).into_response(),
+        };
+    }
+    let mut body = bytes::BytesMut::new();
+    for r in replies {
+        sse::encode_unnumbered(&mut body, &serde_json::to_vec(r).unwrap_or_default());
+    }
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        body.freeze(),
+    )
+        .into_response()
 }
 
 /// `GET P`: the session stream over SSE, or a request stream with `Last-Event-ID: R/n`.
 pub async fn get(
     State(state): State<AppState>,
-    Query(q): Query<CursorQuery>,
+    q: Result<Query<CursorQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    guard(&state, &headers, false)?;
+    let principal = guard(&state, &headers, false)?;
+    let q = query(q)?;
     if !accepts(&headers).sse {
         return Err(ApiError::NotAcceptable(
             "GET needs Accept: text/event-stream".into(),
@@ -376,7 +482,7 @@ pub async fn get(
             "GET needs Mcp-Session-Id",
         ));
     };
-    live_session(&state, &session).await?;
+    live_session(&state, &session, &headers, &principal, false).await?;
     match cursor(&headers, &q)? {
         Some(EventId::Request { stream, seq }) => {
             open_reader(state, session, StreamKey::Request(stream), Some(seq)).await
@@ -413,13 +519,14 @@ pub async fn delete(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    guard(&state, &headers, false)?;
+    let principal = guard(&state, &headers, false)?;
     let Some(session) = session_header(&headers)? else {
         return Err(ApiError::bad(
             "missing-session-id",
             "DELETE needs Mcp-Session-Id",
         ));
     };
+    live_session(&state, &session, &headers, &principal, false).await?;
     match state.log.end_session(&session).await {
         Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
         Err(LogError::NoSession(id)) => Err(ApiError::NoSession(id)),
@@ -431,12 +538,16 @@ pub async fn delete(
 pub async fn session_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    Query(q): Query<CursorQuery>,
+    q: Result<Query<CursorQuery>, QueryRejection>,
     req: Request,
 ) -> Result<Response, ApiError> {
     let (mut parts, _) = req.into_parts();
     let upgrade = parts.headers.contains_key(header::UPGRADE);
-    guard(&state, &parts.headers, upgrade)?;
+    let principal = guard(&state, &parts.headers, upgrade)?;
+    let q = query(q)?;
+    if !valid_session_id(&id) {
+        return Err(ApiError::NoSession(id));
+    }
     if let Some(hdr) = session_header(&parts.headers)? {
         if hdr != id {
             return Err(ApiError::bad(
@@ -446,7 +557,7 @@ pub async fn session_events(
         }
     }
     if upgrade {
-        return ws::upgrade(state, id, &q, &mut parts).await;
+        return ws::upgrade(state, id, &q, principal, &mut parts).await;
     }
     if !accepts(&parts.headers).sse {
         return Err(ApiError::NotAcceptable(
@@ -454,7 +565,7 @@ pub async fn session_events(
         ));
     }
     let prior = session_cursor(&parts.headers, &q)?;
-    live_session(&state, &id).await?;
+    live_session(&state, &id, &parts.headers, &principal, false).await?;
     open_reader(state, id, StreamKey::Session, prior).await
 }
 

@@ -23,15 +23,18 @@
 //! ```
 
 mod config;
+mod cors;
 pub mod demo;
 mod error;
 pub mod http;
 mod jsonrpc;
 mod mcp;
+mod metrics;
 mod session;
 pub mod sse;
 mod state;
 pub mod tools;
+mod trace;
 pub mod ws;
 
 use std::future::Future;
@@ -63,6 +66,9 @@ impl McpServer {
             config: Arc::new(config),
             shutdown,
             record_lock: Arc::new(Mutex::new(())),
+            tasks: tokio_util::task::TaskTracker::new(),
+            background: Default::default(),
+            metrics: Default::default(),
         };
         Self { state, stop }
     }
@@ -72,21 +78,61 @@ impl McpServer {
         &self.state
     }
 
-    /// The routes under the base path, ready to merge into an application.
+    /// The routes under the base path, ready to merge into an application:
+    /// the MCP endpoint with CORS for the allowed origins, and, unless
+    /// [`ServerConfig::metrics_on_main`] is off, `/metrics`, `/healthz` and
+    /// `/readyz`.
     pub fn router(&self) -> Router {
         let p = self.state.config.base_path.clone();
-        Router::new()
+        let mcp = Router::new()
             .route(&p, get(http::get).post(http::post).delete(http::delete))
             .route(
                 &format!("{p}/session/{{id}}/events"),
                 get(http::session_events),
             )
+            .layer(axum::middleware::from_fn_with_state(
+                self.state.clone(),
+                metrics::count_refusals,
+            ))
+            .layer(cors::layer(&self.state))
+            .layer(trace::layer())
+            .with_state(self.state.clone());
+        if self.state.config.metrics_on_main {
+            mcp.merge(self.ops_router())
+        } else {
+            mcp
+        }
+    }
+
+    /// `/metrics`, `/healthz` and `/readyz`, to serve on their own listener
+    /// (`serve --metrics-listen`) or merge anywhere.
+    pub fn ops_router(&self) -> Router {
+        Router::new()
+            .route("/metrics", get(metrics::scrape))
+            .route("/healthz", get(metrics::healthz))
+            .route("/readyz", get(metrics::readyz))
             .with_state(self.state.clone())
     }
 
     /// Tells every stream to end and every socket to close with 1001.
     pub fn shutdown(&self) {
         let _ = self.stop.send(true);
+    }
+
+    /// Waits, at most [`ServerConfig::shutdown_grace`], for every task the
+    /// server spawned (handlers, readers, sockets sending their 1001,
+    /// background work) to finish; says how many were cut off.
+    pub async fn drain(&self) {
+        let tasks = &self.state.tasks;
+        tasks.close();
+        let grace = self.state.config.shutdown_grace;
+        if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+            tracing::warn!(
+                running = tasks.len(),
+                ?grace,
+                "shutdown grace over; tasks still running are cut off"
+            );
+        }
     }
 
     /// Runs retention and idle expiry until shutdown.
@@ -139,8 +185,7 @@ impl McpServer {
             .await?;
         self.shutdown();
         maintenance.abort();
-        // Give sockets a moment to send their 1001 before the process goes.
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        self.drain().await;
         self.state
             .log
             .close()

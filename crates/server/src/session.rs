@@ -14,9 +14,11 @@ pub fn new_session_id() -> String {
     s
 }
 
-/// Whether a client-supplied id has the shape of one (PROTOCOL.md 1).
+/// Whether a client-supplied id has the shape this server generates (64
+/// lower-case hex digits). Anything else cannot name a session of ours, so it
+/// never reaches the log or a storage key: the caller answers 404.
 pub fn valid_session_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 256 && id.bytes().all(|b| (0x21..=0x7e).contains(&b))
+    id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// What the server remembers of a session; stored as the log's opaque meta,
@@ -29,7 +31,15 @@ pub struct SessionRecord {
     /// Tools this session registered with `register_tool`.
     #[serde(rename = "dyn", default)]
     pub dynamic_tools: Vec<String>,
+    /// Who created the session (a token's `sub`, or the static bearer
+    /// token's principal); any other principal is told the session does not exist.
+    #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
+
+/// The MCP revision whose sessions may still send JSON-RPC batches (they
+/// were removed in 2025-06-18).
+pub const BATCH_REVISION: &str = "2025-03-26";
 
 impl SessionRecord {
     /// Encodes for the log.

@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 
 use crate::state::AppState;
 
-/// Events replayed per log read.
-const REPLAY_CHUNK: usize = 512;
+/// Events replayed per log read, and the most live events sent in one write.
+pub(crate) const REPLAY_CHUNK: usize = 512;
 
 /// Appends one SSE event to `out`: `id`, optional `event`, `data` split on newlines.
 pub fn encode(out: &mut BytesMut, id: &str, event: Option<&str>, data: &[u8]) {
@@ -24,6 +24,18 @@ pub fn encode(out: &mut BytesMut, id: &str, event: Option<&str>, data: &[u8]) {
         out.put_slice(ev.as_bytes());
         out.put_u8(b'\n');
     }
+    for line in data.split(|b| *b == b'\n') {
+        out.put_slice(b"data: ");
+        out.put_slice(line.strip_suffix(b"\r").unwrap_or(line));
+        out.put_u8(b'\n');
+    }
+    out.put_u8(b'\n');
+}
+
+/// Appends one SSE event with no `id` (a response answered at once, with
+/// nothing in the log to resume from).
+pub(crate) fn encode_unnumbered(out: &mut BytesMut, data: &[u8]) {
+    out.put_slice(b"event: message\n");
     for line in data.split(|b| *b == b'\n') {
         out.put_slice(b"data: ");
         out.put_slice(line.strip_suffix(b"\r").unwrap_or(line));
@@ -82,7 +94,7 @@ pub fn respond(
     sub: Subscription,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
-    tokio::spawn(pump(state.clone(), id, stream, cursor, head, sub, tx));
+    state.spawn(pump(state.clone(), id, stream, cursor, head, sub, tx));
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
@@ -96,6 +108,54 @@ pub fn respond(
     resp
 }
 
+/// Where the pump is in its stream: the last seq sent, checked for contiguity.
+struct Position {
+    stream: StreamKey,
+    last: Seq,
+}
+
+impl Position {
+    /// Encodes `events` if each is exactly the next seq; returns the chunk and
+    /// whether a request stream's final response was among them. A seq that is
+    /// not `last + 1` is a gap (or a repeat) in what the log handed us: the
+    /// stream ends loudly rather than skip.
+    fn encode(&mut self, events: &[Event]) -> Result<(Bytes, bool), String> {
+        let mut out = BytesMut::new();
+        for e in events {
+            if e.seq != self.last + 1 {
+                return Err(format!(
+                    "the log returned {} after {}; resume from {}",
+                    e.seq, self.last, self.last
+                ));
+            }
+            self.last = e.seq;
+            encode(
+                &mut out,
+                &event_id(self.stream, e.seq),
+                Some("message"),
+                &e.message,
+            );
+            if matches!(self.stream, StreamKey::Request(_)) && is_response(&e.message) {
+                return Ok((out.freeze(), true));
+            }
+        }
+        Ok((out.freeze(), false))
+    }
+}
+
+/// Sends one chunk unless the client is gone or the server stops first (a
+/// client that does not read must not hold a pump past shutdown).
+async fn send(
+    tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    chunk: Bytes,
+) -> bool {
+    tokio::select! {
+        sent = tx.send(Ok(chunk)) => sent.is_ok(),
+        _ = crate::state::stopped(shutdown) => false,
+    }
+}
+
 async fn pump(
     state: AppState,
     id: String,
@@ -105,57 +165,61 @@ async fn pump(
     mut sub: Subscription,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
-    let request_stream = matches!(stream, StreamKey::Request(_));
-    let send_events = |events: &[Event]| -> (Bytes, bool) {
-        let mut out = BytesMut::new();
-        let mut done = false;
-        for e in events {
-            encode(
-                &mut out,
-                &event_id(stream, e.seq),
-                Some("message"),
-                &e.message,
-            );
-            if request_stream && is_response(&e.message) {
-                done = true;
-                break;
-            }
-        }
-        (out.freeze(), done)
+    let _reader = state.metrics.reader("sse");
+    let mut shutdown = state.shutdown.clone();
+    let mut pos = Position {
+        stream,
+        last: cursor,
     };
-    if tx
-        .send(Ok(priming(&event_id(stream, cursor), state.config.retry)))
-        .await
-        .is_err()
+    if !send(
+        &tx,
+        &mut shutdown,
+        priming(&event_id(stream, cursor), state.config.retry),
+    )
+    .await
     {
         return;
     }
-    // Replay `cursor+1 ..= head` from the log.
-    let mut after = cursor;
-    while after < head {
-        match state.log.read(&id, stream, after, REPLAY_CHUNK).await {
-            Ok(events) if !events.is_empty() => {
-                let upto: Vec<Event> = events.into_iter().take_while(|e| e.seq <= head).collect();
-                after = upto.last().map(|e| e.seq).unwrap_or(head);
-                let (chunk, done) = send_events(&upto);
-                if tx.send(Ok(chunk)).await.is_err() || done {
+    // Replay `cursor+1 ..= head` from the log; every event up to `head` is
+    // committed, so a short or empty read below it is a fault, never the end.
+    while pos.last < head {
+        let events = match state.log.read(&id, stream, pos.last, REPLAY_CHUNK).await {
+            Ok(events) if !events.is_empty() => events,
+            Ok(_) => {
+                let why = format!(
+                    "the log returned nothing after {} below the head {head}; resume from {}",
+                    pos.last, pos.last
+                );
+                tracing::warn!(session = %id, "{why}");
+                let _ = send(&tx, &mut shutdown, ending("log-gap", &why)).await;
+                return;
+            }
+            Err(e) => {
+                // Trimmed under us (the resume gets its 409) or the log went away.
+                tracing::info!(session = %id, error = %e, "SSE replay ended");
+                let _ = send(&tx, &mut shutdown, ending(log_code(&e), &e.to_string())).await;
+                return;
+            }
+        };
+        let upto: Vec<Event> = events.into_iter().take_while(|e| e.seq <= head).collect();
+        match pos.encode(&upto) {
+            Ok((chunk, done)) => {
+                if !send(&tx, &mut shutdown, chunk).await || done {
                     return;
                 }
             }
-            Ok(_) => break,
-            Err(e) => {
-                // Trimmed under us: end the stream; the client's resume gets the 409.
-                tracing::info!(session = %id, error = %e, "SSE replay ended");
+            Err(why) => {
+                tracing::warn!(session = %id, "{why}");
+                let _ = send(&tx, &mut shutdown, ending("log-gap", &why)).await;
                 return;
             }
         }
     }
-    let mut shutdown = state.shutdown.clone();
     loop {
         let next = tokio::select! {
             ev = sub.next() => ev,
             _ = tokio::time::sleep(state.config.keepalive) => {
-                if tx.send(Ok(Bytes::from_static(b": keepalive\n\n"))).await.is_err() {
+                if !send(&tx, &mut shutdown, Bytes::from_static(b": keepalive\n\n")).await {
                     return;
                 }
                 continue;
@@ -163,38 +227,54 @@ async fn pump(
             _ = crate::state::stopped(&mut shutdown) => return,
             _ = tx.closed() => return,
         };
-        match next {
-            Ok(first) => {
-                let mut batch = vec![first];
-                while batch.len() < REPLAY_CHUNK {
-                    match sub.try_next() {
-                        Some(e) => batch.push(e),
-                        None => break,
-                    }
+        let first = match next {
+            Ok(first) => first,
+            Err(e) => {
+                if let LogError::Lagged { cursor } = e {
+                    tracing::info!(session = %id, cursor, "SSE reader lagged; ending its stream so it resumes");
+                } else {
+                    tracing::info!(session = %id, error = %e, "SSE stream ended by the log");
                 }
-                let (chunk, done) = send_events(&batch);
-                if tx.send(Ok(chunk)).await.is_err() || done {
+                let why = match e {
+                    LogError::Lagged { cursor } => {
+                        format!("reader too far behind; resume from {cursor}")
+                    }
+                    LogError::SessionEnded => "the session ended".into(),
+                    ref other => other.to_string(),
+                };
+                let _ = send(&tx, &mut shutdown, ending(log_code(&e), &why)).await;
+                return;
+            }
+        };
+        let mut batch = vec![first];
+        while batch.len() < REPLAY_CHUNK {
+            match sub.try_next() {
+                Some(e) => batch.push(e),
+                None => break,
+            }
+        }
+        match pos.encode(&batch) {
+            Ok((chunk, done)) => {
+                if !send(&tx, &mut shutdown, chunk).await || done {
                     return;
                 }
             }
-            Err(LogError::Lagged { cursor }) => {
-                tracing::info!(session = %id, cursor, "SSE reader lagged; ending its stream so it resumes");
-                let why = format!("reader too far behind; resume from {cursor}");
-                let _ = tx.send(Ok(ending("reader-lagged", &why))).await;
+            Err(why) => {
+                tracing::warn!(session = %id, "{why}");
+                let _ = send(&tx, &mut shutdown, ending("log-gap", &why)).await;
                 return;
             }
-            Err(e @ LogError::Unavailable(_)) => {
-                tracing::warn!(session = %id, error = %e, "SSE stream ended: log unavailable");
-                let _ = tx.send(Ok(ending("log-unavailable", &e.to_string()))).await;
-                return;
-            }
-            Err(LogError::SessionEnded) => {
-                let _ = tx
-                    .send(Ok(ending("session-ended", "the session ended")))
-                    .await;
-                return;
-            }
-            Err(_) => return,
         }
+    }
+}
+
+/// The code in an ending comment for a log error.
+fn log_code(e: &LogError) -> &'static str {
+    match e {
+        LogError::Lagged { .. } => "reader-lagged",
+        LogError::Unavailable(_) => "log-unavailable",
+        LogError::SessionEnded | LogError::NoSession(_) => "session-ended",
+        LogError::Truncated { .. } => "cursor-truncated",
+        _ => "log-error",
     }
 }

@@ -1,9 +1,14 @@
 //! What every handler shares.
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use mcp_resume_log::{Log, LogError, Seq, StreamKey};
 use tokio::sync::{watch, Mutex};
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::Metrics;
 
 use crate::session::SessionRecord;
 use crate::tools::ToolRegistry;
@@ -23,6 +28,13 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// Serialises read-modify-write of session records (rare: tool registration).
     pub(crate) record_lock: Arc<Mutex<()>>,
+    /// Every task the server spawns (handlers, readers, background work), so
+    /// shutdown can wait for them within a deadline instead of guessing.
+    pub(crate) tasks: TaskTracker,
+    /// Background tasks running per session, for the per-session cap.
+    pub(crate) background: Arc<std::sync::Mutex<HashMap<String, usize>>>,
+    /// What `/metrics` reports.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl AppState {
@@ -34,7 +46,31 @@ impl AppState {
         message: &serde_json::Value,
     ) -> Result<Seq, LogError> {
         let bytes = bytes::Bytes::from(serde_json::to_vec(message).unwrap_or_default());
-        self.log.append(session, stream, vec![bytes]).await
+        self.commit(session, stream, vec![bytes]).await
+    }
+
+    /// Appends JSON-RPC messages already encoded as JSON text to a stream,
+    /// returning once they are committed; every server write goes through here.
+    pub async fn commit(
+        &self,
+        session: &str,
+        stream: StreamKey,
+        messages: Vec<bytes::Bytes>,
+    ) -> Result<Seq, LogError> {
+        let n = messages.len();
+        let started = std::time::Instant::now();
+        let seq = self.log.append(session, stream, messages).await?;
+        self.metrics.committed(n, started.elapsed());
+        Ok(seq)
+    }
+
+    /// Spawns a task the server's shutdown waits for.
+    pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tasks.spawn(task)
     }
 
     /// Reads the server's record of a session.

@@ -162,8 +162,7 @@ impl ToolContext {
             .collect();
         Ok(self
             .state
-            .log
-            .append(&self.session, StreamKey::Session, msgs)
+            .commit(&self.session, StreamKey::Session, msgs)
             .await?)
     }
 
@@ -176,8 +175,7 @@ impl ToolContext {
     ) -> Result<Seq, ToolError> {
         Ok(self
             .state
-            .log
-            .append(&self.session, StreamKey::Session, messages)
+            .commit(&self.session, StreamKey::Session, messages)
             .await?)
     }
 
@@ -204,11 +202,17 @@ impl ToolContext {
     /// Adds (`true`) or removes a per-session tool and, when the list
     /// changed, emits `notifications/tools/list_changed`. Returns whether it changed.
     pub async fn set_session_tool(&self, name: &str, present: bool) -> Result<bool, ToolError> {
+        let max = self.state.config.max_session_tools;
+        let mut full = false;
         let changed = self
             .state
             .update_record(&self.session, |rec| {
                 let has = rec.dynamic_tools.iter().any(|t| t == name);
                 match (has, present) {
+                    (false, true) if rec.dynamic_tools.len() >= max => {
+                        full = true;
+                        return false;
+                    }
                     (false, true) => rec.dynamic_tools.push(name.to_owned()),
                     (true, false) => rec.dynamic_tools.retain(|t| t != name),
                     _ => return false,
@@ -216,6 +220,11 @@ impl ToolContext {
                 true
             })
             .await?;
+        if full {
+            return Err(ToolError::InvalidParams(format!(
+                "a session may register at most {max} tools; unregister one first"
+            )));
+        }
         if changed {
             self.notify_session(vec![jsonrpc::notification(
                 "notifications/tools/list_changed",
@@ -226,15 +235,62 @@ impl ToolContext {
         Ok(changed)
     }
 
-    /// Runs `work` in the background until it ends or the server stops.
-    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, work: F) {
+    /// Runs `work` in the background until it ends, the session ends or the
+    /// server stops. A session runs at most
+    /// [`ServerConfig::max_background_per_session`](crate::ServerConfig) such
+    /// tasks at once; past that this refuses (`InvalidParams`, so the caller
+    /// sees why) instead of letting one session grow without bound.
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, work: F) -> Result<(), ToolError> {
+        let max = self.state.config.max_background_per_session;
+        {
+            let mut running = self
+                .state
+                .background
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let n = running.entry(self.session.clone()).or_default();
+            if *n >= max {
+                return Err(ToolError::InvalidParams(format!(
+                    "this session already runs {max} background tasks; wait for one to finish"
+                )));
+            }
+            *n += 1;
+        }
+        let slot = BackgroundSlot {
+            state: self.state.clone(),
+            session: self.session.clone(),
+        };
         let mut shutdown = self.state.shutdown.clone();
-        tokio::spawn(async move {
+        self.state.spawn(async move {
             tokio::select! {
                 _ = work => {}
                 _ = crate::state::stopped(&mut shutdown) => {}
             }
+            drop(slot);
         });
+        Ok(())
+    }
+}
+
+/// Frees a session's background slot when its task ends, however it ends.
+struct BackgroundSlot {
+    state: AppState,
+    session: String,
+}
+
+impl Drop for BackgroundSlot {
+    fn drop(&mut self) {
+        let mut running = self
+            .state
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = running.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.session);
+            }
+        }
     }
 }
 

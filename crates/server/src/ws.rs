@@ -18,11 +18,12 @@ use mcp_resume_proto::{
 };
 
 use crate::error::ApiError;
-use crate::http::{session_cursor, CursorQuery};
+use crate::http::{live_session, session_cursor, CursorQuery, Principal};
+use crate::sse::REPLAY_CHUNK;
 use crate::state::AppState;
 
-/// Events replayed per log read.
-const REPLAY_CHUNK: usize = 512;
+/// Client `message` frames of one socket handled at once.
+const MESSAGE_TASKS: usize = 64;
 /// Initial read buffer of a socket.
 const READ_BUFFER: usize = 4 * 1024;
 /// Bytes gathered before a write goes to the socket (replays are flushed per chunk anyway).
@@ -52,6 +53,7 @@ pub(crate) async fn upgrade(
     state: AppState,
     id: String,
     q: &CursorQuery,
+    principal: Principal,
     parts: &mut Parts,
 ) -> Result<Response, ApiError> {
     let headers = &parts.headers;
@@ -75,7 +77,7 @@ pub(crate) async fn upgrade(
     }
     // 3. The session and the cursor.
     let prior = session_cursor(headers, q)?;
-    state.log.touch(&id).await?;
+    live_session(&state, &id, headers, &principal, false).await?;
     let ws = WebSocketUpgrade::from_request_parts(parts, &())
         .await
         .map_err(|e| ApiError::bad("invalid-upgrade", e.body_text()))?
@@ -86,33 +88,75 @@ pub(crate) async fn upgrade(
         // reader needs a few KiB, and the buffer grows for a large frame.
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER);
-    // 4. The commit point: C and a tail after C, in one atomic step of the log.
-    let (bounds, sub) =
-        state
-            .log
-            .subscribe(&id, StreamKey::Session)
-            .await
-            .map_err(|e| match e {
-                LogError::Unavailable(m) | LogError::Storage(m) => ApiError::Unavailable(m),
-                other => other.into(),
-            })?;
+    // 4. The commit point: C and a tail after C, in one atomic step of the log,
+    // with retention already pinned at the reader's first wanted event so that
+    // no count trim can pass it between the decision and the 101 (a trim in
+    // between would turn the 409 this decision owes into a 101 and a 4409).
+    let unavailable = |e: LogError| match e {
+        LogError::Unavailable(m) | LogError::Storage(m) => ApiError::Unavailable(m),
+        other => other.into(),
+    };
+    let pin_at = match prior {
+        Some(p) => p.saturating_add(1),
+        None => {
+            state
+                .log
+                .bounds(&id, StreamKey::Session)
+                .await
+                .map_err(unavailable)?
+                .floor
+        }
+    };
+    let pin = if state.config.unsafe_legacy_upgrade {
+        None
+    } else {
+        Some(
+            state
+                .log
+                .pin(
+                    &id,
+                    StreamKey::Session,
+                    pin_at,
+                    state.config.upgrade_timeout,
+                )
+                .await
+                .map_err(unavailable)?,
+        )
+    };
+    let unpin = move |state: &AppState, id: &str| {
+        if let Some(pin) = pin {
+            let (state, id) = (state.clone(), id.to_owned());
+            state.clone().spawn(async move {
+                let _ = state.log.unpin(&id, pin).await;
+            });
+        }
+    };
+    let (bounds, sub) = match state.log.subscribe(&id, StreamKey::Session).await {
+        Ok(x) => x,
+        Err(e) => {
+            unpin(&state, &id);
+            return Err(unavailable(e));
+        }
+    };
     let committed = bounds.head;
     if state.config.unsafe_legacy_upgrade {
         // PROTOCOL.md 9: no echo, no replay, no gate; live from the head at the 101.
-        let resp = ws.on_upgrade(move |socket| legacy(state, id, sub, socket));
+        state.metrics.upgrade("legacy");
+        let token = state.tasks.token();
+        let resp = ws.on_upgrade(move |socket| async move {
+            legacy(state, id, sub, socket).await;
+            drop(token);
+        });
         return Ok(resp);
     }
     let prior = prior.unwrap_or(bounds.floor - 1);
-    bounds.admit(prior).map_err(ApiError::Discontinuity)?;
-    let pin = state
-        .log
-        .pin(
-            &id,
-            StreamKey::Session,
-            prior + 1,
-            state.config.upgrade_timeout,
-        )
-        .await?;
+    if let Err(d) = bounds.admit(prior) {
+        unpin(&state, &id);
+        state.metrics.upgrade("refused");
+        return Err(ApiError::Discontinuity(d));
+    }
+    // The client's time to ack runs from the 101, not from the end of the replay.
+    let ack_deadline = tokio::time::Instant::now() + state.config.upgrade_timeout;
     // 5. The 101, echoing C.
     let task_state = state.clone();
     let task_id = id.clone();
@@ -121,23 +165,29 @@ pub(crate) async fn upgrade(
             let (state, id) = (state.clone(), id.clone());
             move |e| {
                 tracing::info!(session = %id, error = %e, "WebSocket upgrade failed after the 101");
-                tokio::spawn(async move {
-                    let _ = state.log.unpin(&id, pin).await;
-                });
+                unpin(&state, &id);
             }
         })
         .on_upgrade(move |socket| {
+            // axum spawns this task; the token makes shutdown wait for it too.
+            let token = task_state.tasks.token();
             let conn = Conn {
                 state: task_state,
                 id: task_id,
-                pin: Some(pin),
+                pin,
                 gate: Gate::new(prior, committed),
+                ack_deadline,
+                message_tasks: std::sync::Arc::new(tokio::sync::Semaphore::new(MESSAGE_TASKS)),
                 socket,
             };
-            conn.run(sub)
+            async move {
+                conn.run(sub).await;
+                drop(token);
+            }
         });
     resp.headers_mut()
         .insert(h::RESUME_CURSOR, HeaderValue::from(committed));
+    state.metrics.upgrade("upgraded");
     tracing::debug!(session = %id, prior, committed, "upgraded");
     Ok(resp)
 }
@@ -160,18 +210,21 @@ struct Conn {
     id: String,
     pin: Option<PinId>,
     gate: Gate,
+    ack_deadline: tokio::time::Instant,
+    message_tasks: std::sync::Arc<tokio::sync::Semaphore>,
     socket: WebSocket,
 }
 
 impl Conn {
     async fn run(mut self, sub: Subscription) {
+        let _reader = self.state.metrics.reader("websocket");
         let outcome = self.serve(sub).await;
         self.release_pin().await;
         if let Err(Closing(code, reason)) = outcome {
             tracing::debug!(session = %self.id, code, %reason, "closing WebSocket");
             let frame = CloseFrame {
                 code,
-                reason: reason.chars().take(120).collect::<String>().into(),
+                reason: close_reason(&reason).into(),
             };
             let _ = self.socket.send(Message::Close(Some(frame))).await;
         }
@@ -230,7 +283,7 @@ impl Conn {
 
     async fn serve(&mut self, mut sub: Subscription) -> Result<(), Closing> {
         self.replay().await?;
-        let ack_deadline = tokio::time::Instant::now() + self.state.config.upgrade_timeout;
+        let ack_deadline = self.ack_deadline;
         let mut shutdown = self.state.shutdown.clone();
         let keepalive = self.state.config.keepalive;
         let mut silence = tokio::time::Instant::now() + keepalive;
@@ -293,9 +346,18 @@ impl Conn {
             Ok(ClientFrame::Message { message }) => {
                 let value: serde_json::Value = serde_json::from_str(message.get())
                     .map_err(|e| Closing(close::MALFORMED, e.to_string()))?;
+                // At most MESSAGE_TASKS handled at once per socket: past that the
+                // socket is not read until one finishes (back-pressure, nothing dropped).
+                let permit = self
+                    .message_tasks
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| Closing(close::GOING_AWAY, "server shutting down".into()))?;
                 let (state, id) = (self.state.clone(), self.id.clone());
-                tokio::spawn(async move {
-                    crate::mcp::handle_socket_message(&state, &id, &value).await
+                self.state.spawn(async move {
+                    crate::mcp::handle_socket_message(&state, &id, &value).await;
+                    drop(permit);
                 });
                 Ok(())
             }
@@ -325,16 +387,29 @@ fn log_close(e: LogError) -> Closing {
     }
 }
 
+/// A close reason fits in 123 bytes (RFC 6455 5.5.1: a control frame's
+/// payload is at most 125 bytes, two of them the code); cut on a character boundary.
+fn close_reason(reason: &str) -> &str {
+    const MAX: usize = 123;
+    if reason.len() <= MAX {
+        return reason;
+    }
+    let mut end = MAX;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
+/// What a failed read means for the close code: 1009 for a message or frame
+/// over the limit (told by the WebSocket library's own error type), else 4400.
 fn read_error(e: axum::Error) -> Closing {
-    let text = e.to_string();
-    if text.contains("too long")
-        || text.contains("too big")
-        || text.contains("Space limit")
-        || text.contains("capacity")
-    {
-        Closing(close::TOO_BIG, "frame over the limit".into())
-    } else {
-        Closing(close::MALFORMED, text)
+    let inner = e.into_inner();
+    match inner.downcast_ref::<tungstenite::Error>() {
+        Some(tungstenite::Error::Capacity(c)) => {
+            Closing(close::TOO_BIG, format!("frame over the limit: {c}"))
+        }
+        _ => Closing(close::MALFORMED, inner.to_string()),
     }
 }
 
@@ -354,8 +429,8 @@ async fn legacy(state: AppState, id: String, mut sub: Subscription, mut socket: 
                 Some(Ok(Message::Text(text))) => {
                     if let Ok(ClientFrame::Message { message }) = ClientFrame::parse(text.as_str()) {
                         if let Ok(value) = serde_json::from_str(message.get()) {
-                            let (state, id) = (state.clone(), id.clone());
-                            tokio::spawn(async move { crate::mcp::handle_socket_message(&state, &id, &value).await });
+                            let (task_state, id) = (state.clone(), id.clone());
+                            state.spawn(async move { crate::mcp::handle_socket_message(&task_state, &id, &value).await });
                         }
                     }
                 }

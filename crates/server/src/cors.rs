@@ -1,0 +1,41 @@
+//! CORS for browser clients of the allowed origins (tower-http): the
+//! preflight of `POST`, `GET` and `DELETE`, the MCP request headers allowed,
+//! and the headers a page must read exposed.
+//!
+//! The origin check itself is the guard's ([`crate::http`]): a request from an
+//! origin that is not allowed gets 403 whatever CORS says; this layer only
+//! tells the browser what an allowed origin may do.
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderName, Method};
+use mcp_resume_proto::headers as h;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::state::AppState;
+
+/// The CORS layer for the MCP routes of `state`'s server.
+pub(crate) fn layer(state: &AppState) -> CorsLayer {
+    let config = state.config.clone();
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin, _| {
+            origin
+                .to_str()
+                .is_ok_and(|o| crate::http::origin_allowed(&config, o))
+        }))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::AUTHORIZATION,
+            header::ACCEPT,
+            HeaderName::from_static(h::MCP_SESSION_ID),
+            HeaderName::from_static(h::MCP_PROTOCOL_VERSION),
+            HeaderName::from_static(h::LAST_EVENT_ID),
+        ])
+        .expose_headers([
+            HeaderName::from_static(h::MCP_SESSION_ID),
+            HeaderName::from_static(h::RESUME_CURSOR),
+            header::WWW_AUTHENTICATE,
+        ])
+        .max_age(Duration::from_secs(600))
+}
