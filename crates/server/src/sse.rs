@@ -114,19 +114,29 @@ struct Position {
     last: Seq,
 }
 
+/// What the pump does after sending a chunk.
+enum Next {
+    /// Keep reading.
+    More,
+    /// The request stream's final response went out: the stream is done.
+    Done,
+    /// The log handed over a seq that is not the next one: end loudly, why.
+    Gap(String),
+}
+
 impl Position {
-    /// Encodes `events` if each is exactly the next seq; returns the chunk and
-    /// whether a request stream's final response was among them. A seq that is
-    /// not `last + 1` is a gap (or a repeat) in what the log handed us: the
-    /// stream ends loudly rather than skip.
-    fn encode(&mut self, events: &[Event]) -> Result<(Bytes, bool), String> {
+    /// Encodes `events` while each is exactly the next seq. A seq that is not
+    /// `last + 1` is a gap (or a repeat) in what the log handed over: what came
+    /// before it is still sent, then the stream ends loudly rather than skip.
+    fn encode(&mut self, events: &[Event]) -> (Bytes, Next) {
         let mut out = BytesMut::new();
         for e in events {
             if e.seq != self.last + 1 {
-                return Err(format!(
+                let why = format!(
                     "the log returned {} after {}; resume from {}",
                     e.seq, self.last, self.last
-                ));
+                );
+                return (out.freeze(), Next::Gap(why));
             }
             self.last = e.seq;
             encode(
@@ -136,10 +146,33 @@ impl Position {
                 &e.message,
             );
             if matches!(self.stream, StreamKey::Request(_)) && is_response(&e.message) {
-                return Ok((out.freeze(), true));
+                return (out.freeze(), Next::Done);
             }
         }
-        Ok((out.freeze(), false))
+        (out.freeze(), Next::More)
+    }
+
+    /// Sends what [`Position::encode`] made; false when the pump must stop.
+    async fn deliver(
+        &mut self,
+        events: &[Event],
+        id: &str,
+        tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+        shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    ) -> bool {
+        let (chunk, next) = self.encode(events);
+        if !chunk.is_empty() && !send(tx, shutdown, chunk).await {
+            return false;
+        }
+        match next {
+            Next::More => true,
+            Next::Done => false,
+            Next::Gap(why) => {
+                tracing::warn!(session = %id, "{why}");
+                let _ = send(tx, shutdown, ending("log-gap", &why)).await;
+                false
+            }
+        }
     }
 }
 
@@ -202,17 +235,8 @@ async fn pump(
             }
         };
         let upto: Vec<Event> = events.into_iter().take_while(|e| e.seq <= head).collect();
-        match pos.encode(&upto) {
-            Ok((chunk, done)) => {
-                if !send(&tx, &mut shutdown, chunk).await || done {
-                    return;
-                }
-            }
-            Err(why) => {
-                tracing::warn!(session = %id, "{why}");
-                let _ = send(&tx, &mut shutdown, ending("log-gap", &why)).await;
-                return;
-            }
+        if !pos.deliver(&upto, &id, &tx, &mut shutdown).await {
+            return;
         }
     }
     loop {
@@ -253,17 +277,8 @@ async fn pump(
                 None => break,
             }
         }
-        match pos.encode(&batch) {
-            Ok((chunk, done)) => {
-                if !send(&tx, &mut shutdown, chunk).await || done {
-                    return;
-                }
-            }
-            Err(why) => {
-                tracing::warn!(session = %id, "{why}");
-                let _ = send(&tx, &mut shutdown, ending("log-gap", &why)).await;
-                return;
-            }
+        if !pos.deliver(&batch, &id, &tx, &mut shutdown).await {
+            return;
         }
     }
 }

@@ -118,7 +118,12 @@ async fn unsupported_protocol_version_is_400() {
         .unwrap();
     assert_eq!(r.status(), 400);
     assert_error(&body(r).await, "unsupported-protocol-version");
-    for v in ["2025-03-26", "2025-06-18", "2025-11-25"] {
+    // A supported revision other than the session's negotiated one is refused too.
+    for (v, status) in [
+        ("2025-03-26", 400),
+        ("2025-06-18", 400),
+        ("2025-11-25", 200),
+    ] {
         let r = reqwest::Client::new()
             .post(&s.url)
             .header("content-type", "application/json")
@@ -128,7 +133,10 @@ async fn unsupported_protocol_version_is_400() {
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), 200, "{v}");
+        assert_eq!(r.status(), status, "{v}");
+        if status == 400 {
+            assert_error(&body(r).await, "protocol-version-mismatch");
+        }
     }
 }
 
@@ -352,13 +360,22 @@ async fn session_ids_are_long_random_and_visible_ascii() {
 }
 
 #[tokio::test]
-async fn batches_of_2025_03_26_are_answered() {
+async fn batches_of_2025_03_26_are_answered_and_later_revisions_refuse_them() {
     let s = TestServer::start(ServerConfig::default()).await;
-    let sid = s.init().await;
-    let r = s.post(Some(&sid), json!([{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}])).await;
+    let batch = json!([{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/x"},{"jsonrpc":"2.0","id":2,"method":"tools/list"}]);
+    let sid = s.init_version("2025-03-26").await;
+    let r = s.post(Some(&sid), batch.clone()).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
+    // Batching was removed in 2025-06-18.
+    for version in ["2025-06-18", "2025-11-25"] {
+        let sid = s.init_version(version).await;
+        let r = s.post(Some(&sid), batch.clone()).await;
+        assert_eq!(r.status(), 400, "{version}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{version}: {v}");
+    }
 }
 
 #[tokio::test]

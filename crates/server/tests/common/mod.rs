@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod faulty;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,10 +32,18 @@ impl TestServer {
     }
 
     pub async fn start_with(log: Arc<dyn Log>, config: ServerConfig) -> Self {
+        Self::start_full(log, demo_tools(), config).await
+    }
+
+    pub async fn start_full(
+        log: Arc<dyn Log>,
+        tools: mcp_resume_server::ToolRegistry,
+        config: ServerConfig,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let base = config.base_path.clone();
-        let server = McpServer::new(log.clone(), demo_tools(), config);
+        let server = McpServer::new(log.clone(), tools, config);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve(listener, async move {
             let _ = stopped.await;
@@ -94,8 +104,13 @@ impl TestServer {
 
     /// A new session, initialised.
     pub async fn init(&self) -> String {
+        self.init_version("2025-11-25").await
+    }
+
+    /// A new session on MCP revision `version`, initialised.
+    pub async fn init_version(&self, version: &str) -> String {
         let resp = self
-            .post(None, json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}))
+            .post(None, json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":version,"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}))
             .await;
         assert_eq!(resp.status(), 200);
         let sid = resp.headers()["mcp-session-id"]

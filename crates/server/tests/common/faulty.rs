@@ -1,0 +1,121 @@
+//! A `Log` that forwards to a real one and injects the faults a test names:
+//! reads that skip an event or come back empty, slow reads, appends racing a pin.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use mcp_resume_log::{
+    Bounds, Event, Log, LogError, PinId, Seq, SessionInfo, StreamKey, Subscription,
+};
+
+/// The faults, switched on and off while the test runs.
+#[derive(Default)]
+pub struct Faults {
+    /// Reads leave out this seq of the session stream (0: none).
+    pub skip_seq: AtomicU64,
+    /// Reads of the session stream come back empty.
+    pub empty_reads: AtomicBool,
+    /// Every read sleeps this many milliseconds first.
+    pub read_delay_ms: AtomicU64,
+    /// `pin` first appends this many events to the session stream (a writer
+    /// racing the upgrade), then pins.
+    pub append_before_pin: AtomicUsize,
+}
+
+/// The wrapper.
+pub struct FaultyLog {
+    pub inner: Arc<dyn Log>,
+    pub faults: Arc<Faults>,
+}
+
+#[async_trait]
+impl Log for FaultyLog {
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.inner.create_session(id, meta).await
+    }
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        self.inner.session(id).await
+    }
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.inner.set_meta(id, meta).await
+    }
+    async fn live_sessions(&self) -> usize {
+        self.inner.live_sessions().await
+    }
+    async fn touch(&self, id: &str) -> Result<(), LogError> {
+        self.inner.touch(id).await
+    }
+    async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        self.inner.end_session(id).await
+    }
+    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError> {
+        self.inner.open_request_stream(id).await
+    }
+    async fn append(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+    ) -> Result<Seq, LogError> {
+        self.inner.append(id, stream, messages).await
+    }
+    async fn read(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        after: Seq,
+        max: usize,
+    ) -> Result<Vec<Event>, LogError> {
+        let delay = self.faults.read_delay_ms.load(Ordering::Relaxed);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        let mut events = self.inner.read(id, stream, after, max).await?;
+        if stream == StreamKey::Session {
+            if self.faults.empty_reads.load(Ordering::Relaxed) {
+                return Ok(Vec::new());
+            }
+            let skip = self.faults.skip_seq.load(Ordering::Relaxed);
+            events.retain(|e| e.seq != skip);
+        }
+        Ok(events)
+    }
+    async fn bounds(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
+        self.inner.bounds(id, stream).await
+    }
+    async fn subscribe(
+        &self,
+        id: &str,
+        stream: StreamKey,
+    ) -> Result<(Bounds, Subscription), LogError> {
+        self.inner.subscribe(id, stream).await
+    }
+    async fn pin(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        seq: Seq,
+        ttl: Duration,
+    ) -> Result<PinId, LogError> {
+        let n = self.faults.append_before_pin.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            let msgs = (0..n)
+                .map(|i| Bytes::from(format!(r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":{{"racing":{i}}}}}}}"#)))
+                .collect();
+            self.inner.append(id, StreamKey::Session, msgs).await?;
+        }
+        self.inner.pin(id, stream, seq, ttl).await
+    }
+    async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
+        self.inner.unpin(id, pin).await
+    }
+    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
+        self.inner.maintain(idle).await
+    }
+    async fn close(&self) -> Result<(), LogError> {
+        self.inner.close().await
+    }
+}

@@ -1,0 +1,410 @@
+//! Production hardening: what a hostile client, a faulty backend or an
+//! operator meets. Each test names the behaviour it proves.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::faulty::{Faults, FaultyLog};
+use common::{next_frame, read_sse, send_text, ws_connect, Frame, TestServer};
+use mcp_resume_log::{Log, MemoryLog, Retention};
+use mcp_resume_server::{ServerConfig, ToolRegistry};
+use serde_json::{json, Value};
+
+fn faulty(retention: Retention) -> (Arc<dyn Log>, Arc<Faults>) {
+    let faults = Arc::new(Faults::default());
+    let log = FaultyLog {
+        inner: Arc::new(MemoryLog::new(retention)),
+        faults: faults.clone(),
+    };
+    (Arc::new(log), faults)
+}
+
+async fn sse_text(resp: reqwest::Response, ms: u64) -> String {
+    use futures_util::StreamExt;
+    let mut body = resp.bytes_stream();
+    let mut out = Vec::new();
+    while let Ok(Some(Ok(chunk))) =
+        tokio::time::timeout(Duration::from_millis(ms), body.next()).await
+    {
+        out.extend_from_slice(&chunk);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn session_ids_of_any_other_shape_are_404() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let sid = s.init().await;
+    for bad in [
+        "abc",
+        "../../etc",
+        "{x}",
+        &sid.to_uppercase(),
+        &format!("{sid}0"),
+    ] {
+        let r = s
+            .post(Some(bad), json!({"jsonrpc":"2.0","id":1,"method":"ping"}))
+            .await;
+        assert_eq!(r.status(), 404, "{bad}");
+        let r = reqwest::get(s.events_url(bad)).await.unwrap();
+        assert_eq!(r.status(), 404, "{bad}");
+    }
+    let r = s
+        .post(Some(&sid), json!({"jsonrpc":"2.0","id":1,"method":"ping"}))
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn initialize_with_an_sse_only_accept_is_answered_as_sse() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let r = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    assert!(r.headers().contains_key("mcp-session-id"));
+    let events = read_sse(r, 1, 2000).await;
+    let v: Value = serde_json::from_str(&events[0].data).unwrap();
+    assert_eq!(v["result"]["protocolVersion"], "2025-11-25");
+}
+
+#[tokio::test]
+async fn query_errors_come_after_the_auth_check_and_have_json_bodies() {
+    let s = TestServer::start(ServerConfig {
+        bearer_token: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .await;
+    let url = format!("{}?last_event_id=1&last_event_id=2", s.url);
+    let r = reqwest::Client::new().get(&url).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        401,
+        "no token: 401 before the query is looked at"
+    );
+    let r = reqwest::Client::new()
+        .get(&url)
+        .header("authorization", "Bearer s3cret")
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"], "invalid-query", "{v}");
+}
+
+#[tokio::test]
+async fn an_sse_replay_that_the_log_shortens_ends_loudly_instead_of_skipping() {
+    let (log, faults) = faulty(Retention::default());
+    let s = TestServer::start_with(log, ServerConfig::default()).await;
+    let sid = s.init().await;
+    s.emit_and_wait(&sid, 10).await;
+    // The log leaves out event 4: the reader must not jump from 3 to 5.
+    faults.skip_seq.store(4, Ordering::Relaxed);
+    let text = sse_text(s.session_stream(&sid, Some("0")).send().await.unwrap(), 500).await;
+    assert!(text.contains("id: 3\n"), "{text}");
+    assert!(!text.contains("id: 5\n"), "skipped silently: {text}");
+    assert!(text.contains(": error log-gap"), "{text}");
+    // A read that comes back empty below the head is a fault, not the end of the replay.
+    faults.skip_seq.store(0, Ordering::Relaxed);
+    faults.empty_reads.store(true, Ordering::Relaxed);
+    let text = sse_text(s.session_stream(&sid, Some("0")).send().await.unwrap(), 500).await;
+    assert!(text.contains(": error log-gap"), "{text}");
+}
+
+#[tokio::test]
+async fn a_trim_racing_the_upgrade_is_a_409_never_a_101_then_4409() {
+    let (log, faults) = faulty(Retention {
+        max_events: 10,
+        max_age: Duration::from_secs(3600),
+    });
+    let s = TestServer::start_with(log, ServerConfig::default()).await;
+    let sid = s.init().await;
+    s.emit_and_wait(&sid, 10).await;
+    // Five events land just before the pin: with the pin taken after the commit
+    // point they would trim 1..=5 between the decision and the replay.
+    faults.append_before_pin.store(5, Ordering::Relaxed);
+    match ws_connect(
+        &s.ws_url(&sid),
+        &[
+            ("sec-websocket-protocol", "mcp.resume.v1"),
+            ("last-event-id", "0"),
+        ],
+    )
+    .await
+    {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 409),
+        Ok((mut ws, resp)) => {
+            let c: u64 = resp.headers()["x-mcp-resume-cursor"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            for want in 1..=c {
+                match next_frame(&mut ws, 2000).await {
+                    Frame::Event(seq, _) => assert_eq!(seq, want),
+                    other => panic!("a 101 must replay 1..={c} whole, got {other:?}"),
+                }
+            }
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn the_ack_deadline_runs_from_the_101_not_from_the_end_of_the_replay() {
+    let (log, faults) = faulty(Retention::default());
+    let s = TestServer::start_with(
+        log,
+        ServerConfig {
+            upgrade_timeout: Duration::from_millis(400),
+            ..Default::default()
+        },
+    )
+    .await;
+    let sid = s.init().await;
+    s.emit_and_wait(&sid, 1000).await;
+    // Two replay reads of 300 ms each: the replay alone outlasts the deadline.
+    faults.read_delay_ms.store(300, Ordering::Relaxed);
+    let (mut ws, c) = common::ws_upgrade(&s.ws_url(&sid), Some(0)).await;
+    let mut last = 0;
+    loop {
+        match next_frame(&mut ws, 3000).await {
+            Frame::Event(seq, _) => {
+                last = seq;
+                if seq == c {
+                    break;
+                }
+            }
+            other => {
+                // Closed before the replay finished: only 4408 is right.
+                assert_eq!(other, Frame::Close(4408), "after {last}");
+                return;
+            }
+        }
+    }
+    send_text(&mut ws, &format!(r#"{{"type":"cursor-ack","cursor":{c}}}"#)).await;
+    assert_eq!(next_frame(&mut ws, 2000).await, Frame::Close(4408));
+}
+
+#[tokio::test]
+async fn a_session_cannot_register_tools_or_run_background_work_without_bound() {
+    let s = TestServer::start(ServerConfig {
+        max_session_tools: 3,
+        max_background_per_session: 2,
+        ..Default::default()
+    })
+    .await;
+    let sid = s.init().await;
+    for i in 0..3 {
+        let v = s
+            .call(&sid, "register_tool", json!({"name": format!("t{i}")}))
+            .await;
+        assert!(v.get("result").is_some(), "{v}");
+    }
+    let v = s.call(&sid, "register_tool", json!({"name": "t3"})).await;
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    for _ in 0..2 {
+        let v = s
+            .call(&sid, "emit", json!({"count": 100, "interval_ms": 1000}))
+            .await;
+        assert!(v.get("result").is_some(), "{v}");
+    }
+    let v = s.call(&sid, "emit", json!({"count": 1})).await;
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    // Another session has its own budget.
+    let other = s.init().await;
+    let v = s.call(&other, "emit", json!({"count": 1})).await;
+    assert!(v.get("result").is_some(), "{v}");
+}
+
+#[tokio::test]
+async fn a_handler_that_panics_still_ends_its_call_with_an_error() {
+    let tools = ToolRegistry::new().streaming_tool(
+        "boom",
+        "panics",
+        json!({"type":"object"}),
+        |_ctx, _args| async move {
+            panic!("the handler blew up");
+        },
+    );
+    let s = TestServer::start_full(
+        Arc::new(MemoryLog::default()),
+        tools,
+        ServerConfig::default(),
+    )
+    .await;
+    let sid = s.init().await;
+    let r = s
+        .post(Some(&sid), json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"boom","arguments":{}}}))
+        .await;
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let events = read_sse(r, 1, 3000).await;
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| !e.data.is_empty())
+        .expect("a response");
+    let v: Value = serde_json::from_str(&last.data).unwrap();
+    assert_eq!(v["id"], 9);
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+}
+
+#[tokio::test]
+async fn metrics_healthz_and_readyz() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let base = format!("http://{}", s.addr);
+    let sid = s.init().await;
+    s.emit_and_wait(&sid, 5).await;
+    let reader = s.session_stream(&sid, None).send().await.unwrap();
+    let _ = read_sse(reader, 5, 1000).await;
+    let (_ws, _) = common::ws_upgrade(&s.ws_url(&sid), Some(5)).await;
+    let _ = s
+        .post(
+            Some(&"0".repeat(64)),
+            json!({"jsonrpc":"2.0","id":1,"method":"ping"}),
+        )
+        .await;
+    // The socket's task starts just after the 101.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for want in [
+        "mcp_resume_sessions_live 1",
+        "mcp_resume_events_committed_total 5",
+        "mcp_resume_commit_duration_seconds_bucket",
+        "mcp_resume_upgrades_total{outcome=\"upgraded\"} 1",
+        "mcp_resume_refusals_total{status=\"404\"} 1",
+        "mcp_resume_readers{transport=\"websocket\"} 1",
+    ] {
+        assert!(text.contains(want), "{want} missing from:\n{text}");
+    }
+    assert_eq!(
+        reqwest::get(format!("{base}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        reqwest::get(format!("{base}/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn cors_preflight_and_exposed_headers_for_allowed_origins_only() {
+    let s = TestServer::start(ServerConfig {
+        allowed_origins: vec!["https://app.example".into()],
+        ..Default::default()
+    })
+    .await;
+    let client = reqwest::Client::new();
+    for method in ["POST", "GET", "DELETE"] {
+        let r = client
+            .request(reqwest::Method::OPTIONS, &s.url)
+            .header("origin", "https://app.example")
+            .header("access-control-request-method", method)
+            .header(
+                "access-control-request-headers",
+                "content-type, mcp-session-id, mcp-protocol-version, last-event-id, authorization",
+            )
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{method}: {}", r.status());
+        let h = r.headers();
+        assert_eq!(h["access-control-allow-origin"], "https://app.example");
+        let methods = h["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .to_ascii_uppercase();
+        assert!(methods.contains(method), "{methods}");
+        let allowed = h["access-control-allow-headers"]
+            .to_str()
+            .unwrap()
+            .to_ascii_lowercase();
+        for want in [
+            "content-type",
+            "authorization",
+            "mcp-session-id",
+            "mcp-protocol-version",
+            "last-event-id",
+        ] {
+            assert!(allowed.contains(want), "{want} not in {allowed}");
+        }
+    }
+    let r = client
+        .post(&s.url)
+        .header("origin", "https://app.example")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let exposed = r.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    for want in ["mcp-session-id", "x-mcp-resume-cursor", "www-authenticate"] {
+        assert!(exposed.contains(want), "{want} not in {exposed}");
+    }
+    // Another origin gets no CORS grant, and its requests are refused.
+    let r = client
+        .request(reqwest::Method::OPTIONS, &s.url)
+        .header("origin", "https://evil.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(!r.headers().contains_key("access-control-allow-origin"));
+    let r = client
+        .post(&s.url)
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+}
+
+#[tokio::test]
+async fn a_reader_that_never_reads_does_not_hold_up_shutdown() {
+    let s = TestServer::start(ServerConfig {
+        shutdown_grace: Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await;
+    let sid = s.init().await;
+    // A reader that never reads its body while far more than the socket buffers is committed.
+    let stalled = s.session_stream(&sid, None).send().await.unwrap();
+    s.emit_and_wait(&sid, 200_000).await;
+    let started = std::time::Instant::now();
+    s.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(stalled);
+}
