@@ -495,6 +495,8 @@ impl SessionReader {
                 let result = match &frame {
                     ServerFrame::Event { seq, .. } => checker.on_event(*seq),
                     ServerFrame::Heartbeat { head } => checker.on_heartbeat(*head),
+                    // Only sent to a client that offered it; this one reads the 101's echo.
+                    ServerFrame::Cursor { .. } => Ok(()),
                 };
                 if let Err(d) = result {
                     let reason = d.to_string();

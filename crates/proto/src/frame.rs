@@ -15,6 +15,12 @@ pub enum ServerFrame {
         /// The JSON-RPC message, verbatim from the log.
         message: Box<RawValue>,
     },
+    /// The committed cursor `C` of the upgrade, first of all frames, for a
+    /// client that offered [`crate::CURSOR_FRAME_SUBPROTOCOL`].
+    Cursor {
+        /// The same value as `X-MCP-Resume-Cursor`.
+        cursor: Seq,
+    },
     /// Sent in silence; `head` lets the client detect a loss at the tail.
     Heartbeat {
         /// The committed head, all of which was already sent on this socket.
@@ -116,6 +122,9 @@ impl ServerFrame {
             "heartbeat" => Ok(Self::Heartbeat {
                 head: f.head.ok_or_else(|| missing("heartbeat", "head"))?,
             }),
+            "cursor" => Ok(Self::Cursor {
+                cursor: f.cursor.ok_or_else(|| missing("cursor", "cursor"))?,
+            }),
             other => Err(FrameError::Malformed(format!(
                 "unknown frame type {other:?}"
             ))),
@@ -140,6 +149,11 @@ pub fn encode_event(seq: Seq, message: &str) -> String {
 /// Encodes a heartbeat frame.
 pub fn encode_heartbeat(head: Seq) -> String {
     format!(r#"{{"type":"heartbeat","head":{head}}}"#)
+}
+
+/// The cursor frame (see [`ServerFrame::Cursor`]).
+pub fn encode_cursor(cursor: Seq) -> String {
+    format!(r#"{{"type":"cursor","cursor":{cursor}}}"#)
 }
 
 #[cfg(test)]

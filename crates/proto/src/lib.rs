@@ -29,5 +29,11 @@ pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "
 /// The WebSocket subprotocol that marks a cursor-safe upgrade (PROTOCOL.md 5.1).
 pub const SUBPROTOCOL: &str = "mcp.resume.v1";
 
+/// An extra subprotocol a client offers (never echoed) when it cannot read the
+/// `101`'s headers, as a browser's `WebSocket` cannot: the server then sends
+/// the committed cursor `C` as the first frame, `{"type":"cursor","cursor":C}`,
+/// before the replay, so the client can check the replay and ack `C`.
+pub const CURSOR_FRAME_SUBPROTOCOL: &str = "mcp.resume.cursor-frame";
+
 /// Prefix of the extra subprotocol that carries a bearer token for browsers.
 pub const AUTH_SUBPROTOCOL_PREFIX: &str = "mcp.auth.";

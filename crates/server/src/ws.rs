@@ -12,7 +12,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use futures_util::SinkExt;
 use mcp_resume_log::{LogError, PinId, Seq, StreamKey, Subscription};
-use mcp_resume_proto::frame::{encode_event, encode_heartbeat};
+use mcp_resume_proto::frame::{encode_cursor, encode_event, encode_heartbeat};
 use mcp_resume_proto::{
     close, headers as h, ClientFrame, Gate, GateError, GateVerdict, SUBPROTOCOL,
 };
@@ -75,6 +75,8 @@ pub(crate) async fn upgrade(
     {
         return Err(ApiError::UpgradeRequired);
     }
+    let cursor_frame =
+        offered_protocols(headers).any(|p| p == mcp_resume_proto::CURSOR_FRAME_SUBPROTOCOL);
     // 3. The session and the cursor.
     let prior = session_cursor(headers, q)?;
     live_session(&state, &id, headers, &principal, false).await?;
@@ -177,6 +179,7 @@ pub(crate) async fn upgrade(
                 pin,
                 gate: Gate::new(prior, committed),
                 ack_deadline,
+                cursor_frame,
                 message_tasks: std::sync::Arc::new(tokio::sync::Semaphore::new(MESSAGE_TASKS)),
                 socket,
             };
@@ -211,6 +214,8 @@ struct Conn {
     pin: Option<PinId>,
     gate: Gate,
     ack_deadline: tokio::time::Instant,
+    /// Send `C` as the first frame (the client cannot read the 101's headers).
+    cursor_frame: bool,
     message_tasks: std::sync::Arc<tokio::sync::Semaphore>,
     socket: WebSocket,
 }
@@ -282,6 +287,9 @@ impl Conn {
     }
 
     async fn serve(&mut self, mut sub: Subscription) -> Result<(), Closing> {
+        if self.cursor_frame {
+            self.send_text(encode_cursor(self.gate.committed())).await?;
+        }
         self.replay().await?;
         let ack_deadline = self.ack_deadline;
         let mut shutdown = self.state.shutdown.clone();
