@@ -72,6 +72,32 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// This build against a baseline binary (an older commit's `mcp-resume`),
+    /// alternating in one run: tools/call round trips/s (a) and notifications/s
+    /// to one SSE reader (b), with the ratio this/baseline.
+    Baseline {
+        /// The baseline `mcp-resume` binary.
+        #[arg(long)]
+        baseline_bin: PathBuf,
+        /// Rounds; each runs both binaries once, in alternating order.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Seconds of (a) per run.
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Connections of (a).
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        /// Notifications of (b).
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        /// Extra arguments for both servers' `serve` (e.g. `--bearer-token x`), space-separated.
+        #[arg(long, default_value = "")]
+        serve_args: String,
+        /// Write the table here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Upgrade time to first live frame, safe vs legacy; events/s over WebSocket vs SSE.
     Upgrade {
         /// Upgrades per mode.
@@ -158,6 +184,55 @@ async fn main() {
                     );
                 }
             }
+            if let Some(p) = out {
+                std::fs::write(&p, text).unwrap();
+            }
+        }
+        Cmd::Baseline {
+            baseline_bin,
+            rounds,
+            duration,
+            conns,
+            events,
+            serve_args,
+            out,
+        } => {
+            let this = servers::our_binary();
+            let extra: Vec<&str> = serve_args.split_whitespace().collect();
+            let mut rps = [Vec::new(), Vec::new()];
+            let mut eps = [Vec::new(), Vec::new()];
+            for round in 0..rounds {
+                let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+                for which in order {
+                    let bin = if which == 0 { &this } else { &baseline_bin };
+                    let server = servers::ours(bin, &extra);
+                    let r = workloads::echo_rps(&server.url, conns, Duration::from_secs(duration))
+                        .await;
+                    let d = workloads::delivery(&server.url, events).await;
+                    eprintln!(
+                        "round {round} {}: {r:.0} tools/call/s, {:.0} notifications/s",
+                        if which == 0 { "this" } else { "baseline" },
+                        d.per_sec
+                    );
+                    rps[which].push(r);
+                    eps[which].push(d.per_sec);
+                }
+            }
+            let med = |v: &[f64]| pct(v, 0.5);
+            let text = format!(
+                "| workload | this build | baseline | this/baseline |\n| --- | --- | --- | --- |\n\
+                 | tools/call round trips/s ({conns} connections, {duration} s, median of {rounds}) | {:.0} | {:.0} | {:.3} |\n\
+                 | notifications/s to one SSE reader ({events} events, median of {rounds}) | {:.0} | {:.0} | {:.3} |\n\n\
+                 baseline: `{}`; serve args: `{serve_args}`\n",
+                med(&rps[0]),
+                med(&rps[1]),
+                med(&rps[0]) / med(&rps[1]),
+                med(&eps[0]),
+                med(&eps[1]),
+                med(&eps[0]) / med(&eps[1]),
+                baseline_bin.display(),
+            );
+            print!("{text}");
             if let Some(p) = out {
                 std::fs::write(&p, text).unwrap();
             }

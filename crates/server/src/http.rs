@@ -351,7 +351,10 @@ async fn request_stream(
     method: String,
     params: Value,
 ) -> Result<Response, ApiError> {
-    let r = state.log.open_request_stream(&session).await?;
+    let r = state
+        .log
+        .open_request_stream(&session, crate::orphans::record(&id, state.log.instance()))
+        .await?;
     if r > state.config.max_request_streams {
         return Err(ApiError::TooMany(format!(
             "this session opened its maximum of {} request streams; start a new session",
@@ -501,6 +504,14 @@ async fn open_reader(
     stream: StreamKey,
     cursor: Option<Seq>,
 ) -> Result<Response, ApiError> {
+    if let StreamKey::Request(r) = stream {
+        // A call whose handler died with its process gets its error response
+        // now, so this reader sees the call end instead of waiting forever.
+        match crate::orphans::end_if_orphaned(&state, &session, r).await {
+            Ok(_) | Err(LogError::NoStream { .. } | LogError::Truncated { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let (bounds, sub) = state.log.subscribe(&session, stream).await?;
     let cursor = cursor.unwrap_or(bounds.floor - 1);
     bounds.admit(cursor).map_err(ApiError::Discontinuity)?;

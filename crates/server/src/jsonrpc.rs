@@ -72,6 +72,24 @@ pub fn error(id: &Value, code: i64, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }
 
+/// An error response with `data`.
+pub fn error_with_data(id: &Value, code: i64, message: impl Into<String>, data: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into(), "data": data}})
+}
+
+/// Whether a message (JSON text) is a response: it has `result` or `error`.
+/// A request stream ends with its response.
+pub fn is_response(message: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Probe>(message)
+        .map(|p| p.result.is_some() || p.error.is_some())
+        .unwrap_or(false)
+}
+
 /// A notification.
 pub fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})

@@ -30,6 +30,7 @@ pub mod http;
 mod jsonrpc;
 mod mcp;
 mod metrics;
+mod orphans;
 mod session;
 pub mod sse;
 mod state;
@@ -69,6 +70,7 @@ impl McpServer {
             tasks: tokio_util::task::TaskTracker::new(),
             background: Default::default(),
             metrics: Default::default(),
+            orphan_lock: Arc::new(Mutex::new(())),
         };
         Self { state, stop }
     }
@@ -139,6 +141,14 @@ impl McpServer {
     pub fn spawn_maintenance(&self) -> tokio::task::JoinHandle<()> {
         let state = self.state.clone();
         tokio::spawn(async move {
+            // Calls whose handler died with an earlier process end first.
+            match orphans::sweep(&state).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(count = n, "ended calls whose handler died with its process")
+                }
+                Err(e) => tracing::warn!(error = %e, "could not sweep for orphaned calls"),
+            }
             let mut shutdown = state.shutdown.clone();
             loop {
                 tokio::select! {

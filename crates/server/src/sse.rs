@@ -67,18 +67,6 @@ pub fn event_id(stream: StreamKey, seq: Seq) -> String {
     }
 }
 
-/// Whether a request-stream message is the final response (it has `result` or `error`).
-fn is_response(message: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        result: Option<serde::de::IgnoredAny>,
-        error: Option<serde::de::IgnoredAny>,
-    }
-    serde_json::from_slice::<Probe>(message)
-        .map(|p| p.result.is_some() || p.error.is_some())
-        .unwrap_or(false)
-}
-
 /// A `200 text/event-stream` response that reads `stream` of session `id`
 /// after `cursor`: priming event, replay, then live from the subscription
 /// (the commit point already taken by the caller), with keepalives.
@@ -145,7 +133,9 @@ impl Position {
                 Some("message"),
                 &e.message,
             );
-            if matches!(self.stream, StreamKey::Request(_)) && is_response(&e.message) {
+            if matches!(self.stream, StreamKey::Request(_))
+                && crate::jsonrpc::is_response(&e.message)
+            {
                 return (out.freeze(), Next::Done);
             }
         }

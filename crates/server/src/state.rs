@@ -35,6 +35,8 @@ pub struct AppState {
     pub(crate) background: Arc<std::sync::Mutex<HashMap<String, usize>>>,
     /// What `/metrics` reports.
     pub(crate) metrics: Arc<Metrics>,
+    /// Serialises the ending of orphaned calls (rare), so each ends once.
+    pub(crate) orphan_lock: Arc<Mutex<()>>,
 }
 
 impl AppState {

@@ -1,0 +1,89 @@
+//! Calls whose handler died with its process: a crash must not leave a
+//! caller waiting forever.
+//!
+//! A request stream is opened with a small record (the JSON-RPC id of the call
+//! and the instance that runs its handler). A stream whose last event is not a
+//! response, and whose instance is no longer alive, is an orphan: it gets a
+//! JSON-RPC error response for its call (the server restarted while the call
+//! ran, so the client may retry), committed like any event. Orphans are ended
+//! once at start-up (every stream of a disk log left from before) and lazily
+//! when a client resumes one (an instance of a shared Redis log that died).
+
+use bytes::Bytes;
+use mcp_resume_log::{LogError, StreamKey};
+use serde_json::{json, Value};
+
+use crate::jsonrpc;
+use crate::state::AppState;
+
+/// The record stored with a request stream.
+pub(crate) fn record(rpc_id: &Value, instance: &str) -> Bytes {
+    Bytes::from(json!({"id": rpc_id, "owner": instance}).to_string())
+}
+
+/// Ends request stream `r` of `session` with an error response if its handler
+/// died; returns whether it did. A stream that has its response, or whose
+/// handler's instance is alive, is left alone.
+pub(crate) async fn end_if_orphaned(
+    state: &AppState,
+    session: &str,
+    r: u64,
+) -> Result<bool, LogError> {
+    let stream = StreamKey::Request(r);
+    // One at a time in this process, so two resumes of one orphan answer it once.
+    let _guard = state.orphan_lock.lock().await;
+    let head = state.log.bounds(session, stream).await?.head;
+    if head > 0 {
+        let last = state.log.read(session, stream, head - 1, 1).await?;
+        if last
+            .first()
+            .is_some_and(|e| jsonrpc::is_response(&e.message))
+        {
+            return Ok(false);
+        }
+    }
+    let meta: Value =
+        serde_json::from_slice(&state.log.request_meta(session, r).await?).unwrap_or(Value::Null);
+    let owner = meta["owner"].as_str().unwrap_or_default();
+    if owner == state.log.instance() || state.log.instance_alive(owner).await? {
+        return Ok(false);
+    }
+    let reply = jsonrpc::error_with_data(
+        &meta["id"],
+        jsonrpc::INTERNAL_ERROR,
+        "the server restarted while this call ran; it may be retried",
+        json!({"reason": "server-restarted"}),
+    );
+    state.append(session, stream, &reply).await?;
+    tracing::info!(
+        session,
+        stream = r,
+        "ended a call whose handler died with its process"
+    );
+    Ok(true)
+}
+
+/// Ends every orphaned call of every live session; run once at start-up.
+pub(crate) async fn sweep(state: &AppState) -> Result<usize, LogError> {
+    let mut ended = 0;
+    for session in state.log.session_ids().await? {
+        let streams = match state.log.request_streams(&session).await {
+            Ok(n) => n,
+            Err(LogError::NoSession(_) | LogError::SessionEnded) => continue,
+            Err(e) => return Err(e),
+        };
+        for r in 1..=streams {
+            match end_if_orphaned(state, &session, r).await {
+                Ok(true) => ended += 1,
+                Ok(false) => {}
+                // Trimmed away or ended meanwhile: nothing left to answer.
+                Err(
+                    LogError::NoSession(_) | LogError::SessionEnded | LogError::NoStream { .. },
+                ) => {}
+                Err(LogError::Truncated { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(ended)
+}
