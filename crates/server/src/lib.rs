@@ -22,6 +22,7 @@
 //! # }
 //! ```
 
+pub mod auth;
 mod config;
 pub mod demo;
 mod error;
