@@ -39,6 +39,17 @@ impl TestKey {
         Self::new(Algorithm::ES256, kid, EncodingKey::from_ec_der(&der))
     }
 
+    /// The committed test-only RSA key (RSA keys take too long to make per
+    /// test), made once with `openssl genrsa -traditional 2048 | openssl rsa
+    /// -traditional -outform DER` (PKCS#1 DER); `alg` RS256 or PS256.
+    pub fn rsa(alg: Algorithm, kid: &str) -> Self {
+        let der = include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/auth-test-rsa2048.pkcs1.der"
+        ));
+        Self::new(alg, kid, EncodingKey::from_rsa_der(der))
+    }
+
     /// An Ed25519 key: PKCS#8 (RFC 8410) around a random 32-byte seed.
     pub fn ed25519(kid: &str) -> Self {
         let mut der = vec![

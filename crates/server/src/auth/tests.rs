@@ -37,6 +37,35 @@ async fn eddsa_and_kidless_tokens_verify() {
 }
 
 #[tokio::test]
+async fn rsa_keys_verify_rs256_and_ps256_unless_the_jwk_names_one() {
+    let rs = TestKey::rsa(Algorithm::RS256, "rsa");
+    let ps = TestKey::rsa(Algorithm::PS256, "rsa");
+    // a JWK without "alg": both RSA signature schemes verify
+    let mut open = TestKey::rsa(Algorithm::RS256, "rsa");
+    open.jwk.as_object_mut().unwrap().remove("alg");
+    let (auth, _dir) = oauth(&[&open], None).await;
+    for key in [&rs, &ps] {
+        let p = auth
+            .authenticate(&bearer(&key.sign(&good_claims())), false)
+            .await;
+        assert_eq!(p.unwrap().unwrap().subject, "alice");
+    }
+    // a JWK that says RS256: a PS256 token is refused for its algorithm
+    let (auth, _dir) = oauth(&[&rs], None).await;
+    let err = refusal(&auth, &ps.sign(&good_claims())).await;
+    assert!(
+        matches!(
+            err,
+            AuthError::InvalidToken {
+                reason: TokenRejection::Algorithm(Algorithm::PS256),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_forged_signature_is_refused() {
     let real = TestKey::es256("k1");
     let forger = TestKey::es256("k1"); // same kid, other key
