@@ -10,14 +10,14 @@ use mcp_resume_proto::ErrorBody;
 
 /// A request the authenticator refuses; its response carries the
 /// `WWW-Authenticate` challenge a client needs to find the authorization
-/// server.
+/// server and the scopes to ask it for.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// 401 without an error code (RFC 6750 3.1): the request carries no bearer token.
     #[error("this endpoint requires a bearer token")]
     Missing {
-        /// URL of the protected resource metadata, when OAuth is on.
-        resource_metadata: Option<Arc<str>>,
+        /// Where to get a token.
+        challenge: Challenge,
     },
     /// 401 `invalid_token`: the token is wrong, expired, forged or not for us.
     #[error("the bearer token was refused")]
@@ -25,17 +25,27 @@ pub enum AuthError {
         /// What exactly was wrong.
         #[source]
         reason: TokenRejection,
-        /// URL of the protected resource metadata, when OAuth is on.
-        resource_metadata: Option<Arc<str>>,
+        /// Where to get a better token.
+        challenge: Challenge,
     },
-    /// 403 `insufficient_scope`: a valid token without the scope this server requires.
-    #[error("the token lacks the scope {required:?}")]
+    /// 403 `insufficient_scope`: a valid token without the scopes this server
+    /// requires (named in `challenge.scope`).
+    #[error("the token lacks a scope this server requires")]
     InsufficientScope {
-        /// The scopes required, space-separated as in the `scope` parameter.
-        required: String,
-        /// URL of the protected resource metadata.
-        resource_metadata: Option<Arc<str>>,
+        /// Where to get a token with the scopes.
+        challenge: Challenge,
     },
+}
+
+/// The parameters of a challenge besides the error: what the MCP
+/// authorization spec (2025-11-25) has servers tell clients on every 401/403.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Challenge {
+    /// The scopes required, space-separated (RFC 6750 3), so a client asks for
+    /// no more than it needs.
+    pub scope: Option<Arc<str>>,
+    /// URL of the protected resource metadata (RFC 9728 5.1), when OAuth is on.
+    pub resource_metadata: Option<Arc<str>>,
 }
 
 /// Why a presented token is not accepted; the `error_description` of a 401.
@@ -183,26 +193,22 @@ impl AuthError {
     /// The `WWW-Authenticate` value of RFC 6750 3 with `resource_metadata` (RFC 9728 5.1).
     pub fn challenge(&self) -> String {
         let mut params: Vec<(&str, String)> = Vec::new();
-        let metadata = match self {
-            Self::Missing { resource_metadata } => resource_metadata,
-            Self::InvalidToken {
-                reason,
-                resource_metadata,
-            } => {
+        let challenge = match self {
+            Self::Missing { challenge } => challenge,
+            Self::InvalidToken { reason, challenge } => {
                 params.push(("error", "invalid_token".into()));
                 params.push(("error_description", reason.to_string()));
-                resource_metadata
+                challenge
             }
-            Self::InsufficientScope {
-                required,
-                resource_metadata,
-            } => {
+            Self::InsufficientScope { challenge } => {
                 params.push(("error", "insufficient_scope".into()));
-                params.push(("scope", required.clone()));
-                resource_metadata
+                challenge
             }
         };
-        if let Some(url) = metadata {
+        if let Some(scope) = &challenge.scope {
+            params.push(("scope", scope.to_string()));
+        }
+        if let Some(url) = &challenge.resource_metadata {
             params.push(("resource_metadata", url.to_string()));
         }
         let mut out = String::from("Bearer");
@@ -226,6 +232,10 @@ impl AuthError {
     fn message(&self) -> String {
         match self {
             Self::InvalidToken { reason, .. } => format!("{self}: {reason}"),
+            Self::InsufficientScope { challenge } => match &challenge.scope {
+                Some(scope) => format!("{self}: {scope}"),
+                None => self.to_string(),
+            },
             _ => self.to_string(),
         }
     }
@@ -261,36 +271,50 @@ impl IntoResponse for AuthError {
 mod tests {
     use super::*;
 
-    fn meta() -> Option<Arc<str>> {
-        Some("https://mcp.example.com/.well-known/oauth-protected-resource/mcp".into())
+    const META: &str = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp";
+
+    fn challenge(scope: Option<&str>) -> Challenge {
+        Challenge {
+            scope: scope.map(Into::into),
+            resource_metadata: Some(META.into()),
+        }
     }
 
     #[test]
     fn missing_has_no_error_code() {
         let e = AuthError::Missing {
-            resource_metadata: meta(),
+            challenge: challenge(None),
         };
         assert_eq!(e.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(
             e.challenge(),
-            "Bearer resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/mcp\""
+            format!("Bearer resource_metadata=\"{META}\"")
         );
-        let none = AuthError::Missing {
-            resource_metadata: None,
+        let scoped = AuthError::Missing {
+            challenge: challenge(Some("mcp:tools")),
         };
-        assert_eq!(none.challenge(), "Bearer");
+        assert_eq!(
+            scoped.challenge(),
+            format!("Bearer scope=\"mcp:tools\", resource_metadata=\"{META}\"")
+        );
+        let bare = AuthError::Missing {
+            challenge: Challenge::default(),
+        };
+        assert_eq!(bare.challenge(), "Bearer");
     }
 
     #[test]
     fn invalid_token_names_the_reason() {
         let e = AuthError::InvalidToken {
             reason: TokenRejection::Expired,
-            resource_metadata: meta(),
+            challenge: challenge(None),
         };
         assert_eq!(
             e.challenge(),
-            "Bearer error=\"invalid_token\", error_description=\"the token has expired\", \
-             resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/mcp\""
+            format!(
+                "Bearer error=\"invalid_token\", error_description=\"the token has expired\", \
+                 resource_metadata=\"{META}\""
+            )
         );
         assert_eq!(
             e.message(),
@@ -301,8 +325,10 @@ mod tests {
     #[test]
     fn insufficient_scope_is_403_with_the_scope() {
         let e = AuthError::InsufficientScope {
-            required: "mcp:tools mcp:read".into(),
-            resource_metadata: None,
+            challenge: Challenge {
+                scope: Some("mcp:tools mcp:read".into()),
+                resource_metadata: None,
+            },
         };
         assert_eq!(e.status(), StatusCode::FORBIDDEN);
         assert_eq!(
@@ -310,13 +336,17 @@ mod tests {
             "Bearer error=\"insufficient_scope\", scope=\"mcp:tools mcp:read\""
         );
         assert_eq!(e.code(), "insufficient-scope");
+        assert_eq!(
+            e.message(),
+            "the token lacks a scope this server requires: mcp:tools mcp:read"
+        );
     }
 
     #[test]
     fn descriptions_cannot_break_the_header() {
         let e = AuthError::InvalidToken {
             reason: TokenRejection::UnknownKey("a\"b\\c\u{e9}\n".into()),
-            resource_metadata: None,
+            challenge: Challenge::default(),
         };
         let c = e.challenge();
         assert!(HeaderValue::from_str(&c).is_ok(), "{c}");

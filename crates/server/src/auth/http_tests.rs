@@ -68,7 +68,7 @@ async fn the_layer_answers_401_and_403_with_challenges_and_json() {
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(
         resp.headers()[header::WWW_AUTHENTICATE],
-        format!("Bearer resource_metadata=\"{meta}\"").as_str()
+        format!("Bearer scope=\"mcp:tools\", resource_metadata=\"{meta}\"").as_str()
     );
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "unauthorized");

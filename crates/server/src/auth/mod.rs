@@ -53,7 +53,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use reqwest::Url;
 
-pub use error::{AuthError, AuthSetupError, JwksError, TokenRejection};
+pub use error::{AuthError, AuthSetupError, Challenge, JwksError, TokenRejection};
 pub use jwks::JwksSource;
 pub use metadata::{ProtectedResourceMetadata, WELL_KNOWN_PATH};
 
@@ -139,10 +139,9 @@ enum Mode {
 
 struct OAuth {
     verifier: JwtVerifier,
-    /// The required scopes, space-separated, for 403 challenges.
-    scope: Option<String>,
+    /// The required scopes and the metadata URL, for every refusal.
+    challenge: Challenge,
     metadata: ProtectedResourceMetadata,
-    metadata_url: Arc<str>,
     metadata_paths: Vec<String>,
 }
 
@@ -199,21 +198,17 @@ impl Authenticator {
         headers: &HeaderMap,
         allow_subprotocol_token: bool,
     ) -> Result<Option<Principal>, AuthError> {
-        let metadata = match &*self.mode {
+        let challenge = match &*self.mode {
             Mode::Off => return Ok(None),
-            Mode::Bearer(_) => None,
-            Mode::OAuth(o) => Some(o.metadata_url.clone()),
+            Mode::Bearer(_) => Challenge::default(),
+            Mode::OAuth(o) => o.challenge.clone(),
         };
         let invalid = |reason| AuthError::InvalidToken {
             reason,
-            resource_metadata: metadata.clone(),
+            challenge: challenge.clone(),
         };
         let token = match credentials::presented(headers, allow_subprotocol_token) {
-            Presented::Nothing => {
-                return Err(AuthError::Missing {
-                    resource_metadata: metadata,
-                })
-            }
+            Presented::Nothing => return Err(AuthError::Missing { challenge }),
             Presented::Empty => return Err(invalid(TokenRejection::Empty)),
             Presented::Token(t) => t,
         };
@@ -232,10 +227,7 @@ impl Authenticator {
             Mode::OAuth(o) => match o.verifier.verify(token).await {
                 Ok(p) => Ok(Some(p)),
                 Err(Refusal::Invalid(reason)) => Err(invalid(reason)),
-                Err(Refusal::Scope) => Err(AuthError::InsufficientScope {
-                    required: o.scope.clone().unwrap_or_default(),
-                    resource_metadata: metadata,
-                }),
+                Err(Refusal::Scope) => Err(AuthError::InsufficientScope { challenge }),
             },
         }
     }
@@ -260,7 +252,7 @@ impl Authenticator {
     /// The URL the 401 challenges point to (`resource_metadata`), for OAuth.
     pub fn resource_metadata_url(&self) -> Option<&str> {
         match &*self.mode {
-            Mode::OAuth(o) => Some(&o.metadata_url),
+            Mode::OAuth(o) => o.challenge.resource_metadata.as_deref(),
             _ => None,
         }
     }
@@ -282,11 +274,14 @@ impl OAuth {
             scopes_supported: required.clone(),
             bearer_methods_supported: vec!["header".into()],
         };
+        let challenge = Challenge {
+            scope: (!required.is_empty()).then(|| required.join(" ").into()),
+            resource_metadata: Some(metadata::metadata_url(&resource).into()),
+        };
         Ok(Self {
-            scope: (!required.is_empty()).then(|| required.join(" ")),
             verifier: JwtVerifier::new(keys, c.issuer, c.audience, c.leeway, required),
+            challenge,
             metadata,
-            metadata_url: metadata::metadata_url(&resource).into(),
             metadata_paths: metadata::served_paths(&resource),
         })
     }

@@ -195,6 +195,26 @@ async fn a_missing_scope_is_403() {
         StatusCode::FORBIDDEN,
         &format!("Bearer error=\"insufficient_scope\", scope=\"mcp:tools mcp:admin\", resource_metadata=\"{META}\""),
     );
+    // 401s name the required scopes too (MCP 2025-11-25), so clients ask for them
+    let err = auth
+        .authenticate(&HeaderMap::new(), false)
+        .await
+        .unwrap_err();
+    assert_refused(
+        err,
+        StatusCode::UNAUTHORIZED,
+        &format!("Bearer scope=\"mcp:tools mcp:admin\", resource_metadata=\"{META}\""),
+    );
+    let expired = with(good_claims(), "exp", json!(now() - 120));
+    let err = refusal(&auth, &key.sign(&expired)).await;
+    assert_refused(
+        err,
+        StatusCode::UNAUTHORIZED,
+        &format!(
+            "Bearer error=\"invalid_token\", error_description=\"the token has expired\", \
+             scope=\"mcp:tools mcp:admin\", resource_metadata=\"{META}\""
+        ),
+    );
     // scp as an array is read too
     let scp = with(good_claims(), "scp", json!(["mcp:admin"]));
     let p = auth
