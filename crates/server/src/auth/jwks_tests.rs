@@ -171,3 +171,48 @@ async fn after_the_interval_an_unknown_kid_refetches_again() {
         .is_ok());
     assert_eq!(server.hits(), 3);
 }
+
+#[tokio::test]
+async fn concurrent_requests_for_a_new_kid_share_one_refetch() {
+    let old = TestKey::es256("old");
+    let new = TestKey::es256("new");
+    let server = JwksServer::start(jwks(&[&old])).await;
+    let mut config = OAuthConfig::new(ISS, AUD, JwksSource::Url(server.url.clone()));
+    // no rate limit: only the re-check under the lock keeps this to one fetch
+    config.jwks_refetch_interval = Duration::ZERO;
+    let auth = Authenticator::new(AuthConfig::OAuth(config)).await.unwrap();
+    *server.doc.lock().unwrap() = jwks(&[&old, &new]);
+    let token = new.sign(&good_claims());
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let (auth, token) = (auth.clone(), token.clone());
+            tokio::spawn(async move { auth.authenticate(&bearer(&token), false).await })
+        })
+        .collect();
+    for t in tasks {
+        assert!(t.await.unwrap().is_ok());
+    }
+    assert_eq!(server.hits(), 2, "one fetch at start, one refetch");
+}
+
+#[tokio::test]
+async fn a_jwks_file_is_read_again_for_an_unknown_kid() {
+    let old = TestKey::es256("old");
+    let new = TestKey::ed25519("new");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("jwks.json");
+    std::fs::write(&path, jwks(&[&old])).unwrap();
+    let config = OAuthConfig::new(ISS, AUD, JwksSource::File(path.clone()));
+    let auth = Authenticator::new(AuthConfig::OAuth(config)).await.unwrap();
+    std::fs::write(&path, jwks(&[&new])).unwrap();
+    let p = auth
+        .authenticate(&bearer(&new.sign(&good_claims())), false)
+        .await;
+    assert_eq!(p.unwrap().unwrap().subject, "alice");
+    // the old key is gone with the new file
+    let err = refusal(&auth, &old.sign(&good_claims())).await;
+    assert!(
+        matches!(&err, AuthError::InvalidToken { reason: TokenRejection::UnknownKey(k), .. } if k == "old"),
+        "{err:?}"
+    );
+}

@@ -273,6 +273,33 @@ async fn hmac_tokens_are_refused_whatever_the_secret() {
 }
 
 #[tokio::test]
+async fn unsigned_tokens_are_refused() {
+    let key = TestKey::es256("k1");
+    let (auth, _dir) = oauth(&[&key], None).await;
+    let claims = b64url(good_claims().to_string().as_bytes());
+    for alg in ["none", "None", "NONE"] {
+        let header = b64url(format!(r#"{{"alg":"{alg}","kid":"k1"}}"#).as_bytes());
+        for token in [format!("{header}.{claims}."), format!("{header}.{claims}")] {
+            let err = refusal(&auth, &token).await;
+            assert!(
+                matches!(
+                    err,
+                    AuthError::InvalidToken {
+                        reason: TokenRejection::Malformed(_),
+                        ..
+                    }
+                ),
+                "{token}: {err:?}"
+            );
+        }
+    }
+    // the same claims, signed, pass: the refusal is the missing signature
+    let signed = key.sign(&good_claims());
+    assert_eq!(signed.split('.').nth(1), Some(claims.as_str()), "{signed}");
+    assert!(auth.authenticate(&bearer(&signed), false).await.is_ok());
+}
+
+#[tokio::test]
 async fn the_scheme_is_case_insensitive_for_jwts() {
     let key = TestKey::es256("k1");
     let (auth, _dir) = oauth(&[&key], None).await;
