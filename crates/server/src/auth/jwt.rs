@@ -5,7 +5,7 @@
 //! leeway, and optionally the scopes this server requires.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, Validation};
 use serde::Deserialize;
@@ -36,6 +36,9 @@ struct Claims {
     /// it checks that required ones are present.
     #[serde(default)]
     sub: Option<String>,
+    /// Present and in the future: `jsonwebtoken` checked it.
+    #[serde(default)]
+    exp: Option<u64>,
     /// RFC 8693 / RFC 9068: space-separated.
     #[serde(default)]
     scope: Option<String>,
@@ -168,7 +171,11 @@ impl JwtVerifier {
         {
             return Err(Refusal::Scope);
         }
-        Ok(Principal { subject, scopes })
+        Ok(Principal {
+            subject,
+            scopes,
+            expires_at: claims.exp.map(|exp| UNIX_EPOCH + Duration::from_secs(exp)),
+        })
     }
 }
 

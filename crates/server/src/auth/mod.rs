@@ -44,7 +44,7 @@ mod testkit;
 mod tests;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, Method};
@@ -116,6 +116,9 @@ pub struct Principal {
     pub subject: String,
     /// The token's scopes (`scope` and `scp` claims); empty for a static token.
     pub scopes: Vec<String>,
+    /// The token's `exp`; `None` for a static token. A WebSocket outlives the
+    /// handshake that checked it, so it should close when this passes.
+    pub expires_at: Option<SystemTime>,
 }
 
 impl Principal {
@@ -219,6 +222,7 @@ impl Authenticator {
                     Ok(Some(Principal {
                         subject: Principal::STATIC_BEARER.to_owned(),
                         scopes: Vec::new(),
+                        expires_at: None,
                     }))
                 } else {
                     Err(invalid(TokenRejection::Mismatch))

@@ -4,6 +4,7 @@
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::json;
+use std::time::{Duration, UNIX_EPOCH};
 
 use super::testkit::*;
 use super::*;
@@ -12,13 +13,16 @@ use super::*;
 async fn a_valid_token_yields_its_subject_and_scopes() {
     let key = TestKey::es256("k1");
     let (auth, _dir) = oauth(&[&key], Some("mcp:tools")).await;
+    let claims = good_claims();
     let p = auth
-        .authenticate(&bearer(&key.sign(&good_claims())), false)
+        .authenticate(&bearer(&key.sign(&claims)), false)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(p.subject, "alice");
     assert_eq!(p.scopes, ["mcp:tools"]);
+    let exp = claims["exp"].as_u64().unwrap();
+    assert_eq!(p.expires_at, Some(UNIX_EPOCH + Duration::from_secs(exp)));
 }
 
 #[tokio::test]
