@@ -22,6 +22,7 @@
 //! # }
 //! ```
 
+pub mod auth;
 mod config;
 mod cors;
 pub mod demo;
