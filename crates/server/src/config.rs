@@ -1,6 +1,9 @@
 //! What an operator can tune, with the defaults of the protocol.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::listen::ConnLimits;
 
 /// Server settings; `Default` gives the PROTOCOL.md defaults.
 #[derive(Debug, Clone)]
@@ -35,6 +38,11 @@ pub struct ServerConfig {
     pub websocket: bool,
     /// PROTOCOL.md 9: reproduce the unsafe upgrade on purpose.
     pub unsafe_legacy_upgrade: bool,
+    /// Serve HTTPS (and WSS) with this configuration (see [`crate::tls_config`]);
+    /// `None` serves plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Header-read, keep-alive, TLS-handshake and shutdown time limits.
+    pub conn_limits: ConnLimits,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +63,8 @@ impl Default for ServerConfig {
             maintenance_interval: Duration::from_secs(30),
             websocket: true,
             unsafe_legacy_upgrade: false,
+            tls: None,
+            conn_limits: ConnLimits::default(),
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod demo;
 mod error;
 pub mod http;
 mod jsonrpc;
+pub mod listen;
 mod mcp;
 mod session;
 pub mod sse;
@@ -44,6 +45,7 @@ use tokio::sync::{watch, Mutex};
 
 pub use config::ServerConfig;
 pub use error::ApiError;
+pub use listen::{tls_config, ConnLimits, ListenError};
 pub use state::AppState;
 pub use tools::{ToolContext, ToolError, ToolRegistry};
 
@@ -111,7 +113,8 @@ impl McpServer {
     }
 
     /// Serves until `signal` completes, then stops accepting, closes sockets
-    /// with 1001, ends SSE streams and closes the log.
+    /// with 1001, ends SSE streams and closes the log. TLS and the connection
+    /// limits come from [`ServerConfig::tls`] and [`ServerConfig::conn_limits`].
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -131,12 +134,18 @@ impl McpServer {
     ) -> std::io::Result<()> {
         let maintenance = self.spawn_maintenance();
         let stop = self.stop.clone();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
+        let config = &self.state.config;
+        listen::serve(
+            listener,
+            app,
+            config.tls.clone(),
+            config.conn_limits,
+            async move {
                 signal.await;
                 let _ = stop.send(true);
-            })
-            .await?;
+            },
+        )
+        .await?;
         self.shutdown();
         maintenance.abort();
         // Give sockets a moment to send their 1001 before the process goes.
