@@ -20,6 +20,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::session::{check_status, status_error};
 use crate::sse::{SseEvent, SseParser};
+use crate::tls::tls_cause;
 use crate::{ClientError, McpClient};
 
 type WsStream =
@@ -385,26 +386,12 @@ impl SessionReader {
         let session = self.client.session.clone().unwrap_or_default();
         let base = self.client.url.replacen("http", "ws", 1);
         let url = format!("{base}/session/{session}/events");
-        let mut req = url
-            .into_client_request()
-            .map_err(|e| WsRefusal::Error(ClientError::Usage(e.to_string())))?;
-        let hd = req.headers_mut();
-        let mut protocols = SUBPROTOCOL.to_owned();
-        if let Some(t) = &self.client.token {
-            protocols.push_str(&format!(
-                ", {}{t}",
-                mcp_resume_proto::AUTH_SUBPROTOCOL_PREFIX
-            ));
-        }
-        let val = |s: &str| {
-            s.parse().map_err(|_| {
-                WsRefusal::Error(ClientError::Usage(format!("bad header value {s:?}")))
-            })
-        };
-        hd.insert("sec-websocket-protocol", val(&protocols)?);
-        hd.insert(h::LAST_EVENT_ID, val(&prior.to_string())?);
-        hd.insert(h::MCP_SESSION_ID, val(&session)?);
-        match tokio_tungstenite::connect_async(req).await {
+        let req = upgrade_request(&url, self.client.token.as_deref(), prior, &session)
+            .map_err(WsRefusal::Error)?;
+        let tls = tokio_tungstenite::Connector::Rustls(self.client.ws_tls.clone());
+        let connecting =
+            tokio_tungstenite::connect_async_tls_with_config(req, None, false, Some(tls));
+        match connecting.await {
             Ok((mut ws, resp)) => {
                 let echo = resp
                     .headers()
@@ -453,7 +440,10 @@ impl SessionReader {
                     )),
                 }
             }
-            Err(e) => Err(WsRefusal::Error(ClientError::Transport(e.to_string()))),
+            Err(e) => Err(WsRefusal::Error(match tls_cause(&e) {
+                Some(tls) => ClientError::Tls(tls),
+                None => ClientError::Transport(e.to_string()),
+            })),
         }
     }
 
@@ -546,4 +536,86 @@ enum WsRefusal {
     Fallback(String),
     /// Report to the application.
     Error(ClientError),
+}
+
+/// The upgrade request of the session stream. The bearer token rides in the
+/// subprotocol (`mcp.auth.TOKEN`, PROTOCOL.md) only over `wss://`: over
+/// plain `ws://` it goes in `Authorization` alone, so no proxy or log that
+/// records subprotocols sees it in the clear.
+fn upgrade_request(
+    url: &str,
+    token: Option<&str>,
+    prior: u64,
+    session: &str,
+) -> Result<tungstenite::handshake::client::Request, ClientError> {
+    let mut req = url
+        .into_client_request()
+        .map_err(|e| ClientError::Usage(e.to_string()))?;
+    let secure = req.uri().scheme_str() == Some("wss");
+    let mut protocols = SUBPROTOCOL.to_owned();
+    let mut authorization = None;
+    if let Some(t) = token {
+        if secure {
+            protocols.push_str(&format!(
+                ", {}{t}",
+                mcp_resume_proto::AUTH_SUBPROTOCOL_PREFIX
+            ));
+        } else {
+            authorization = Some(format!("Bearer {t}"));
+        }
+    }
+    let val = |s: &str| {
+        s.parse()
+            .map_err(|_| ClientError::Usage(format!("bad header value {s:?}")))
+    };
+    let hd = req.headers_mut();
+    hd.insert("sec-websocket-protocol", val(&protocols)?);
+    hd.insert(h::LAST_EVENT_ID, val(&prior.to_string())?);
+    hd.insert(h::MCP_SESSION_ID, val(session)?);
+    if let Some(a) = authorization {
+        hd.insert("authorization", val(&a)?);
+    }
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upgrade_request;
+
+    fn header(
+        req: &tokio_tungstenite::tungstenite::handshake::client::Request,
+        name: &str,
+    ) -> Option<String> {
+        req.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    #[test]
+    fn the_token_rides_in_the_subprotocol_only_over_wss() {
+        let req = upgrade_request("ws://h/mcp/session/s/events", Some("s3cret"), 4, "s").unwrap();
+        assert_eq!(
+            header(&req, "sec-websocket-protocol").as_deref(),
+            Some("mcp.resume.v1")
+        );
+        assert_eq!(
+            header(&req, "authorization").as_deref(),
+            Some("Bearer s3cret")
+        );
+        assert_eq!(header(&req, "last-event-id").as_deref(), Some("4"));
+
+        let req = upgrade_request("wss://h/mcp/session/s/events", Some("s3cret"), 4, "s").unwrap();
+        assert_eq!(
+            header(&req, "sec-websocket-protocol").as_deref(),
+            Some("mcp.resume.v1, mcp.auth.s3cret")
+        );
+        assert_eq!(header(&req, "authorization"), None);
+
+        let req = upgrade_request("wss://h/mcp/session/s/events", None, 0, "s").unwrap();
+        assert_eq!(
+            header(&req, "sec-websocket-protocol").as_deref(),
+            Some("mcp.resume.v1")
+        );
+        assert_eq!(header(&req, "authorization"), None);
+    }
 }
