@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use clap::Args;
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
-use mcp_resume_server::{demo::demo_tools, McpServer, ServerConfig};
+use mcp_resume_server::{demo::demo_tools, tls_config, ConnLimits, McpServer, ServerConfig};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 mcp-resume serve                                  # 127.0.0.1:8080, durable log in the data dir\n  \
 mcp-resume serve --listen 127.0.0.1:0             # a free port; prints `listening on http://ADDR/mcp`\n  \
 mcp-resume serve --store memory                   # nothing survives a restart\n  \
-mcp-resume serve --store disk:/var/lib/mcp/log --bearer-token s3cret")]
+mcp-resume serve --store disk:/var/lib/mcp/log --bearer-token s3cret\n  \
+mcp-resume serve --tls-cert cert.pem --tls-key key.pem   # HTTPS and WSS; prints `listening on https://ADDR/mcp`")]
 pub struct ServeArgs {
     /// Address to listen on. Port 0 picks a free port; the real address is printed.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -94,6 +95,23 @@ pub struct ServeArgs {
     /// handshake are silently lost. Never use in production.
     #[arg(long)]
     unsafe_legacy_upgrade: bool,
+
+    /// Serve HTTPS and WSS with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// Seconds a client has to send a whole request header once it starts one
+    /// (and to send its first request after connecting); slower ones are closed.
+    #[arg(long, default_value_t = 30)]
+    header_read_timeout_secs: u64,
+
+    /// Seconds a connection may sit with no request in flight before it is closed.
+    #[arg(long, default_value_t = 60)]
+    keep_alive_secs: u64,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -180,6 +198,18 @@ async fn signal() {
     }
 }
 
+/// An error and its sources, on one line: `tls_config` names the file, its
+/// source says what is wrong with it.
+fn error_chain(e: impl std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    out
+}
+
 /// Runs the server until SIGTERM or Ctrl-C.
 pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     if !args.base_path.starts_with('/') || args.base_path.len() < 2 {
@@ -191,6 +221,11 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let retention = Retention {
         max_events: args.retention_events.max(1),
         max_age: Duration::from_secs(args.retention_secs),
+    };
+    // Before the log opens: a wrong file fails fast, naming itself.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls_config(cert, key).map_err(error_chain)?),
+        _ => None,
     };
     let (log, store) = open_log(&args, retention).await?;
     let config = ServerConfig {
@@ -206,7 +241,18 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         websocket: !args.no_websocket,
         max_sessions: args.max_sessions,
         max_request_streams: args.max_request_streams,
+        tls,
+        conn_limits: ConnLimits {
+            header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+            keep_alive_idle: Duration::from_secs(args.keep_alive_secs.max(1)),
+            ..ConnLimits::default()
+        },
         ..ServerConfig::default()
+    };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
     };
     if args.unsafe_legacy_upgrade {
         tracing::warn!("UNSAFE LEGACY UPGRADE MODE: WebSocket upgrades carry no cursor echo, no replay and no gate; events committed during the handshake WILL BE LOST SILENTLY. For demonstrations only.");
@@ -222,7 +268,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let server = McpServer::new(log, demo_tools(), config);
     {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on http://{addr}{}", args.base_path);
+        let _ = writeln!(out, "listening on {scheme}://{addr}{}", args.base_path);
         let _ = out.flush();
     }
     tracing::info!(%addr, store, "serving MCP");
