@@ -14,6 +14,7 @@ mod reader;
 mod session;
 pub mod sse;
 mod tls;
+mod upgrade;
 
 pub use error::ClientError;
 pub use reader::{ReadEvent, ReaderOptions, SessionReader, Transport};

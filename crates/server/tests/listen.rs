@@ -167,3 +167,136 @@ async fn a_long_stream_outlives_the_idle_timeout() {
     assert_eq!(seqs(&events), vec![1, 2, 3]);
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn shutdown_stops_accepting_lets_in_flight_requests_finish_and_drops_stragglers_after_the_grace(
+) {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                "done"
+            }),
+        )
+        .route("/forever", get(std::future::pending::<&'static str>));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let grace = Duration::from_millis(1500);
+    let limits = ConnLimits {
+        shutdown_grace: grace,
+        ..ConnLimits::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(mcp_resume_server::listen::serve(
+        listener,
+        app,
+        None,
+        limits,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let slow = tokio::spawn(reqwest::get(format!("http://{addr}/slow")));
+    let forever = tokio::spawn(reqwest::get(format!("http://{addr}/forever")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let signalled = Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after the signal"
+    );
+    // The in-flight request finishes.
+    let resp = slow.await.unwrap().expect("the slow request finished");
+    assert_eq!(resp.text().await.unwrap(), "done");
+    // The one that never would is cut off at the grace, and serve returns.
+    tokio::time::timeout(grace + Duration::from_secs(2), server)
+        .await
+        .expect("serve returned after the grace")
+        .unwrap()
+        .unwrap();
+    let took = signalled.elapsed();
+    assert!(took >= grace - Duration::from_millis(100), "{took:?}");
+    assert!(forever.await.unwrap().is_err(), "the straggler was dropped");
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let idle = Duration::from_secs(1);
+    let s = TestServer::start(config(Duration::from_secs(60), idle)).await;
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2c prior knowledge");
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::get(format!("http://{}/nowhere", s.addr))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    drop(resp);
+    let served = Instant::now();
+    tokio::time::timeout(idle + Duration::from_secs(2), conn)
+        .await
+        .expect("the server ended the idle HTTP/2 connection")
+        .unwrap()
+        .ok();
+    let at = served.elapsed();
+    assert!(
+        at >= idle - Duration::from_millis(100),
+        "closed too early: {at:?}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_http2_connection_with_a_long_stream_is_not_idle() {
+    use http_body_util::BodyExt;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let idle = Duration::from_secs(1);
+    let s = TestServer::start(config(Duration::from_secs(1), idle)).await;
+    let sid = s.init().await;
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let get = |path: &str| hyper::Request::get(format!("http://{}{path}", s.addr));
+    let req = get("/mcp")
+        .header("mcp-session-id", &sid)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", "0")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let mut stream = send.send_request(req).await.unwrap().into_body();
+    tokio::time::sleep(idle * 3).await;
+    // No GOAWAY: the same connection still takes new streams.
+    let req = get("/nowhere").body(axum::body::Body::empty()).unwrap();
+    let resp = send
+        .send_request(req)
+        .await
+        .expect("a new stream after 3 idle timeouts");
+    assert_eq!(resp.status(), 404);
+    s.emit_and_wait(&sid, 3).await;
+    let mut parser = mcp_resume_client::sse::SseParser::new();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let frame = tokio::time::timeout(Duration::from_secs(5), stream.frame())
+            .await
+            .expect("events in time")
+            .expect("the stream is open")
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            let events = parser.feed(&data);
+            seen.extend(events.into_iter().filter(|e| !e.data.is_empty()));
+        }
+    }
+    assert_eq!(seqs(&seen), vec![1, 2, 3]);
+    s.shutdown().await;
+}
