@@ -109,7 +109,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 30)]
     header_read_timeout_secs: u64,
 
-    /// Seconds a connection may sit with no request in flight before it is closed.
+    /// Seconds a connection may sit with no request in flight before it is closed
+    /// (HTTP/1.1 keep-alive; HTTP/2 gets a GOAWAY). Not --keepalive-secs, the
+    /// heartbeat inside open streams.
     #[arg(long, default_value_t = 60)]
     keep_alive_secs: u64,
 }

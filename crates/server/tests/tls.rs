@@ -177,3 +177,46 @@ async fn alpn_offers_h2_and_http_1_1_on_the_same_port() {
     assert_eq!(h1.status(), h2.status());
     s.shutdown().await;
 }
+
+/// With a bearer token the upgrade succeeds both ways: over ws:// the token
+/// travels in `Authorization`, over wss:// in the `mcp.auth.` subprotocol.
+#[tokio::test]
+async fn a_bearer_token_upgrades_over_ws_and_over_wss() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::create(dir.path());
+    for tls in [false, true] {
+        let config = ServerConfig {
+            bearer_token: Some("s3cret".into()),
+            tls: tls.then(|| tls_config(&pki.cert, &pki.key).unwrap()),
+            ..ServerConfig::default()
+        };
+        let mut s = TestServer::start(config).await;
+        if tls {
+            s.url = s.url.replacen("http://", "https://", 1);
+        }
+        let mut client = McpClient::new(&s.url)
+            .trust_ca_pem(&pki.ca)
+            .unwrap()
+            .bearer(Some("s3cret".into()));
+        client.initialize().await.unwrap();
+        client.call_tool("emit", json!({"count": 2})).await.unwrap();
+        let mut ws = client
+            .reader(ReaderOptions {
+                transport: Transport::WebSocket,
+                from: Some(0),
+                max_retries: Some(0),
+                ..Default::default()
+            })
+            .unwrap();
+        for want in 1..=2 {
+            let ev = tokio::time::timeout(Duration::from_secs(10), ws.next())
+                .await
+                .expect("an event in time")
+                .unwrap_or_else(|e| panic!("tls={tls}: {e}"));
+            assert_eq!(ev.seq, Some(want));
+        }
+        assert!(ws.on_websocket(), "tls={tls}: fell back to SSE");
+        drop(ws);
+        s.shutdown().await;
+    }
+}
