@@ -18,7 +18,7 @@ pub const EXIT_TOOL_ERROR: u8 = 5;
 /// Options every client command shares.
 #[derive(Args, Debug)]
 pub struct Target {
-    /// The MCP endpoint, e.g. http://127.0.0.1:8080/mcp
+    /// The MCP endpoint, e.g. http://127.0.0.1:8080/mcp or https://host/mcp
     url: String,
 
     /// Use this existing session instead of initialising a new one.
@@ -28,11 +28,19 @@ pub struct Target {
     /// Send `Authorization: Bearer TOKEN`.
     #[arg(long, env = "MCP_RESUME_BEARER_TOKEN", hide_env_values = true)]
     bearer_token: Option<String>,
+
+    /// Also trust the CA certificate(s) in this PEM file, for an https:// server
+    /// whose certificate a private CA signed (wss:// upgrades too).
+    #[arg(long, value_name = "PEM")]
+    cacert: Option<PathBuf>,
 }
 
 impl Target {
     async fn client(&self) -> Result<McpClient, ClientError> {
-        let client = McpClient::new(&self.url).bearer(self.bearer_token.clone());
+        let mut client = McpClient::new(&self.url).bearer(self.bearer_token.clone());
+        if let Some(ca) = &self.cacert {
+            client = client.trust_ca_pem(ca)?;
+        }
         match &self.session {
             Some(s) => Ok(client.with_session(s)),
             None => {
@@ -50,7 +58,8 @@ impl Target {
     after_help = "Prints the tool's result as JSON. Without --session a new session is \
 initialised (its id is printed on stderr) and kept, so `tail --session ID` can read what the tool emits.\n\n\
 Exit codes: 0 ok, 1 error, 2 bad usage, 4 session gone (404), 5 the tool reported an error.\n\n\
-Example:\n  mcp-resume call http://127.0.0.1:8080/mcp echo '{\"text\":\"hi\"}'"
+Examples:\n  mcp-resume call http://127.0.0.1:8080/mcp echo '{\"text\":\"hi\"}'\n  \
+mcp-resume call https://mcp.example:8443/mcp echo '{\"text\":\"hi\"}' --cacert ca.pem"
 )]
 pub struct CallArgs {
     #[command(flatten)]

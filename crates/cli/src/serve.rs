@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
-use mcp_resume_server::{demo::demo_tools, McpServer, ServerConfig};
+use mcp_resume_server::{demo::demo_tools, tls_config, ConnLimits, McpServer, ServerConfig};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
@@ -17,7 +17,8 @@ mcp-resume serve                                  # 127.0.0.1:8080, durable log 
 mcp-resume serve --listen 127.0.0.1:0             # a free port; prints `listening on http://ADDR/mcp`\n  \
 mcp-resume serve --store memory                   # nothing survives a restart\n  \
 mcp-resume serve --store disk:/var/lib/mcp/log --bearer-token s3cret\n  \
-mcp-resume serve --metrics-listen 127.0.0.1:9090  # /metrics, /healthz, /readyz on their own port\n\n\
+mcp-resume serve --metrics-listen 127.0.0.1:9090  # /metrics, /healthz, /readyz on their own port\n  \
+mcp-resume serve --tls-cert cert.pem --tls-key key.pem   # HTTPS and WSS; prints `listening on https://ADDR/mcp`\n\n\
 Demo tools served to every session:\n  \
 echo {text}                      returns the text\n  \
 emit {count, interval_ms}        appends `count` notifications/message to the session stream, in the background\n  \
@@ -117,6 +118,25 @@ pub struct ServeArgs {
     /// handshake are silently lost. Never use in production.
     #[arg(long)]
     unsafe_legacy_upgrade: bool,
+
+    /// Serve HTTPS and WSS with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// Seconds a client has to send a whole request header once it starts one
+    /// (and to send its first request after connecting); slower ones are closed.
+    #[arg(long, default_value_t = 30)]
+    header_read_timeout_secs: u64,
+
+    /// Seconds a connection may sit with no request in flight before it is closed
+    /// (HTTP/1.1 keep-alive; HTTP/2 gets a GOAWAY). Not --keepalive-secs, the
+    /// heartbeat inside open streams.
+    #[arg(long, default_value_t = 60)]
+    keep_alive_secs: u64,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -203,6 +223,18 @@ async fn signal() {
     }
 }
 
+/// An error and its sources, on one line: `tls_config` names the file, its
+/// source says what is wrong with it.
+fn error_chain(e: impl std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    out
+}
+
 /// Runs the server until SIGTERM or Ctrl-C.
 pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     if !args.base_path.starts_with('/') || args.base_path.len() < 2 {
@@ -214,6 +246,11 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     let retention = Retention {
         max_events: args.retention_events.max(1),
         max_age: Duration::from_secs(args.retention_secs),
+    };
+    // Before the log opens: a wrong file fails fast, naming itself.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls_config(cert, key).map_err(error_chain)?),
+        _ => None,
     };
     let (log, store) = open_log(&args, retention).await?;
     let config = ServerConfig {
@@ -232,8 +269,19 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         max_session_tools: args.max_session_tools,
         max_background_per_session: args.max_background_per_session.max(1),
         metrics_on_main: args.metrics_listen.is_none(),
-        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+        tls,
+        conn_limits: ConnLimits {
+            header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+            keep_alive_idle: Duration::from_secs(args.keep_alive_secs.max(1)),
+            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+            ..ConnLimits::default()
+        },
         ..ServerConfig::default()
+    };
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
     };
     if args.unsafe_legacy_upgrade {
         tracing::warn!("UNSAFE LEGACY UPGRADE MODE: WebSocket upgrades carry no cursor echo, no replay and no gate; events committed during the handshake WILL BE LOST SILENTLY. For demonstrations only.");
@@ -261,7 +309,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     }
     {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on http://{addr}{}", args.base_path);
+        let _ = writeln!(out, "listening on {scheme}://{addr}{}", args.base_path);
         let _ = out.flush();
     }
     tracing::info!(%addr, store, "serving MCP");

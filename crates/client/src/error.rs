@@ -2,6 +2,8 @@
 
 use mcp_resume_proto::CursorDiscontinuity;
 
+use crate::tls::{tls_cause, with_sources, TlsError};
+
 /// What can go wrong; the application decides, nothing is swallowed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -40,6 +42,10 @@ pub enum ClientError {
     /// The cursor file could not be read or written.
     #[error("cursor file: {0}")]
     CursorFile(String),
+    /// TLS could not be set up, or the server's certificate was refused:
+    /// never retried, since the same server will be refused again.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl ClientError {
@@ -55,6 +61,9 @@ impl ClientError {
 
 impl From<reqwest::Error> for ClientError {
     fn from(e: reqwest::Error) -> Self {
-        Self::Transport(e.to_string())
+        match tls_cause(&e) {
+            Some(tls) => Self::Tls(tls),
+            None => Self::Transport(with_sources(&e)),
+        }
     }
 }

@@ -3,6 +3,9 @@
 //! checks every seq, and reports a gap, a duplicate or a 409 as a typed
 //! [`ClientError::Discontinuity`], never papering over it.
 //!
+//! It speaks `https://` and `wss://` with rustls (the Mozilla roots, plus a
+//! private CA with [`McpClient::trust_ca_pem`]).
+//!
 //! Against a plain Streamable HTTP server (opaque event ids) it still works:
 //! it resumes with `Last-Event-ID` and does not upgrade.
 
@@ -10,7 +13,10 @@ mod error;
 mod reader;
 mod session;
 pub mod sse;
+mod tls;
+mod upgrade;
 
 pub use error::ClientError;
 pub use reader::{ReadEvent, ReaderOptions, SessionReader, Transport};
 pub use session::McpClient;
+pub use tls::TlsError;

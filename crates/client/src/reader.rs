@@ -10,16 +10,16 @@ use futures_util::{SinkExt, StreamExt};
 use mcp_resume_proto::close::{self, CloseAdvice};
 use mcp_resume_proto::{
     decide_start, headers as h, ClientFrame, CursorDiscontinuity, SeqChecker, ServerFrame,
-    SUBPROTOCOL,
 };
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::session::{check_status, status_error};
 use crate::sse::{SseEvent, SseParser};
+use crate::tls::tls_cause;
+use crate::upgrade::upgrade_request;
 use crate::{ClientError, McpClient};
 
 type WsStream =
@@ -385,26 +385,12 @@ impl SessionReader {
         let session = self.client.session.clone().unwrap_or_default();
         let base = self.client.url.replacen("http", "ws", 1);
         let url = format!("{base}/session/{session}/events");
-        let mut req = url
-            .into_client_request()
-            .map_err(|e| WsRefusal::Error(ClientError::Usage(e.to_string())))?;
-        let hd = req.headers_mut();
-        let mut protocols = SUBPROTOCOL.to_owned();
-        if let Some(t) = &self.client.token {
-            protocols.push_str(&format!(
-                ", {}{t}",
-                mcp_resume_proto::AUTH_SUBPROTOCOL_PREFIX
-            ));
-        }
-        let val = |s: &str| {
-            s.parse().map_err(|_| {
-                WsRefusal::Error(ClientError::Usage(format!("bad header value {s:?}")))
-            })
-        };
-        hd.insert("sec-websocket-protocol", val(&protocols)?);
-        hd.insert(h::LAST_EVENT_ID, val(&prior.to_string())?);
-        hd.insert(h::MCP_SESSION_ID, val(&session)?);
-        match tokio_tungstenite::connect_async(req).await {
+        let req = upgrade_request(&url, self.client.token.as_deref(), prior, &session)
+            .map_err(WsRefusal::Error)?;
+        let tls = tokio_tungstenite::Connector::Rustls(self.client.ws_tls.clone());
+        let connecting =
+            tokio_tungstenite::connect_async_tls_with_config(req, None, false, Some(tls));
+        match connecting.await {
             Ok((mut ws, resp)) => {
                 let echo = resp
                     .headers()
@@ -453,7 +439,10 @@ impl SessionReader {
                     )),
                 }
             }
-            Err(e) => Err(WsRefusal::Error(ClientError::Transport(e.to_string()))),
+            Err(e) => Err(WsRefusal::Error(match tls_cause(&e) {
+                Some(tls) => ClientError::Tls(tls),
+                None => ClientError::Transport(e.to_string()),
+            })),
         }
     }
 

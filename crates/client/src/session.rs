@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use crate::reader::{ReaderOptions, SessionReader};
 use crate::sse::SseParser;
+use crate::tls::TlsConfigs;
 use crate::ClientError;
 
 /// How many times a request stream is resumed after a dropped connection.
@@ -21,20 +22,33 @@ pub struct McpClient {
     pub(crate) session: Option<String>,
     pub(crate) protocol_version: String,
     pub(crate) token: Option<String>,
+    /// The rustls configuration of the WebSocket upgrade (`wss://`).
+    pub(crate) ws_tls: std::sync::Arc<rustls::ClientConfig>,
     next_id: std::sync::Arc<AtomicU64>,
 }
 
 impl McpClient {
     /// A client of the MCP endpoint at `url` (e.g. `http://127.0.0.1:8080/mcp`).
     pub fn new(url: impl Into<String>) -> Self {
+        let tls = TlsConfigs::public();
         Self {
-            http: reqwest::Client::new(),
+            http: tls.reqwest(),
+            ws_tls: tls.ws,
             url: url.into(),
             session: None,
             protocol_version: SUPPORTED_PROTOCOL_VERSIONS[0].to_owned(),
             token: None,
             next_id: std::sync::Arc::new(AtomicU64::new(1)),
         }
+    }
+
+    /// Also trusts the CA certificates in the PEM file `ca`, for a server
+    /// whose certificate a private CA signed (`https://` and `wss://` alike).
+    pub fn trust_ca_pem(mut self, ca: impl AsRef<std::path::Path>) -> Result<Self, ClientError> {
+        let tls = TlsConfigs::with_ca_file(ca.as_ref())?;
+        self.http = tls.reqwest();
+        self.ws_tls = tls.ws;
+        Ok(self)
     }
 
     /// Attaches to an existing session instead of initialising one.

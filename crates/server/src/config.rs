@@ -1,6 +1,9 @@
 //! What an operator can tune, with the defaults of the protocol.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::listen::ConnLimits;
 
 /// Server settings; `Default` gives the PROTOCOL.md defaults.
 #[derive(Debug, Clone)]
@@ -42,8 +45,11 @@ pub struct ServerConfig {
     /// Serve `/metrics`, `/healthz` and `/readyz` from [`crate::McpServer::router`]
     /// (off when they have a listener of their own).
     pub metrics_on_main: bool,
-    /// How long shutdown waits for running handlers and streams to finish.
-    pub shutdown_grace: Duration,
+    /// Serve HTTPS (and WSS) with this configuration (see [`crate::tls_config`]);
+    /// `None` serves plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Header-read, keep-alive, TLS-handshake and shutdown time limits.
+    pub conn_limits: ConnLimits,
 }
 
 impl Default for ServerConfig {
@@ -67,7 +73,8 @@ impl Default for ServerConfig {
             max_session_tools: 256,
             max_background_per_session: 16,
             metrics_on_main: true,
-            shutdown_grace: Duration::from_secs(10),
+            tls: None,
+            conn_limits: ConnLimits::default(),
         }
     }
 }

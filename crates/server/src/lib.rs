@@ -29,6 +29,7 @@ pub mod demo;
 mod error;
 pub mod http;
 mod jsonrpc;
+pub mod listen;
 mod mcp;
 mod metrics;
 mod orphans;
@@ -49,6 +50,7 @@ use tokio::sync::{watch, Mutex};
 
 pub use config::ServerConfig;
 pub use error::ApiError;
+pub use listen::{tls_config, ConnLimits, ListenError};
 pub use state::AppState;
 pub use tools::{ToolContext, ToolError, ToolRegistry};
 
@@ -122,13 +124,13 @@ impl McpServer {
         let _ = self.stop.send(true);
     }
 
-    /// Waits, at most [`ServerConfig::shutdown_grace`], for every task the
+    /// Waits, at most the shutdown grace of [`ServerConfig::conn_limits`], for every task the
     /// server spawned (handlers, readers, sockets sending their 1001,
     /// background work) to finish; says how many were cut off.
     pub async fn drain(&self) {
         let tasks = &self.state.tasks;
         tasks.close();
-        let grace = self.state.config.shutdown_grace;
+        let grace = self.state.config.conn_limits.shutdown_grace;
         if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
             tracing::warn!(
                 running = tasks.len(),
@@ -168,7 +170,8 @@ impl McpServer {
     }
 
     /// Serves until `signal` completes, then stops accepting, closes sockets
-    /// with 1001, ends SSE streams and closes the log.
+    /// with 1001, ends SSE streams and closes the log. TLS and the connection
+    /// limits come from [`ServerConfig::tls`] and [`ServerConfig::conn_limits`].
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -188,12 +191,18 @@ impl McpServer {
     ) -> std::io::Result<()> {
         let maintenance = self.spawn_maintenance();
         let stop = self.stop.clone();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
+        let config = &self.state.config;
+        listen::serve(
+            listener,
+            app,
+            config.tls.clone(),
+            config.conn_limits,
+            async move {
                 signal.await;
                 let _ = stop.send(true);
-            })
-            .await?;
+            },
+        )
+        .await?;
         self.shutdown();
         maintenance.abort();
         self.drain().await;

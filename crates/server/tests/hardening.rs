@@ -391,7 +391,10 @@ async fn cors_preflight_and_exposed_headers_for_allowed_origins_only() {
 #[tokio::test]
 async fn a_reader_that_never_reads_does_not_hold_up_shutdown() {
     let s = TestServer::start(ServerConfig {
-        shutdown_grace: Duration::from_secs(2),
+        conn_limits: mcp_resume_server::ConnLimits {
+            shutdown_grace: Duration::from_secs(2),
+            ..Default::default()
+        },
         ..Default::default()
     })
     .await;

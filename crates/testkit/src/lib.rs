@@ -2,6 +2,11 @@
 //! to do it: a `redis-server` of their own on a free loopback port, never
 //! one they did not start and check, and the runtime they drive it from.
 
+#[cfg(feature = "tls")]
+mod tls;
+#[cfg(feature = "tls")]
+pub use tls::TestPki;
+
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

@@ -1,0 +1,320 @@
+//! One connection: hyper's auto (HTTP/1.1 or HTTP/2) connection with
+//! upgrades, watched by a timer that knows whether a request is in flight.
+//!
+//! hyper's own HTTP/1 header timer also runs while a keep-alive connection
+//! waits for its next request, and does not cover the bytes hyper-util reads
+//! to tell HTTP/1 from HTTP/2, so the watch is ours and protocol-agnostic:
+//! the I/O wrapper notes when bytes arrive, the service notes when requests
+//! start and their responses end.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use axum::body::{Body, HttpBody};
+use axum::Router;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tower_service::Service;
+
+use super::ConnLimits;
+
+/// What the watch knows about a connection.
+struct State {
+    /// Requests whose responses have not ended.
+    active: usize,
+    /// When `active` last dropped to zero (or the connection began).
+    idle_since: Instant,
+    /// When the first byte arrived since the last request began, if any did.
+    read_since_request: Option<Instant>,
+    /// Whether any request has begun.
+    served: bool,
+    /// Whether the connection speaks HTTP/2, whose control frames (PING,
+    /// WINDOW_UPDATE) arrive between requests and are no request header.
+    h2: bool,
+}
+
+/// The shared activity record of one connection, and the bell that rings
+/// the watch when it changes.
+struct Activity {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+/// What the watch decided.
+enum Expiry {
+    /// A request header did not arrive in time: close at once.
+    HeaderTimeout,
+    /// Nothing in flight and nothing received for too long: close gracefully.
+    Idle,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            state: Mutex::new(State {
+                active: 0,
+                idle_since: Instant::now(),
+                read_since_request: None,
+                served: false,
+                h2: false,
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn on_read(&self) {
+        let mut s = self.lock();
+        if s.read_since_request.is_none() {
+            s.read_since_request = Some(Instant::now());
+            if s.active == 0 {
+                drop(s);
+                self.changed.notify_one();
+            }
+        }
+    }
+
+    fn on_request(&self, h2: bool) {
+        let mut s = self.lock();
+        s.active += 1;
+        s.served = true;
+        s.h2 |= h2;
+        s.read_since_request = None;
+        drop(s);
+        self.changed.notify_one();
+    }
+
+    fn on_response_end(&self) {
+        let mut s = self.lock();
+        s.active -= 1;
+        if s.active == 0 {
+            s.idle_since = Instant::now();
+            drop(s);
+            self.changed.notify_one();
+        }
+    }
+
+    /// The verdict now, or the instant to look again (`None`: when told).
+    fn check(&self, limits: &ConnLimits) -> Result<Option<Instant>, Expiry> {
+        let s = self.lock();
+        if s.active > 0 {
+            return Ok(None);
+        }
+        let now = Instant::now();
+        // The first request's header is due from the start; a later one from
+        // its first byte (HTTP/1 only: HTTP/2 control frames are no header).
+        let header_from = if !s.served {
+            Some(s.idle_since)
+        } else if s.h2 {
+            None
+        } else {
+            s.read_since_request.map(|t| t.max(s.idle_since))
+        };
+        let header_due = header_from.map(|t| t + limits.header_read_timeout);
+        if header_due.is_some_and(|due| now >= due) {
+            return Err(Expiry::HeaderTimeout);
+        }
+        // HTTP/1 bytes after the last request are the next request's header,
+        // timed above; HTTP/2 is idle whatever control frames arrive.
+        let idle_at = (s.h2 || s.read_since_request.is_none())
+            .then_some(s.idle_since + limits.keep_alive_idle);
+        if idle_at.is_some_and(|at| now >= at) {
+            return Err(Expiry::Idle);
+        }
+        Ok(match (header_due, idle_at) {
+            (Some(due), Some(at)) => Some(due.min(at)),
+            (due, at) => due.or(at),
+        })
+    }
+
+    /// Resolves when the connection has expired.
+    async fn watch(&self, limits: ConnLimits) -> Expiry {
+        loop {
+            let wake = self.changed.notified();
+            match self.check(&limits) {
+                Err(e) => return e,
+                Ok(Some(at)) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = wake => {}
+                    }
+                }
+                Ok(None) => wake.await,
+            }
+        }
+    }
+}
+
+/// The connection's I/O, noting every read in the activity record.
+struct Watched<S> {
+    io: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.on_read();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// Counts a request as in flight until its response body ends or is dropped.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.on_response_end();
+    }
+}
+
+/// A response body carrying its request's [`InFlight`].
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl HttpBody for Tracked {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The hyper builder for one connection's limits.
+fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
+    let mut b = Builder::new(TokioExecutor::new());
+    // Our watch times headers; hyper's would also end keep-alive waits early.
+    b.http1().header_read_timeout(None);
+    b.http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.h2_ping_interval);
+    b
+}
+
+/// Serves one (plain or TLS) connection until it ends, expires, or shutdown
+/// (`stop`) has let its in-flight requests finish.
+pub(super) async fn serve_one<S>(
+    io: S,
+    app: Router,
+    limits: ConnLimits,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched {
+        io,
+        activity: activity.clone(),
+    });
+    let service = hyper::service::service_fn({
+        let activity = activity.clone();
+        move |req: hyper::Request<Incoming>| {
+            activity.on_request(req.version() == hyper::Version::HTTP_2);
+            let in_flight = InFlight(activity.clone());
+            let mut app = app.clone();
+            async move {
+                let resp = app.call(req.map(Body::new)).await?;
+                Ok::<_, std::convert::Infallible>(resp.map(|body| {
+                    Body::new(Tracked {
+                        body,
+                        _in_flight: in_flight,
+                    })
+                }))
+            }
+        }
+    });
+    let builder = builder(&limits);
+    let conn = builder.serve_connection_with_upgrades(io, service);
+    tokio::pin!(conn);
+    let watch = activity.watch(limits);
+    tokio::pin!(watch);
+    let mut closing = false;
+    let mut watching = true;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            expiry = &mut watch, if watching => match expiry {
+                Expiry::HeaderTimeout => {
+                    tracing::debug!("request header not received in time; closing");
+                    return;
+                }
+                Expiry::Idle => {
+                    watching = false;
+                    if !closing {
+                        closing = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            },
+            _ = stop.wait_for(|s| *s), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The accept loop: HTTP/1.1 and HTTP/2 (h2c prior knowledge, or ALPN over
+//! TLS) on one port, WebSocket upgrades, optional TLS, and the connection
+//! limits `axum::serve` does not have.
+//!
+//! Why our own loop: a session stream is long-lived, so a server that waits
+//! for slow or silent peers runs out of sockets long before it runs out of
+//! work. Here a peer that starts a request header must finish it within
+//! [`ConnLimits::header_read_timeout`] (slowloris), a connection with no
+//! request in flight is closed after [`ConnLimits::keep_alive_idle`], a TLS
+//! handshake gets [`ConnLimits::tls_handshake_timeout`], and shutdown waits
+//! for in-flight requests at most [`ConnLimits::shutdown_grace`].
+
+mod conn;
+mod tls;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+pub use tls::tls_config;
+
+/// Time limits of one connection; `Default` suits a public endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Once a peer sends the first byte of a request (or connects, for the
+    /// first request), the whole header must arrive within this; else the
+    /// connection is closed. Defends against slowloris.
+    pub header_read_timeout: Duration,
+    /// A connection with no request in flight and nothing received for this
+    /// long is closed (HTTP/1.1 keep-alive; HTTP/2 gets a GOAWAY).
+    pub keep_alive_idle: Duration,
+    /// Longest TLS handshake.
+    pub tls_handshake_timeout: Duration,
+    /// HTTP/2 PING interval, to find dead peers under long streams (`None`: no pings).
+    pub h2_ping_interval: Option<Duration>,
+    /// On shutdown, how long in-flight requests may take before their
+    /// connections are dropped.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(30),
+            keep_alive_idle: Duration::from_secs(60),
+            tls_handshake_timeout: Duration::from_secs(10),
+            h2_ping_interval: Some(Duration::from_secs(20)),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a TLS configuration could not be built; each names the file at fault,
+/// so an operator knows which flag to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// The certificate chain file could not be read or is not PEM.
+    #[error("cannot read the TLS certificate chain {}", path.display())]
+    ReadCert {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The certificate chain file holds no `CERTIFICATE` block.
+    #[error("the TLS certificate file {} holds no PEM certificate", path.display())]
+    NoCert {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key file could not be read, is not PEM, or holds no private key.
+    #[error("cannot read a PEM private key from {}", path.display())]
+    ReadKey {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// rustls refused the pair (say, the key does not match the certificate).
+    #[error("the TLS certificate {} and key {} do not make a server configuration", cert.display(), key.display())]
+    Rejected {
+        /// The certificate chain file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+        /// What rustls said.
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+/// Serves `app` on `listener` until `signal` completes; then stops accepting,
+/// shuts every connection down gracefully (in-flight requests finish, idle
+/// ones close) and returns once all are gone or [`ConnLimits::shutdown_grace`]
+/// has passed. With `tls`, every connection is TLS (ALPN `h2`, `http/1.1`).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: ConnLimits,
+    signal: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    tokio::pin!(signal);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut signal => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, mostly: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let acceptor = acceptor.clone();
+        let stop = stop_rx.clone();
+        conns.spawn(async move {
+            match acceptor {
+                None => conn::serve_one(stream, app, limits, stop).await,
+                Some(acceptor) => {
+                    let hs =
+                        tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(stream));
+                    match hs.await {
+                        Ok(Ok(tls)) => conn::serve_one(tls, app, limits, stop).await,
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(limits.shutdown_grace, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            left = conns.len(),
+            "connections still busy after the shutdown grace; dropping them"
+        );
+        conns.shutdown().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,302 @@
+//! The accept loop's connection limits, on real sockets: slow request
+//! headers are cut off, idle keep-alive connections are closed, busy ones
+//! are not.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{read_sse, seqs, TestServer};
+use mcp_resume_server::{ConnLimits, ServerConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn config(header_read: Duration, keep_alive: Duration) -> ServerConfig {
+    ServerConfig {
+        conn_limits: ConnLimits {
+            header_read_timeout: header_read,
+            keep_alive_idle: keep_alive,
+            ..ConnLimits::default()
+        },
+        ..ServerConfig::default()
+    }
+}
+
+/// Reads until the server closes (EOF or reset) or `within` passes; returns
+/// when it closed, measured from `since`, or `None` if it stayed open.
+async fn closed_after(
+    stream: &mut TcpStream,
+    since: Instant,
+    within: Duration,
+) -> Option<Duration> {
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::from_std(since + within);
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(since.elapsed()),
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+/// Sends one whole request and reads its whole (Content-Length) response.
+async fn one_request(stream: &mut TcpStream) -> String {
+    stream
+        .write_all(b"GET /nowhere HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("a response")
+            .unwrap();
+        assert!(n > 0, "closed before the response ended");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                return text;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn slowloris_connections_are_closed_after_the_header_timeout_while_requests_still_work() {
+    let timeout = Duration::from_secs(1);
+    // A long keep-alive, so only the header timeout can close these.
+    let s = TestServer::start(config(timeout, Duration::from_secs(60))).await;
+    let start = Instant::now();
+    let mut slow = Vec::new();
+    for i in 0..100 {
+        let mut c = TcpStream::connect(s.addr).await.unwrap();
+        c.write_all(format!("POST /mcp HTTP/1.1\r\nHost: t\r\nX-Slow-{i}: ").as_bytes())
+            .await
+            .unwrap();
+        slow.push(c);
+    }
+    // Connected, said nothing: the first request is due from the start.
+    let mut silent = TcpStream::connect(s.addr).await.unwrap();
+    // One request served, then half of the next: due from its first byte.
+    let mut second = TcpStream::connect(s.addr).await.unwrap();
+    assert!(one_request(&mut second).await.starts_with("HTTP/1.1 404"));
+    second.write_all(b"GET /mcp HTTP/1.1\r\nHo").await.unwrap();
+    let second_start = Instant::now();
+
+    // Meanwhile a normal client is served.
+    let sid = s.init().await;
+    let r = s
+        .call(&sid, "echo", serde_json::json!({"text": "still here"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "still here", "{r}");
+
+    let margin = Duration::from_secs(2);
+    for (i, c) in slow.iter_mut().enumerate() {
+        let at = closed_after(c, start, timeout + margin).await;
+        let at = at.unwrap_or_else(|| {
+            panic!(
+                "slow connection {i} still open after {:?}",
+                timeout + margin
+            )
+        });
+        assert!(
+            at >= timeout - Duration::from_millis(100),
+            "connection {i} closed too early: {at:?}"
+        );
+    }
+    let at = closed_after(&mut silent, start, timeout + margin).await;
+    assert!(
+        at.is_some(),
+        "a silent connection outlived the header timeout"
+    );
+    let at = closed_after(&mut second, second_start, timeout + margin).await;
+    assert!(
+        at.is_some(),
+        "half a second request outlived the header timeout"
+    );
+    // And the server still serves after all that.
+    let r = s
+        .call(&sid, "echo", serde_json::json!({"text": "after"}))
+        .await;
+    assert_eq!(r["result"]["content"][0]["text"], "after", "{r}");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let idle = Duration::from_secs(1);
+    // A long header timeout, so only the idle timeout can close it.
+    let s = TestServer::start(config(Duration::from_secs(60), idle)).await;
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    assert!(one_request(&mut c).await.starts_with("HTTP/1.1 404"));
+    // Still usable as keep-alive right after.
+    assert!(one_request(&mut c).await.starts_with("HTTP/1.1 404"));
+    let served = Instant::now();
+    let at = closed_after(&mut c, served, idle + Duration::from_secs(2))
+        .await
+        .expect("the idle connection was closed");
+    assert!(
+        at >= idle - Duration::from_millis(100),
+        "closed too early: {at:?}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_long_stream_outlives_the_idle_timeout() {
+    let s = TestServer::start(config(Duration::from_secs(1), Duration::from_secs(1))).await;
+    let sid = s.init().await;
+    let resp = s.session_stream(&sid, Some("0")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let reader = tokio::spawn(read_sse(resp, 3, 5000));
+    // Three times the idle timeout with the response in flight, then events.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    s.emit_and_wait(&sid, 3).await;
+    let events = reader.await.unwrap();
+    assert_eq!(seqs(&events), vec![1, 2, 3]);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_stops_accepting_lets_in_flight_requests_finish_and_drops_stragglers_after_the_grace(
+) {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(700)).await;
+                "done"
+            }),
+        )
+        .route("/forever", get(std::future::pending::<&'static str>));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let grace = Duration::from_millis(1500);
+    let limits = ConnLimits {
+        shutdown_grace: grace,
+        ..ConnLimits::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(mcp_resume_server::listen::serve(
+        listener,
+        app,
+        None,
+        limits,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let slow = tokio::spawn(reqwest::get(format!("http://{addr}/slow")));
+    let forever = tokio::spawn(reqwest::get(format!("http://{addr}/forever")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let signalled = Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after the signal"
+    );
+    // The in-flight request finishes.
+    let resp = slow.await.unwrap().expect("the slow request finished");
+    assert_eq!(resp.text().await.unwrap(), "done");
+    // The one that never would is cut off at the grace, and serve returns.
+    tokio::time::timeout(grace + Duration::from_secs(2), server)
+        .await
+        .expect("serve returned after the grace")
+        .unwrap()
+        .unwrap();
+    let took = signalled.elapsed();
+    assert!(took >= grace - Duration::from_millis(100), "{took:?}");
+    assert!(forever.await.unwrap().is_err(), "the straggler was dropped");
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let idle = Duration::from_secs(1);
+    let s = TestServer::start(config(Duration::from_secs(60), idle)).await;
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2c prior knowledge");
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::get(format!("http://{}/nowhere", s.addr))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    drop(resp);
+    let served = Instant::now();
+    tokio::time::timeout(idle + Duration::from_secs(2), conn)
+        .await
+        .expect("the server ended the idle HTTP/2 connection")
+        .unwrap()
+        .ok();
+    let at = served.elapsed();
+    assert!(
+        at >= idle - Duration::from_millis(100),
+        "closed too early: {at:?}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_http2_connection_with_a_long_stream_is_not_idle() {
+    use http_body_util::BodyExt;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let idle = Duration::from_secs(1);
+    let s = TestServer::start(config(Duration::from_secs(1), idle)).await;
+    let sid = s.init().await;
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let get = |path: &str| hyper::Request::get(format!("http://{}{path}", s.addr));
+    let req = get("/mcp")
+        .header("mcp-session-id", &sid)
+        .header("accept", "text/event-stream")
+        .header("last-event-id", "0")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let mut stream = send.send_request(req).await.unwrap().into_body();
+    tokio::time::sleep(idle * 3).await;
+    // No GOAWAY: the same connection still takes new streams.
+    let req = get("/nowhere").body(axum::body::Body::empty()).unwrap();
+    let resp = send
+        .send_request(req)
+        .await
+        .expect("a new stream after 3 idle timeouts");
+    assert_eq!(resp.status(), 404);
+    s.emit_and_wait(&sid, 3).await;
+    let mut parser = mcp_resume_client::sse::SseParser::new();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let frame = tokio::time::timeout(Duration::from_secs(5), stream.frame())
+            .await
+            .expect("events in time")
+            .expect("the stream is open")
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            let events = parser.feed(&data);
+            seen.extend(events.into_iter().filter(|e| !e.data.is_empty()));
+        }
+    }
+    assert_eq!(seqs(&seen), vec![1, 2, 3]);
+    s.shutdown().await;
+}
