@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
+use mcp_resume_server::auth::{AuthConfig, Authenticator, JwksSource, OAuthConfig};
 use mcp_resume_server::{demo::demo_tools, tls_config, ConnLimits, McpServer, ServerConfig};
 
 #[derive(Args, Debug)]
@@ -60,6 +61,26 @@ pub struct ServeArgs {
     /// on WebSocket upgrades); anything else gets 401.
     #[arg(long, env = "MCP_RESUME_BEARER_TOKEN", hide_env_values = true)]
     bearer_token: Option<String>,
+
+    /// Accept OAuth 2.1 JWT access tokens issued by this authorization server
+    /// (the tokens' exact `iss`); 401 with a `resource_metadata` challenge
+    /// otherwise, and GET /.well-known/oauth-protected-resource names it.
+    #[arg(long, value_name = "URL", requires_all = ["oauth_audience", "oauth_jwks"], conflicts_with = "bearer_token")]
+    oauth_issuer: Option<String>,
+
+    /// This server's resource URI, which tokens must carry in `aud`
+    /// (e.g. https://mcp.example.com/mcp).
+    #[arg(long, value_name = "URI", requires = "oauth_issuer")]
+    oauth_audience: Option<String>,
+
+    /// The issuer's signing keys (JWKS): an http(s):// URL, fetched at start and
+    /// again (at most once a minute) for an unknown key id, or a file.
+    #[arg(long, value_name = "FILE|URL", requires = "oauth_issuer")]
+    oauth_jwks: Option<String>,
+
+    /// Scopes every token must carry (space-separated); 403 insufficient_scope otherwise.
+    #[arg(long, value_name = "SCOPES", requires = "oauth_issuer")]
+    oauth_scope: Option<String>,
 
     /// Largest POST body in bytes (413 above it).
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
@@ -252,12 +273,34 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         (Some(cert), Some(key)) => Some(tls_config(cert, key).map_err(error_chain)?),
         _ => None,
     };
+    let auth = match (&args.oauth_issuer, &args.bearer_token) {
+        (Some(issuer), _) => {
+            let jwks: JwksSource = args.oauth_jwks.clone().unwrap_or_default().parse().map_err(
+                |e: std::convert::Infallible| e.to_string(),
+            )?;
+            let mut oauth =
+                OAuthConfig::new(issuer, args.oauth_audience.clone().unwrap_or_default(), jwks);
+            oauth.scope = args.oauth_scope.clone();
+            AuthConfig::OAuth(oauth)
+        }
+        (None, Some(token)) => AuthConfig::Bearer(token.clone()),
+        (None, None) => AuthConfig::None,
+    };
+    let auth = Authenticator::new(auth).await.map_err(|e| {
+        let mut msg = format!("setting up authentication: {e}");
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            msg.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        msg
+    })?;
     let (log, store) = open_log(&args, retention).await?;
     let config = ServerConfig {
         base_path: args.base_path.clone(),
         allowed_origins: args.allow_origins.clone(),
         allow_loopback_origins: true,
-        bearer_token: args.bearer_token.clone(),
+        auth: auth.clone(),
         max_body_bytes: args.max_body_bytes,
         session_ttl: Duration::from_secs(args.session_ttl_secs),
         keepalive: Duration::from_secs(args.keepalive_secs.max(1)),
@@ -287,8 +330,8 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         tracing::warn!("UNSAFE LEGACY UPGRADE MODE: WebSocket upgrades carry no cursor echo, no replay and no gate; events committed during the handshake WILL BE LOST SILENTLY. For demonstrations only.");
         eprintln!("WARNING: --unsafe-legacy-upgrade is on: WebSocket upgrades can silently lose events. Never use this in production.");
     }
-    if !args.listen.ip().is_loopback() && args.bearer_token.is_none() {
-        tracing::warn!(listen = %args.listen, "listening beyond loopback without --bearer-token");
+    if !args.listen.ip().is_loopback() && !auth.is_enabled() {
+        tracing::warn!(listen = %args.listen, "listening beyond loopback without --bearer-token or --oauth-issuer");
     }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -14,8 +14,9 @@ pub struct ServerConfig {
     pub allowed_origins: Vec<String>,
     /// Accept `http://localhost:*`, `http://127.0.0.1:*` and `http://[::1]:*` origins.
     pub allow_loopback_origins: bool,
-    /// Bearer token every request must carry, if set.
-    pub bearer_token: Option<String>,
+    /// Who may call: nobody checked (the default), a static bearer token, or
+    /// OAuth 2.1 access tokens (see [`crate::auth`]).
+    pub auth: crate::auth::Authenticator,
     /// Largest POST body.
     pub max_body_bytes: usize,
     /// Largest WebSocket message from a client.
@@ -58,7 +59,7 @@ impl Default for ServerConfig {
             base_path: "/mcp".into(),
             allowed_origins: Vec::new(),
             allow_loopback_origins: true,
-            bearer_token: None,
+            auth: crate::auth::Authenticator::default(),
             max_body_bytes: 4 * 1024 * 1024,
             max_frame_bytes: 4 * 1024 * 1024,
             max_sessions: 100_000,

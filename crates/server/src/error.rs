@@ -16,9 +16,10 @@ pub enum ApiError {
         /// What was wrong.
         message: String,
     },
-    /// 401: missing or wrong bearer token.
-    #[error("a valid bearer token is required")]
-    Unauthorized,
+    /// 401 or 403: the credentials (a bearer token, an OAuth access token) do
+    /// not admit the request; the response carries the `WWW-Authenticate` challenge.
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
     /// 403: the `Origin` is not allowed.
     #[error("origin {0:?} is not allowed")]
     Forbidden(String),
@@ -74,7 +75,7 @@ impl ApiError {
     fn status_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
-            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Auth(e) => (e.status(), "unauthorized"),
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "origin-not-allowed"),
             Self::NoSession(_) => (StatusCode::NOT_FOUND, "session-not-found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed"),
@@ -112,6 +113,9 @@ impl From<LogError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let Self::Auth(e) = self {
+            return e.into_response();
+        }
         let (status, code) = self.status_code();
         let body = match &self {
             Self::Discontinuity(d) => d.to_body(),
@@ -134,9 +138,6 @@ impl IntoResponse for ApiError {
             }
             Self::Unavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            }
-            Self::Unauthorized => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             _ => {}
         }

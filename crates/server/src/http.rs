@@ -23,28 +23,19 @@ pub struct CursorQuery {
     last_event_id: Option<String>,
 }
 
-/// Origin and bearer-token checks, before anything else.
-pub(crate) fn guard(
+/// Credentials (bearer token or OAuth access token), then `Origin` and
+/// `MCP-Protocol-Version`, before anything else; returns who is calling.
+pub(crate) async fn guard(
     state: &AppState,
     headers: &HeaderMap,
     token_in_subprotocol: bool,
 ) -> Result<Principal, ApiError> {
-    let mut principal = None;
-    if let Some(want) = &state.config.bearer_token {
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| t == want)
-            .unwrap_or(false);
-        let offered = token_in_subprotocol
-            && ws::offered_protocols(headers)
-                .any(|p| p.strip_prefix(mcp_resume_proto::AUTH_SUBPROTOCOL_PREFIX) == Some(want));
-        if !(bearer || offered) {
-            return Err(ApiError::Unauthorized);
-        }
-        principal = Some("bearer".to_owned());
-    }
+    let principal = state
+        .config
+        .auth
+        .authenticate(headers, token_in_subprotocol)
+        .await?
+        .map(|p| p.subject);
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !origin_allowed(&state.config, origin) {
@@ -214,7 +205,7 @@ pub async fn post(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let principal = guard(&state, &headers, false)?;
+    let principal = guard(&state, &headers, false).await?;
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -472,7 +463,7 @@ pub async fn get(
     q: Result<Query<CursorQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let principal = guard(&state, &headers, false)?;
+    let principal = guard(&state, &headers, false).await?;
     let q = query(q)?;
     if !accepts(&headers).sse {
         return Err(ApiError::NotAcceptable(
@@ -530,7 +521,7 @@ pub async fn delete(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let principal = guard(&state, &headers, false)?;
+    let principal = guard(&state, &headers, false).await?;
     let Some(session) = session_header(&headers)? else {
         return Err(ApiError::bad(
             "missing-session-id",
@@ -554,7 +545,7 @@ pub async fn session_events(
 ) -> Result<Response, ApiError> {
     let (mut parts, _) = req.into_parts();
     let upgrade = parts.headers.contains_key(header::UPGRADE);
-    let principal = guard(&state, &parts.headers, upgrade)?;
+    let principal = guard(&state, &parts.headers, upgrade).await?;
     let q = query(q)?;
     if !valid_session_id(&id) {
         return Err(ApiError::NoSession(id));

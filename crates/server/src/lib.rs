@@ -102,6 +102,10 @@ impl McpServer {
             .layer(cors::layer(&self.state))
             .layer(trace::layer())
             .with_state(self.state.clone());
+        let mcp = match self.state.config.auth.metadata_router() {
+            Some(metadata) => mcp.merge(metadata),
+            None => mcp,
+        };
         if self.state.config.metrics_on_main {
             mcp.merge(self.ops_router())
         } else {

@@ -80,7 +80,7 @@ async fn initialize_with_an_sse_only_accept_is_answered_as_sse() {
 #[tokio::test]
 async fn query_errors_come_after_the_auth_check_and_have_json_bodies() {
     let s = TestServer::start(ServerConfig {
-        bearer_token: Some("s3cret".into()),
+        auth: mcp_resume_server::auth::Authenticator::bearer("s3cret"),
         ..Default::default()
     })
     .await;

@@ -321,7 +321,7 @@ async fn truncated_cursor_is_409() {
 #[tokio::test]
 async fn bearer_token_is_required_when_set() {
     let s = TestServer::start(ServerConfig {
-        bearer_token: Some("s3cret".into()),
+        auth: mcp_resume_server::auth::Authenticator::bearer("s3cret"),
         ..Default::default()
     })
     .await;

@@ -186,7 +186,7 @@ async fn a_bearer_token_upgrades_over_ws_and_over_wss() {
     let pki = TestPki::create(dir.path());
     for tls in [false, true] {
         let config = ServerConfig {
-            bearer_token: Some("s3cret".into()),
+            auth: mcp_resume_server::auth::Authenticator::bearer("s3cret"),
             tls: tls.then(|| tls_config(&pki.cert, &pki.key).unwrap()),
             ..ServerConfig::default()
         };

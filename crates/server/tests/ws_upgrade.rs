@@ -144,7 +144,7 @@ async fn row4_ahead_and_truncated_are_409() {
 #[tokio::test]
 async fn auth_is_checked_before_anything_else() {
     let s = TestServer::start(ServerConfig {
-        bearer_token: Some("tok".into()),
+        auth: mcp_resume_server::auth::Authenticator::bearer("tok"),
         ..Default::default()
     })
     .await;
