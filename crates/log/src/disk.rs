@@ -140,6 +140,7 @@ pub struct DiskLog {
     ops: std_mpsc::Sender<Op>,
     committer: Option<std::thread::JoinHandle<()>>,
     path: PathBuf,
+    faults: crate::retention::ReadFaults,
 }
 
 impl Drop for DiskLog {
@@ -259,12 +260,20 @@ impl DiskLog {
             ops: tx,
             committer: Some(handle),
             path,
+            faults: Default::default(),
         })
     }
 
     /// The directory this log lives in.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
+    /// 0), to prove that housekeeping trims nothing it could not read.
+    #[doc(hidden)]
+    pub fn fail_reads(&self, n: u64) {
+        self.faults.set(n);
     }
 
     async fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Op) -> Result<T, LogError> {
@@ -752,6 +761,7 @@ impl Log for DiskLog {
         after: Seq,
         max: usize,
     ) -> Result<Vec<Event>, LogError> {
+        self.faults.check()?;
         match self.hub.read_cached(id, stream, after, max)? {
             Cached::Hit(events) => Ok(events),
             Cached::Miss(b) => {
@@ -803,7 +813,14 @@ impl Log for DiskLog {
                 let Ok(b) = self.hub.bounds(&id, key) else {
                     continue;
                 };
-                let floor = crate::retention::first_young(self, &id, key, b, cutoff).await;
+                let floor = match crate::retention::first_young(self, &id, key, b, cutoff).await {
+                    Ok(floor) => floor,
+                    Err(e) => {
+                        tracing::warn!(session = %id, stream = key.number(), error = %e,
+                            "age retention skipped a stream it could not read");
+                        continue;
+                    }
+                };
                 if floor > b.floor {
                     self.submit(|reply| Op::Trim {
                         id: id.clone(),

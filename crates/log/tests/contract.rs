@@ -256,6 +256,48 @@ fn age_retention_and_idle_expiry() {
 }
 
 #[test]
+fn a_read_that_fails_during_maintenance_trims_nothing() {
+    rt().block_on(async {
+        for b in backends(
+            Retention {
+                max_events: 100,
+                max_age: Duration::from_millis(50),
+            },
+            1024,
+        )
+        .await
+        {
+            let log = b.log();
+            log.create_session("a", Bytes::new()).await.unwrap();
+            log.append("a", S, (1..=3).map(msg).collect())
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(80)).await;
+            log.append("a", S, vec![msg(4)]).await.unwrap();
+            if !b.fail_reads(u64::MAX) {
+                continue; // memory: housekeeping reads nothing that could fail
+            }
+            assert!(log
+                .maintain(Duration::from_secs(60))
+                .await
+                .unwrap()
+                .is_empty());
+            b.fail_reads(0);
+            assert_eq!(
+                log.bounds("a", S).await.unwrap(),
+                mcp_resume_log::Bounds { head: 4, floor: 1 },
+                "{}: a failed read must not trim anything",
+                b.name
+            );
+            assert_eq!(log.read("a", S, 0, 10).await.unwrap().len(), 4);
+            // Once reads work again, the same pass trims exactly the old events.
+            log.maintain(Duration::from_secs(60)).await.unwrap();
+            assert_eq!(log.bounds("a", S).await.unwrap().floor, 4, "{}", b.name);
+        }
+    });
+}
+
+#[test]
 fn an_ended_session_stays_dead() {
     rt().block_on(async {
         for mut b in backends(Retention::default(), 1024).await {

@@ -141,6 +141,7 @@ pub struct RedisLog {
     closed: Arc<AtomicBool>,
     scripts: Arc<Scripts>,
     tails: tail::Tails,
+    faults: crate::retention::ReadFaults,
 }
 
 struct Scripts {
@@ -214,7 +215,15 @@ impl RedisLog {
             replicas,
             closed,
             scripts: Arc::new(scripts),
+            faults: Default::default(),
         })
+    }
+
+    /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
+    /// 0), to prove that housekeeping trims nothing it could not read.
+    #[doc(hidden)]
+    pub fn fail_reads(&self, n: u64) {
+        self.faults.set(n);
     }
 
     async fn bounds_of(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
@@ -522,6 +531,7 @@ impl Log for RedisLog {
         after: Seq,
         max: usize,
     ) -> Result<Vec<Event>, LogError> {
+        self.faults.check()?;
         let b = self.bounds_of(id, stream).await?;
         b.admit(after).map_err(LogError::from_discontinuity)?;
         if after == b.head {
@@ -638,7 +648,15 @@ impl Log for RedisLog {
                 let Ok(b) = self.bounds_of(&id, stream).await else {
                     continue;
                 };
-                let floor = crate::retention::first_young(self, &id, stream, b, cutoff).await;
+                let floor = match crate::retention::first_young(self, &id, stream, b, cutoff).await
+                {
+                    Ok(floor) => floor,
+                    Err(e) => {
+                        tracing::warn!(session = %id, stream = n, error = %e,
+                            "age retention skipped a stream it could not read");
+                        continue;
+                    }
+                };
                 if floor > b.floor {
                     self.trim_to(&id, stream, floor).await?;
                 }
