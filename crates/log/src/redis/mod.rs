@@ -24,101 +24,18 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::Value;
 
 use crate::types::now_ms;
 mod reply;
+mod scripts;
 mod tail;
+
+use scripts::Scripts;
 
 use crate::{
     Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
 };
-
-const APPEND: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
-local h = tonumber(redis.call('HGET', KEYS[2], 'h'))
-if not h then return {-2} end
-local f = tonumber(redis.call('HGET', KEYS[2], 'f'))
-for i = 6, #ARGV do
-  h = h + 1
-  redis.call('XADD', KEYS[3], h .. '-0', 't', ARGV[2], 'm', ARGV[i])
-end
-local want = h + 1 - tonumber(ARGV[3])
-if tonumber(ARGV[4]) > want then want = tonumber(ARGV[4]) end
-if want > h + 1 then want = h + 1 end
-if want > f then
-  local pins = redis.call('HGETALL', KEYS[4])
-  for j = 1, #pins, 2 do
-    local n, seq, exp = string.match(pins[j + 1], '(%d+):(%d+):(%d+)')
-    if tonumber(exp) > tonumber(ARGV[2]) then
-      if n == ARGV[1] and tonumber(seq) < want then want = math.max(tonumber(seq), f) end
-    else
-      redis.call('HDEL', KEYS[4], pins[j])
-    end
-  end
-  if want > f then
-    redis.call('XTRIM', KEYS[3], 'MINID', want .. '-0')
-    f = want
-  end
-end
-if ARGV[5] == '1' then
-  redis.call('HSET', KEYS[2], 'h', h, 'f', f, 'c', h)
-else
-  redis.call('HSET', KEYS[2], 'h', h, 'f', f)
-end
-return {h, f}
-"#;
-
-const CREATE: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-redis.call('HSET', KEYS[1], 'c', ARGV[1], 'r', 1, 'e', 0, 'm', ARGV[2], 'a', ARGV[1])
-redis.call('HSET', KEYS[2], 'h', 0, 'f', 1, 'c', 0)
-redis.call('SADD', KEYS[3], ARGV[3])
-return 0
-"#;
-
-const END: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
-local r = tonumber(redis.call('HGET', KEYS[1], 'r'))
-for n = 0, r - 1 do
-  redis.call('DEL', ARGV[1] .. ':st:' .. n, ARGV[1] .. ':ev:' .. n)
-end
-redis.call('DEL', ARGV[1] .. ':pin')
-redis.call('HSET', KEYS[1], 'e', 1)
-redis.call('HDEL', KEYS[1], 'm')
-redis.call('SREM', KEYS[2], ARGV[2])
-return 0
-"#;
-
-const OPEN_REQUEST: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
-local r = redis.call('HINCRBY', KEYS[1], 'r', 1) - 1
-redis.call('HSET', ARGV[1] .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0)
-return r
-"#;
-
-const IF_LIVE_HSET: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 0
-"#;
-
-/// After `WAIT`: the committed head `c` moves up to `ARGV[1]`. Replication
-/// is one ordered stream, so replicas holding seq N hold everything before it.
-const COMMIT: &str = r#"
-local c = tonumber(redis.call('HGET', KEYS[1], 'c'))
-if c and tonumber(ARGV[1]) > c then redis.call('HSET', KEYS[1], 'c', ARGV[1]) end
-return 0
-"#;
-
-const BOUNDS: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
-local b = redis.call('HMGET', KEYS[2], 'c', 'f')
-if not b[1] then return {-2} end
-local c, f = tonumber(b[1]), tonumber(b[2])
-if f > c + 1 then f = c + 1 end
-return {c, f}
-"#;
 
 /// How long a connection attempt to Redis may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -142,16 +59,6 @@ pub struct RedisLog {
     scripts: Arc<Scripts>,
     tails: tail::Tails,
     faults: crate::retention::ReadFaults,
-}
-
-struct Scripts {
-    append: Script,
-    create: Script,
-    end: Script,
-    open_request: Script,
-    if_live_hset: Script,
-    bounds: Script,
-    commit: Script,
 }
 
 impl RedisLog {
@@ -192,15 +99,7 @@ impl RedisLog {
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(unavailable)?;
-        let scripts = Scripts {
-            append: Script::new(APPEND),
-            create: Script::new(CREATE),
-            end: Script::new(END),
-            open_request: Script::new(OPEN_REQUEST),
-            if_live_hset: Script::new(IF_LIVE_HSET),
-            bounds: Script::new(BOUNDS),
-            commit: Script::new(COMMIT),
-        };
+        let scripts = Scripts::new();
         let closed = Arc::new(AtomicBool::new(false));
         Ok(Self {
             tails: tail::Tails::new(
