@@ -36,6 +36,7 @@ pub(super) enum Op {
     },
     OpenRequest {
         id: String,
+        meta: Bytes,
         reply: Reply<u64>,
     },
     Append {
@@ -57,7 +58,7 @@ enum Effect {
     Created(String, u64, Bytes),
     Meta(String, Bytes),
     Ended(String),
-    Opened(String, u64),
+    Opened(String, u64, Bytes),
     Published(String, StreamKey, Vec<Event>, Seq),
 }
 
@@ -100,6 +101,7 @@ impl Committer {
                 created_ms: st.created_ms,
                 next_request: st.next_request,
                 ended: false,
+                ended_ms: 0,
                 meta: st.meta.clone(),
             })
         })
@@ -135,6 +137,8 @@ impl Committer {
         let mut wb = st.db.batch().durability(Some(PersistMode::SyncAll));
         // Event ranges this batch writes, per session, so an `End` later in it removes them too.
         let mut written: HashMap<String, Vec<(u64, Seq, Seq)>> = HashMap::new();
+        // Request records this batch writes, likewise.
+        let mut opened: HashMap<String, Vec<u64>> = HashMap::new();
         for op in batch {
             let effect = match &op {
                 Op::Create { id, meta, .. } => {
@@ -145,6 +149,7 @@ impl Committer {
                             created_ms: now_ms(),
                             next_request: 1,
                             ended: false,
+                            ended_ms: 0,
                             meta: meta.clone(),
                         };
                         let b = Bounds { head: 0, floor: 1 };
@@ -165,6 +170,7 @@ impl Committer {
                 Op::End { id, .. } => match self.session(&ov, id) {
                     Ok(mut rec) => {
                         rec.ended = true;
+                        rec.ended_ms = now_ms();
                         rec.meta = Bytes::new();
                         wb.insert(&st.sessions, id.as_bytes(), rec.encode());
                         let prefix = session_prefix(id);
@@ -176,9 +182,20 @@ impl Committer {
                                 (first..=last).map(move |seq| event_key(id, n, seq))
                             })
                             .collect();
-                        for ks in [&st.streams, &st.events] {
+                        let mut records: Vec<Vec<u8>> = opened
+                            .remove(id)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|r| stream_key(id, r))
+                            .collect();
+                        for (ks, record) in [
+                            (&st.streams, false),
+                            (&st.events, false),
+                            (&st.requests, true),
+                        ] {
                             for kv in ks.prefix(&prefix) {
                                 match kv.key() {
+                                    Ok(k) if record => records.push(k.to_vec()),
                                     Ok(k) => doomed.push(k.to_vec()),
                                     Err(e) => {
                                         return fail_all(
@@ -196,20 +213,26 @@ impl Committer {
                             wb.remove(&st.events, k.clone());
                             wb.remove(&st.streams, k);
                         }
+                        for k in records {
+                            wb.remove(&st.requests, k);
+                        }
                         ov.sessions.insert(id.clone(), rec);
                         Ok(Effect::Ended(id.clone()))
                     }
                     Err(e) => Err(e),
                 },
-                Op::OpenRequest { id, .. } => self.session(&ov, id).map(|mut rec| {
+                Op::OpenRequest { id, meta, .. } => self.session(&ov, id).map(|mut rec| {
                     let r = rec.next_request;
                     rec.next_request += 1;
                     let b = Bounds { head: 0, floor: 1 };
                     wb.insert(&st.sessions, id.as_bytes(), rec.encode());
                     wb.insert(&st.streams, stream_key(id, r), bounds_value(b));
+                    // The call's record, in the same fsync'd batch as its stream.
+                    wb.insert(&st.requests, stream_key(id, r), meta.as_ref());
+                    opened.entry(id.clone()).or_default().push(r);
                     ov.streams.insert((id.clone(), r), b);
                     ov.sessions.insert(id.clone(), rec);
-                    Effect::Opened(id.clone(), r)
+                    Effect::Opened(id.clone(), r, meta.clone())
                 }),
                 Op::Append {
                     id,
@@ -251,6 +274,9 @@ impl Committer {
                     for seq in b.floor..floor {
                         wb.remove(&st.events, event_key(id, n, seq));
                     }
+                    if n > 0 && head > 0 && floor > head {
+                        wb.remove(&st.requests, stream_key(id, n));
+                    }
                     wb.insert(
                         &st.streams,
                         stream_key(id, n),
@@ -270,6 +296,10 @@ impl Committer {
                     if floor > b.floor {
                         for seq in b.floor..floor {
                             wb.remove(&st.events, event_key(id, n, seq));
+                        }
+                        if n > 0 && b.head > 0 && floor > b.head {
+                            // The call's record goes with its last event.
+                            wb.remove(&st.requests, stream_key(id, n));
                         }
                         wb.insert(
                             &st.streams,
@@ -319,11 +349,11 @@ impl Committer {
                 Ok(())
             }),
             Effect::Ended(id) => self.hub.end(&id),
-            Effect::Opened(id, r) => {
+            Effect::Opened(id, r, meta) => {
                 answer = r;
                 self.hub.with_live(&id, |st| {
                     st.next_request = st.next_request.max(r + 1);
-                    st.streams.insert(r, StreamState::new(0, 1));
+                    st.streams.insert(r, StreamState::opened(meta));
                     Ok(())
                 })
             }

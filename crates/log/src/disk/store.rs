@@ -17,6 +17,7 @@ pub(super) struct Store {
     pub sessions: Keyspace,
     pub streams: Keyspace,
     pub events: Keyspace,
+    pub requests: Keyspace,
 }
 
 pub(super) fn session_prefix(id: &str) -> Vec<u8> {
@@ -67,6 +68,8 @@ pub(super) struct SessionRec {
     pub created_ms: u64,
     pub next_request: u64,
     pub ended: bool,
+    /// When it ended, ms since the epoch; 0 when live or not recorded (older logs).
+    pub ended_ms: u64,
     pub meta: Bytes,
 }
 
@@ -76,7 +79,12 @@ impl SessionRec {
         v.extend_from_slice(&self.created_ms.to_le_bytes());
         v.extend_from_slice(&self.next_request.to_le_bytes());
         v.push(self.ended as u8);
-        v.extend_from_slice(&self.meta);
+        if self.ended {
+            // A tombstone has no meta; it keeps when it ended instead.
+            v.extend_from_slice(&self.ended_ms.to_le_bytes());
+        } else {
+            v.extend_from_slice(&self.meta);
+        }
         v
     }
 
@@ -86,11 +94,22 @@ impl SessionRec {
                 "session record {id:?} is malformed"
             )));
         }
+        let ended = b[16] == 1;
+        let le = |r: std::ops::Range<usize>| {
+            b.get(r)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
         Ok(Self {
-            created_ms: u64::from_le_bytes(b[0..8].try_into().unwrap_or_default()),
-            next_request: u64::from_le_bytes(b[8..16].try_into().unwrap_or_default()),
-            ended: b[16] == 1,
-            meta: Bytes::copy_from_slice(&b[17..]),
+            created_ms: le(0..8).unwrap_or_default(),
+            next_request: le(8..16).unwrap_or_default(),
+            ended,
+            ended_ms: if ended { le(17..25).unwrap_or(0) } else { 0 },
+            meta: if ended {
+                Bytes::new()
+            } else {
+                Bytes::copy_from_slice(&b[17..])
+            },
         })
     }
 }
@@ -147,6 +166,9 @@ pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
         let mut st = SessionState::new(rec.created_ms, rec.meta, rec.next_request);
         if rec.ended {
             st.end();
+            if rec.ended_ms != 0 {
+                st.ended_ms = rec.ended_ms;
+            }
         }
         states.insert(id, st);
     }
@@ -192,8 +214,39 @@ pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
                 first.zip(last)
             )));
         }
-        if !st.ended {
-            st.streams.insert(n, StreamState::new(head, floor));
+        if st.ended {
+            continue;
+        }
+        let mut s = StreamState::new(head, floor);
+        if n > 0 && s.emptied() {
+            st.retired.insert(n, head);
+        } else {
+            if n > 0 {
+                // Its record, if it has one, comes next; streams opened
+                // before records existed have an empty one.
+                s.meta = Some(Bytes::new());
+            }
+            st.streams.insert(n, s);
+        }
+    }
+    for kv in store.requests.iter() {
+        let (k, v) = kv.into_inner().map_err(storage)?;
+        let corrupt = || LogError::Corrupt("a request record is malformed".into());
+        let split = k.len().checked_sub(9).ok_or_else(corrupt)?;
+        let id = std::str::from_utf8(&k[..split]).map_err(|_| corrupt())?;
+        let n = u64_at(&k, split + 1).ok_or_else(corrupt)?;
+        // Records of streams retention emptied are dropped with their last
+        // events; any other stream without state is an inconsistency.
+        match states
+            .get_mut(id)
+            .map(|st| (st.ended, st.streams.get_mut(&n)))
+        {
+            Some((false, Some(s))) if n > 0 => s.meta = Some(Bytes::copy_from_slice(&v)),
+            _ => {
+                return Err(LogError::Corrupt(format!(
+                    "request record {n} of session {id:?} has no live stream"
+                )))
+            }
         }
     }
     for (id, st) in states {

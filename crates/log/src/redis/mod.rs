@@ -11,10 +11,12 @@
 //!
 //! Keys carry the session id in a hash tag (`mcpr:{id}:...`):
 //! - `mcpr:{id}:s` hash: `c` created ms, `r` next request stream, `e` ended, `m` meta, `a` last active ms
-//! - `mcpr:{id}:st:N` hash: `h` head (appended), `c` committed head (what readers see), `f` floor
+//! - `mcpr:{id}:st:N` hash: `h` head (appended), `c` committed head (what readers see), `f` floor,
+//!   `m` a request stream's record (until retention takes its last event)
 //! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
 //! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
 //! - `mcpr:sessions` set of live ids; `mcpr:pinseq` counter.
+//! - `mcpr:instance:ID`: present while the handle `ID` runs (see [`instance`]).
 //! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +29,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
 use crate::types::now_ms;
+mod instance;
 mod reply;
 mod scripts;
 mod tail;
@@ -59,6 +62,7 @@ pub struct RedisLog {
     scripts: Arc<Scripts>,
     tails: tail::Tails,
     faults: crate::retention::ReadFaults,
+    heartbeat: instance::Heartbeat,
 }
 
 impl RedisLog {
@@ -101,7 +105,9 @@ impl RedisLog {
             .map_err(unavailable)?;
         let scripts = Scripts::new();
         let closed = Arc::new(AtomicBool::new(false));
+        let heartbeat = instance::Heartbeat::start(conn.clone()).await?;
         Ok(Self {
+            heartbeat,
             tails: tail::Tails::new(
                 client.clone(),
                 conn.clone(),
@@ -352,13 +358,14 @@ impl Log for RedisLog {
         self.wait_replicas().await
     }
 
-    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError> {
+    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
         let p = prefix(id);
         let r: i64 = self
             .scripts
             .open_request
             .key(format!("{p}:s"))
             .arg(&p)
+            .arg(meta.as_ref())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -367,6 +374,69 @@ impl Log for RedisLog {
         }
         self.wait_replicas().await?;
         Ok(r as u64)
+    }
+
+    async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
+        let p = prefix(id);
+        let no_stream = || LogError::NoStream {
+            session: id.to_owned(),
+            stream: r,
+        };
+        if r == 0 {
+            return Err(no_stream());
+        }
+        let v: Value = self
+            .scripts
+            .request_meta
+            .key(format!("{p}:s"))
+            .key(format!("{p}:st:{r}"))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        let Value::Array(v) = v else {
+            return Err(LogError::Corrupt(format!("unexpected reply {v:?}")));
+        };
+        match v.as_slice() {
+            [Value::Int(0), Value::BulkString(m)] => Ok(Bytes::copy_from_slice(m)),
+            [Value::Int(-1)] => Err(LogError::NoSession(id.to_owned())),
+            [Value::Int(-2)] => Err(no_stream()),
+            [Value::Int(-3), Value::Int(c), Value::Int(f)] => Err(LogError::Truncated {
+                cursor: 0,
+                head: *c as u64,
+                floor: *f as u64,
+            }),
+            other => Err(LogError::Corrupt(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
+        let (e, r): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(format!("{}:s", prefix(id)))
+            .arg("e")
+            .arg("r")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match (e.as_deref(), r) {
+            (Some("0"), Some(r)) => Ok(r.saturating_sub(1)),
+            _ => Err(LogError::NoSession(id.to_owned())),
+        }
+    }
+
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        redis::cmd("SMEMBERS")
+            .arg("mcpr:sessions")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    fn instance(&self) -> &str {
+        &self.heartbeat.id
+    }
+
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        instance::alive(&mut self.conn.clone(), instance).await
     }
 
     async fn append(
@@ -566,6 +636,6 @@ impl Log for RedisLog {
 
     async fn close(&self) -> Result<(), LogError> {
         self.closed.store(true, Ordering::Relaxed);
-        Ok(())
+        self.heartbeat.stop(&mut self.conn.clone()).await
     }
 }

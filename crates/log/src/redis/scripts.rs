@@ -29,6 +29,12 @@ if want > f then
   if want > f then
     redis.call('XTRIM', KEYS[3], 'MINID', want .. '-0')
     f = want
+    if ARGV[1] ~= '0' and h > 0 and f > h then
+      -- A request stream retention emptied: its record and its (empty)
+      -- stream go; the state hash keeps head and floor for loud reads.
+      redis.call('HDEL', KEYS[2], 'm')
+      redis.call('DEL', KEYS[3])
+    end
   end
 end
 if ARGV[5] == '1' then
@@ -63,7 +69,7 @@ return 0
 pub(super) const OPEN_REQUEST: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
 local r = redis.call('HINCRBY', KEYS[1], 'r', 1) - 1
-redis.call('HSET', ARGV[1] .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0)
+redis.call('HSET', ARGV[1] .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0, 'm', ARGV[2])
 return r
 "#;
 
@@ -79,6 +85,16 @@ pub(super) const COMMIT: &str = r#"
 local c = tonumber(redis.call('HGET', KEYS[1], 'c'))
 if c and tonumber(ARGV[1]) > c then redis.call('HSET', KEYS[1], 'c', ARGV[1]) end
 return 0
+"#;
+
+/// A request stream's record: `{0, meta}`, or `{-1}` no session, `{-2}` no
+/// stream, `{-3, c, f}` retention took it with the events.
+pub(super) const REQUEST_META: &str = r#"
+if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
+local b = redis.call('HMGET', KEYS[2], 'c', 'f', 'm')
+if not b[1] then return {-2} end
+if not b[3] then return {-3, tonumber(b[1]), tonumber(b[2])} end
+return {0, b[3]}
 "#;
 
 pub(super) const BOUNDS: &str = r#"
@@ -99,6 +115,7 @@ pub(super) struct Scripts {
     pub if_live_hset: Script,
     pub bounds: Script,
     pub commit: Script,
+    pub request_meta: Script,
 }
 
 impl Scripts {
@@ -111,6 +128,7 @@ impl Scripts {
             if_live_hset: Script::new(IF_LIVE_HSET),
             bounds: Script::new(BOUNDS),
             commit: Script::new(COMMIT),
+            request_meta: Script::new(REQUEST_META),
         }
     }
 }

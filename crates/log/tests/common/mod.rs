@@ -55,6 +55,11 @@ impl Backend {
         self.redis.is_some()
     }
 
+    /// The Redis server's URL, for a second handle on the same data.
+    pub fn redis_url(&self) -> Option<&str> {
+        self.redis.as_ref().map(|r| r.url.as_str())
+    }
+
     /// Makes the next `n` reads fail (`u64::MAX`: all, until `fail_reads(0)`);
     /// `false` when this backend has no such hook.
     pub fn fail_reads(&self, n: u64) -> bool {

@@ -1,6 +1,8 @@
 //! The log contract, run against every backend.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod requests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -343,8 +345,8 @@ fn request_streams_are_numbered_and_separate() {
             log.create_session("a", Bytes::from_static(b"meta"))
                 .await
                 .unwrap();
-            assert_eq!(log.open_request_stream("a").await.unwrap(), 1);
-            assert_eq!(log.open_request_stream("a").await.unwrap(), 2);
+            assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 1);
+            assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 2);
             log.append("a", StreamKey::Request(2), vec![msg(1), msg(2)])
                 .await
                 .unwrap();
@@ -375,7 +377,7 @@ fn request_streams_are_numbered_and_separate() {
                         .len(),
                     2
                 );
-                assert_eq!(log.open_request_stream("a").await.unwrap(), 3);
+                assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 3);
                 assert_eq!(log.bounds("a", S).await.unwrap().head, 1);
             }
         }
