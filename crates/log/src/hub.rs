@@ -487,6 +487,14 @@ impl Hub {
         }
     }
 
+    /// How many streams of live sessions keep full state.
+    pub fn stream_states(&self) -> usize {
+        self.live_cells()
+            .iter()
+            .map(|(_, c)| lock(c).streams.len())
+            .sum()
+    }
+
     /// How many ended sessions are remembered.
     pub fn tombstones(&self) -> usize {
         self.sessions

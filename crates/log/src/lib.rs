@@ -131,9 +131,19 @@ pub trait Log: Send + Sync + 'static {
     /// Releases a pin; releasing one that is gone is not an error.
     async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError>;
 
-    /// Housekeeping: trims by age and ends sessions idle for longer than
-    /// `idle`; returns the ids it ended.
-    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError>;
+    /// Housekeeping, to run every few seconds: trims by age (a stream it
+    /// cannot read is skipped, never trimmed blind), drops the state of
+    /// request streams retention emptied (reads of them still answer
+    /// `Truncated`), ends sessions idle for longer than `idle`, and forgets
+    /// sessions that ended at least `tombstone_ttl` ago, so ended sessions do
+    /// not cost memory and storage forever. Until then an ended id is never
+    /// re-created; after, it is unknown (`NoSession`, as before). Returns the
+    /// ids it ended.
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError>;
 
     /// Ends every subscription and makes committed state durable; for shutdown.
     async fn close(&self) -> Result<(), LogError>;

@@ -37,6 +37,21 @@ impl MemoryLog {
     }
 }
 
+impl MemoryLog {
+    /// For tests and measurements: how many ended sessions are remembered.
+    #[doc(hidden)]
+    pub fn tombstones(&self) -> usize {
+        self.hub.tombstones()
+    }
+
+    /// For tests and measurements: how many streams of live sessions keep
+    /// full state (retired request streams do not).
+    #[doc(hidden)]
+    pub fn stream_states(&self) -> usize {
+        self.hub.stream_states()
+    }
+}
+
 impl Default for MemoryLog {
     fn default() -> Self {
         Self::new(Retention::default())
@@ -181,7 +196,11 @@ impl Log for MemoryLog {
         self.hub.unpin(id, pin)
     }
 
-    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError> {
         let cutoff = now_ms().saturating_sub(self.hub.retention.max_age.as_millis() as u64);
         let cache_limit = self.hub.cache_limit();
         for (_, cell) in self.hub.live_cells() {
@@ -197,10 +216,12 @@ impl Log for MemoryLog {
                 st.publish(key, Vec::new(), floor, cache_limit);
             }
         }
+        self.hub.retire_emptied();
         let idle_ids = self.hub.idle_sessions(idle);
         for id in &idle_ids {
             let _ = self.end_session(id).await;
         }
+        self.hub.forget(&self.hub.expired_tombstones(tombstone_ttl));
         Ok(idle_ids)
     }
 

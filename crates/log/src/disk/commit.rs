@@ -45,6 +45,11 @@ pub(super) enum Op {
         messages: Vec<Bytes>,
         reply: Reply<Seq>,
     },
+    /// Drops ended sessions (tombstones) from storage, then from the hub.
+    Forget {
+        ids: Vec<String>,
+        reply: Reply<()>,
+    },
     Trim {
         id: String,
         stream: StreamKey,
@@ -60,6 +65,7 @@ enum Effect {
     Ended(String),
     Opened(String, u64, Bytes),
     Published(String, StreamKey, Vec<Event>, Seq),
+    Forgotten(Vec<String>),
 }
 
 pub(super) struct Committer {
@@ -285,6 +291,26 @@ impl Committer {
                     ov.streams.insert((id.clone(), n), Bounds { head, floor });
                     Effect::Published(id.clone(), *stream, evs, floor)
                 }),
+                Op::Forget { ids, .. } => {
+                    let mut gone = Vec::with_capacity(ids.len());
+                    for id in ids {
+                        // Only a tombstone the hub holds, not one re-created in this batch.
+                        let ended = self.hub.cell(id).is_ok_and(|c| lock(&c).ended);
+                        if !ended || ov.sessions.contains_key(id) {
+                            continue;
+                        }
+                        wb.remove(&st.sessions, id.as_bytes());
+                        // Ending removed its streams; sweep anything left behind.
+                        let prefix = session_prefix(id);
+                        for ks in [&st.streams, &st.requests] {
+                            for k in ks.prefix(&prefix).filter_map(|kv| kv.key().ok()) {
+                                wb.remove(ks, k.to_vec());
+                            }
+                        }
+                        gone.push(id.clone());
+                    }
+                    Ok(Effect::Forgotten(gone))
+                }
                 Op::Trim {
                     id,
                     stream,
@@ -349,6 +375,10 @@ impl Committer {
                 Ok(())
             }),
             Effect::Ended(id) => self.hub.end(&id),
+            Effect::Forgotten(ids) => {
+                self.hub.forget(&ids);
+                Ok(())
+            }
             Effect::Opened(id, r, meta) => {
                 answer = r;
                 self.hub.with_live(&id, |st| {
@@ -374,6 +404,7 @@ fn respond(op: Op, answer: Result<u64, LogError>) {
         Op::Create { reply, .. }
         | Op::SetMeta { reply, .. }
         | Op::End { reply, .. }
+        | Op::Forget { reply, .. }
         | Op::Trim { reply, .. } => {
             let _ = reply.send(answer.map(|_| ()));
         }

@@ -148,6 +148,19 @@ impl DiskLog {
         &self.path
     }
 
+    /// For tests and measurements: how many ended sessions are remembered.
+    #[doc(hidden)]
+    pub fn tombstones(&self) -> usize {
+        self.hub.tombstones()
+    }
+
+    /// For tests and measurements: how many streams of live sessions keep
+    /// full state (retired request streams do not).
+    #[doc(hidden)]
+    pub fn stream_states(&self) -> usize {
+        self.hub.stream_states()
+    }
+
     /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
     /// 0), to prove that housekeeping trims nothing it could not read.
     #[doc(hidden)]
@@ -296,7 +309,11 @@ impl Log for DiskLog {
         self.hub.unpin(id, pin)
     }
 
-    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError> {
         let cutoff = now_ms().saturating_sub(self.hub.retention.max_age.as_millis() as u64);
         for (id, cell) in self.hub.live_cells() {
             let keys: Vec<StreamKey> = lock(&cell)
@@ -327,9 +344,18 @@ impl Log for DiskLog {
                 }
             }
         }
+        self.hub.retire_emptied();
         let idle_ids = self.hub.idle_sessions(idle);
         for id in &idle_ids {
             let _ = self.end_session(id).await;
+        }
+        let expired = self.hub.expired_tombstones(tombstone_ttl);
+        for ids in expired.chunks(1024) {
+            self.submit(|reply| Op::Forget {
+                ids: ids.to_vec(),
+                reply,
+            })
+            .await?;
         }
         Ok(idle_ids)
     }

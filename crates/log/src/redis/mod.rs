@@ -15,7 +15,8 @@
 //!   `m` a request stream's record (until retention takes its last event)
 //! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
 //! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
-//! - `mcpr:sessions` set of live ids; `mcpr:pinseq` counter.
+//! - `mcpr:sessions` set of live ids; `mcpr:ended` sorted set of ended ids by end time
+//!   (their tombstones `mcpr:{id}:s` go after the tombstone TTL); `mcpr:pinseq` counter.
 //! - `mcpr:instance:ID`: present while the handle `ID` runs (see [`instance`]).
 //! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream.
 
@@ -30,6 +31,7 @@ use redis::Value;
 
 use crate::types::now_ms;
 mod instance;
+mod maintain;
 mod reply;
 mod scripts;
 mod tail;
@@ -347,8 +349,10 @@ impl Log for RedisLog {
             .end
             .key(format!("{p}:s"))
             .key("mcpr:sessions")
+            .key(maintain::ENDED)
             .arg(&p)
             .arg(id)
+            .arg(now_ms())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -587,50 +591,13 @@ impl Log for RedisLog {
         Ok(())
     }
 
-    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
-        let mut conn = self.conn.clone();
-        let ids: Vec<String> = redis::cmd("SMEMBERS")
-            .arg("mcpr:sessions")
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        let now = now_ms();
-        let cutoff = now.saturating_sub(self.retention.max_age.as_millis() as u64);
-        let mut ended = Vec::new();
-        for id in ids {
-            let p = prefix(&id);
-            let (a, r): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
-                .arg(format!("{p}:s"))
-                .arg("a")
-                .arg("r")
-                .query_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            if a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64) {
-                if self.end_session(&id).await.is_ok() {
-                    ended.push(id);
-                }
-                continue;
-            }
-            for n in 0..r.unwrap_or(1) {
-                let stream = StreamKey::from_number(n);
-                let Ok(b) = self.bounds_of(&id, stream).await else {
-                    continue;
-                };
-                let floor = match crate::retention::first_young(self, &id, stream, b, cutoff).await
-                {
-                    Ok(floor) => floor,
-                    Err(e) => {
-                        tracing::warn!(session = %id, stream = n, error = %e,
-                            "age retention skipped a stream it could not read");
-                        continue;
-                    }
-                };
-                if floor > b.floor {
-                    self.trim_to(&id, stream, floor).await?;
-                }
-            }
-        }
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError> {
+        let ended = self.trim_and_end_idle(idle).await?;
+        self.forget_tombstones(tombstone_ttl).await?;
         Ok(ended)
     }
 

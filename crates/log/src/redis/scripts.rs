@@ -61,9 +61,20 @@ for n = 0, r - 1 do
 end
 redis.call('DEL', ARGV[1] .. ':pin')
 redis.call('HSET', KEYS[1], 'e', 1)
-redis.call('HDEL', KEYS[1], 'm')
+redis.call('HDEL', KEYS[1], 'm', 'a', 'r')
 redis.call('SREM', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
 return 0
+"#;
+
+/// Forgets one tombstone, unless it ended after the cutoff `ARGV[2]` (ended
+/// again since it was listed) or is live.
+pub(super) const FORGET: &str = r#"
+local at = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not at or tonumber(at) > tonumber(ARGV[2]) then return 0 end
+if redis.call('HGET', KEYS[1], 'e') == '1' then redis.call('DEL', KEYS[1]) end
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
 "#;
 
 pub(super) const OPEN_REQUEST: &str = r#"
@@ -116,6 +127,7 @@ pub(super) struct Scripts {
     pub bounds: Script,
     pub commit: Script,
     pub request_meta: Script,
+    pub forget: Script,
 }
 
 impl Scripts {
@@ -129,6 +141,7 @@ impl Scripts {
             bounds: Script::new(BOUNDS),
             commit: Script::new(COMMIT),
             request_meta: Script::new(REQUEST_META),
+            forget: Script::new(FORGET),
         }
     }
 }

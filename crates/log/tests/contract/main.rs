@@ -2,6 +2,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod expiry;
 mod requests;
 
 use std::sync::Arc;
@@ -238,7 +239,7 @@ fn age_retention_and_idle_expiry() {
             tokio::time::sleep(Duration::from_millis(80)).await;
             log.append("a", S, vec![msg(4)]).await.unwrap();
             assert!(log
-                .maintain(Duration::from_secs(60))
+                .maintain(Duration::from_secs(60), Duration::from_secs(3600))
                 .await
                 .unwrap()
                 .is_empty());
@@ -246,7 +247,10 @@ fn age_retention_and_idle_expiry() {
             log.create_session("b", Bytes::new()).await.unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
             log.touch("a").await.unwrap();
-            let ended = log.maintain(Duration::from_millis(10)).await.unwrap();
+            let ended = log
+                .maintain(Duration::from_millis(10), Duration::from_secs(3600))
+                .await
+                .unwrap();
             assert_eq!(ended, vec!["b".to_string()]);
             assert!(matches!(
                 log.session("b").await,
@@ -280,7 +284,7 @@ fn a_read_that_fails_during_maintenance_trims_nothing() {
                 continue; // memory: housekeeping reads nothing that could fail
             }
             assert!(log
-                .maintain(Duration::from_secs(60))
+                .maintain(Duration::from_secs(60), Duration::from_secs(3600))
                 .await
                 .unwrap()
                 .is_empty());
@@ -293,7 +297,9 @@ fn a_read_that_fails_during_maintenance_trims_nothing() {
             );
             assert_eq!(log.read("a", S, 0, 10).await.unwrap().len(), 4);
             // Once reads work again, the same pass trims exactly the old events.
-            log.maintain(Duration::from_secs(60)).await.unwrap();
+            log.maintain(Duration::from_secs(60), Duration::from_secs(3600))
+                .await
+                .unwrap();
             assert_eq!(log.bounds("a", S).await.unwrap().floor, 4, "{}", b.name);
         }
     });
