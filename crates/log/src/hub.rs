@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::subscription::{EndReason, Feed};
+use crate::types::now_ms;
 use crate::{Bounds, Event, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription};
 
 /// One stream's visible state.
@@ -22,6 +23,9 @@ pub(crate) struct StreamState {
     /// Contiguous, ending at `head` when not empty.
     pub cache: VecDeque<Event>,
     subs: Vec<Feed>,
+    /// A request stream's opaque record from `open_request_stream`; `None`
+    /// for the session stream and once retention has taken every event.
+    pub meta: Option<Bytes>,
 }
 
 impl StreamState {
@@ -31,7 +35,22 @@ impl StreamState {
             floor,
             cache: VecDeque::new(),
             subs: Vec::new(),
+            meta: None,
         }
+    }
+
+    /// A request stream as opened, with its record.
+    pub fn opened(meta: Bytes) -> Self {
+        Self {
+            meta: Some(meta),
+            ..Self::new(0, 1)
+        }
+    }
+
+    /// Whether retention has taken every event ever appended (none were
+    /// kept, and some were appended).
+    pub fn emptied(&self) -> bool {
+        self.head > 0 && self.floor > self.head
     }
 
     pub fn bounds(&self) -> Bounds {
@@ -58,12 +77,17 @@ struct Pin {
 /// One session's visible state.
 pub(crate) struct SessionState {
     pub ended: bool,
+    /// When it ended (ms since the epoch), for the tombstone's expiry.
+    pub ended_ms: u64,
     pub created_ms: u64,
     pub last_active: Instant,
     pub meta: Bytes,
     /// The next request stream number to hand out.
     pub next_request: u64,
     pub streams: HashMap<u64, StreamState>,
+    /// Request streams whose events retention took, by number: only their
+    /// head is kept (so reads still answer `Truncated`), not their state.
+    pub retired: HashMap<u64, Seq>,
     pins: Vec<Pin>,
 }
 
@@ -73,25 +97,78 @@ impl SessionState {
         streams.insert(0, StreamState::new(0, 1));
         Self {
             ended: false,
+            ended_ms: 0,
             created_ms,
             last_active: Instant::now(),
             meta,
             next_request,
             streams,
+            retired: HashMap::new(),
             pins: Vec::new(),
         }
     }
 
-    pub fn stream(&self, id: &str, key: StreamKey) -> Result<&StreamState, LogError> {
-        self.streams
-            .get(&key.number())
-            .ok_or_else(|| no_stream(id, key))
+    /// A stream's bounds, retired ones included (all their events are gone).
+    pub fn bounds_of(&self, id: &str, key: StreamKey) -> Result<Bounds, LogError> {
+        let n = key.number();
+        match (self.streams.get(&n), self.retired.get(&n)) {
+            (Some(s), _) => Ok(s.bounds()),
+            (None, Some(&head)) => Ok(Bounds {
+                head,
+                floor: head + 1,
+            }),
+            (None, None) => Err(no_stream(id, key)),
+        }
     }
 
+    /// A stream's state to change; a retired stream comes back (empty, at its head).
     pub fn stream_mut(&mut self, id: &str, key: StreamKey) -> Result<&mut StreamState, LogError> {
-        self.streams
-            .get_mut(&key.number())
-            .ok_or_else(|| no_stream(id, key))
+        let n = key.number();
+        if let Some(head) = self.retired.remove(&n) {
+            self.streams.insert(n, StreamState::new(head, head + 1));
+        }
+        self.streams.get_mut(&n).ok_or_else(|| no_stream(id, key))
+    }
+
+    /// The record of request stream `r`; `Truncated` once retention took
+    /// its events (the record goes with them).
+    pub fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
+        let key = StreamKey::Request(r);
+        if r == 0 {
+            return Err(no_stream(id, key));
+        }
+        let b = self.bounds_of(id, key)?;
+        match self.streams.get(&r).and_then(|s| s.meta.clone()) {
+            Some(meta) => Ok(meta),
+            None => Err(LogError::Truncated {
+                cursor: 0,
+                head: b.head,
+                floor: b.floor,
+            }),
+        }
+    }
+
+    /// Drops the state of request streams whose events retention took and
+    /// that nobody reads or pins, keeping only their head; returns how many.
+    pub fn retire_emptied(&mut self) -> usize {
+        let now = Instant::now();
+        self.pins.retain(|p| p.until > now);
+        let pinned: Vec<u64> = self.pins.iter().map(|p| p.stream.number()).collect();
+        let done: Vec<u64> = self
+            .streams
+            .iter_mut()
+            .filter(|(n, s)| **n > 0 && s.emptied() && !pinned.contains(n))
+            .filter_map(|(n, s)| {
+                s.subs.retain(|f| !f.is_closed());
+                s.subs.is_empty().then_some(*n)
+            })
+            .collect();
+        for n in &done {
+            if let Some(s) = self.streams.remove(n) {
+                self.retired.insert(*n, s.head);
+            }
+        }
+        done.len()
     }
 
     /// The lowest seq a live pin protects on `key`, if any.
@@ -117,17 +194,24 @@ impl SessionState {
     /// Ends the session in memory: subscribers end, streams and pins go.
     pub fn end(&mut self) {
         self.ended = true;
-        for (_, mut s) in self.streams.drain() {
+        self.ended_ms = now_ms();
+        for (_, mut s) in std::mem::take(&mut self.streams) {
             s.end_all(EndReason::SessionEnded);
         }
-        self.pins.clear();
+        // Taken, not cleared: a tombstone keeps no capacity.
+        self.retired = HashMap::new();
+        self.pins = Vec::new();
         self.meta = Bytes::new();
     }
 
     /// Makes committed events visible and moves the floor; the only way
     /// events enter the visible state.
     pub fn publish(&mut self, key: StreamKey, events: Vec<Event>, floor: Seq, cache_limit: usize) {
-        let Some(s) = self.streams.get_mut(&key.number()) else {
+        let n = key.number();
+        if !events.is_empty() && self.retired.contains_key(&n) {
+            let _ = self.stream_mut("", key);
+        }
+        let Some(s) = self.streams.get_mut(&n) else {
             return;
         };
         for ev in events {
@@ -139,6 +223,10 @@ impl SessionState {
         s.floor = floor.max(s.floor);
         while s.cache.front().is_some_and(|e| e.seq < s.floor) || s.cache.len() > cache_limit {
             s.cache.pop_front();
+        }
+        if s.emptied() {
+            // A request stream's record goes with its events (storage drops it too).
+            s.meta = None;
         }
     }
 }
@@ -262,7 +350,7 @@ impl Hub {
     }
 
     pub fn bounds(&self, id: &str, key: StreamKey) -> Result<Bounds, LogError> {
-        self.with_live(id, |st| Ok(st.stream(id, key)?.bounds()))
+        self.with_live(id, |st| st.bounds_of(id, key))
     }
 
     /// The commit point.
@@ -284,12 +372,12 @@ impl Hub {
         max: usize,
     ) -> Result<Cached, LogError> {
         self.with_live(id, |st| {
-            let s = st.stream(id, key)?;
-            let b = s.bounds();
+            let b = st.bounds_of(id, key)?;
             b.admit(after).map_err(LogError::from_discontinuity)?;
-            if after == s.head {
+            // A retired stream admits only its head: nothing to read.
+            let Some(s) = st.streams.get(&key.number()).filter(|_| after < b.head) else {
                 return Ok(Cached::Hit(Vec::new()));
-            }
+            };
             match s.cache.front() {
                 Some(first) if first.seq <= after + 1 => {
                     let skip = (after + 1 - first.seq) as usize;
@@ -310,7 +398,7 @@ impl Hub {
         ttl: Duration,
     ) -> Result<PinId, LogError> {
         self.with_live(id, |st| {
-            st.stream(id, key)?;
+            st.bounds_of(id, key)?;
             let pin = PinId(self.next_pin.fetch_add(1, Ordering::Relaxed));
             st.pins.push(Pin {
                 id: pin,
@@ -353,6 +441,75 @@ impl Hub {
             .filter(|(_, c)| !lock(c).ended)
             .map(|(id, c)| (id.to_string(), c.clone()))
             .collect()
+    }
+
+    /// The record of request stream `r` of a live session.
+    pub fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
+        self.with_live(id, |st| st.request_meta(id, r))
+    }
+
+    /// How many request streams a live session has opened (the highest `R`).
+    pub fn request_streams(&self, id: &str) -> Result<u64, LogError> {
+        self.with_live(id, |st| Ok(st.next_request - 1))
+    }
+
+    /// The ids of every live session.
+    pub fn live_ids(&self) -> Vec<String> {
+        self.live_cells().into_iter().map(|(id, _)| id).collect()
+    }
+
+    /// Ids of sessions that ended at least `ttl` ago.
+    pub fn expired_tombstones(&self, ttl: Duration) -> Vec<String> {
+        let cutoff = now_ms().saturating_sub(ttl.as_millis() as u64);
+        self.sessions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, c)| {
+                let st = lock(c);
+                st.ended && st.ended_ms <= cutoff
+            })
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+
+    /// Forgets ended sessions: their ids become unknown (and may be used
+    /// again). Live ones are left alone.
+    pub fn forget(&self, ids: &[String]) {
+        let mut map = self.sessions.write().unwrap_or_else(|e| e.into_inner());
+        for id in ids {
+            if map.get(id.as_str()).is_some_and(|c| lock(c).ended) {
+                map.remove(id.as_str());
+            }
+        }
+        if map.capacity() > 2 * map.len() + 64 {
+            map.shrink_to_fit();
+        }
+    }
+
+    /// How many streams of live sessions keep full state.
+    pub fn stream_states(&self) -> usize {
+        self.live_cells()
+            .iter()
+            .map(|(_, c)| lock(c).streams.len())
+            .sum()
+    }
+
+    /// How many ended sessions are remembered.
+    pub fn tombstones(&self) -> usize {
+        self.sessions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+            .saturating_sub(self.live())
+    }
+
+    /// Retires the emptied request streams of every live session; returns how many.
+    pub fn retire_emptied(&self) -> usize {
+        self.live_cells()
+            .iter()
+            .map(|(_, c)| lock(c).retire_emptied())
+            .sum()
     }
 
     /// Ends every subscription: the log is closing.

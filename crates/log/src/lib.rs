@@ -59,7 +59,34 @@ pub trait Log: Send + Sync + 'static {
     async fn end_session(&self, id: &str) -> Result<(), LogError>;
 
     /// Opens a new request stream and returns its number `R` (1, 2, 3 ...).
-    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError>;
+    ///
+    /// `meta` is the owner's opaque record of the call (the server keeps the
+    /// JSON-RPC request id and the instance that runs the handler), committed
+    /// with the stream as durably as events, so that after a crash another
+    /// process can find and end calls whose handler died.
+    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError>;
+
+    /// The record request stream `r` was opened with. [`LogError::NoStream`]
+    /// for an `r` never opened; [`LogError::Truncated`] once retention has
+    /// taken every event of the stream: the record goes with them.
+    async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError>;
+
+    /// How many request streams the session has opened: the highest `R`, so
+    /// a sweep can visit `1 ..= R`.
+    async fn request_streams(&self, id: &str) -> Result<u64, LogError>;
+
+    /// The ids of the live sessions, for a sweep at start-up.
+    async fn session_ids(&self) -> Result<Vec<String>, LogError>;
+
+    /// This log handle's instance: a random id made when it was opened (a
+    /// new one per process start), to store as the owner of calls.
+    fn instance(&self) -> &str;
+
+    /// Whether the handle with that instance id may still be running calls.
+    /// Memory and disk logs belong to one process: only their own instance is
+    /// alive. On Redis every handle keeps a heartbeat key that expires about
+    /// 10 s after its process dies or at once on [`Log::close`].
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError>;
 
     /// Appends a batch of JSON-RPC messages to one stream; returns the seq of
     /// the last one once all are committed. An empty batch returns the head.
@@ -104,9 +131,19 @@ pub trait Log: Send + Sync + 'static {
     /// Releases a pin; releasing one that is gone is not an error.
     async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError>;
 
-    /// Housekeeping: trims by age and ends sessions idle for longer than
-    /// `idle`; returns the ids it ended.
-    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError>;
+    /// Housekeeping, to run every few seconds: trims by age (a stream it
+    /// cannot read is skipped, never trimmed blind), drops the state of
+    /// request streams retention emptied (reads of them still answer
+    /// `Truncated`), ends sessions idle for longer than `idle`, and forgets
+    /// sessions that ended at least `tombstone_ttl` ago, so ended sessions do
+    /// not cost memory and storage forever. Until then an ended id is never
+    /// re-created; after, it is unknown (`NoSession`, as before). Returns the
+    /// ids it ended.
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError>;
 
     /// Ends every subscription and makes committed state durable; for shutdown.
     async fn close(&self) -> Result<(), LogError>;

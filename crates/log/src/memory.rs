@@ -16,6 +16,7 @@ use crate::{
 /// A log that lives and dies with the process; for tests and throwaway servers.
 pub struct MemoryLog {
     hub: Hub,
+    instance: String,
 }
 
 /// Buffer of a subscriber before it counts as lagging.
@@ -24,16 +25,30 @@ pub(crate) const DEFAULT_SUB_CAPACITY: usize = 4096;
 impl MemoryLog {
     /// A log with the given retention.
     pub fn new(retention: Retention) -> Self {
-        Self {
-            hub: Hub::new(retention, DEFAULT_SUB_CAPACITY, usize::MAX),
-        }
+        Self::with_subscriber_capacity(retention, DEFAULT_SUB_CAPACITY)
     }
 
     /// A log whose subscribers lag after `capacity` unread events.
     pub fn with_subscriber_capacity(retention: Retention, capacity: usize) -> Self {
         Self {
             hub: Hub::new(retention, capacity, usize::MAX),
+            instance: crate::types::new_instance_id(),
         }
+    }
+}
+
+impl MemoryLog {
+    /// For tests and measurements: how many ended sessions are remembered.
+    #[doc(hidden)]
+    pub fn tombstones(&self) -> usize {
+        self.hub.tombstones()
+    }
+
+    /// For tests and measurements: how many streams of live sessions keep
+    /// full state (retired request streams do not).
+    #[doc(hidden)]
+    pub fn stream_states(&self) -> usize {
+        self.hub.stream_states()
     }
 }
 
@@ -81,13 +96,33 @@ impl Log for MemoryLog {
         self.hub.live()
     }
 
-    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError> {
+    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
         self.hub.with_live(id, |st| {
             let r = st.next_request;
             st.next_request += 1;
-            st.streams.insert(r, crate::hub::StreamState::new(0, 1));
+            st.streams.insert(r, crate::hub::StreamState::opened(meta));
             Ok(r)
         })
+    }
+
+    async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
+        self.hub.request_meta(id, r)
+    }
+
+    async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
+        self.hub.request_streams(id)
+    }
+
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        Ok(self.hub.live_ids())
+    }
+
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        Ok(instance == self.instance)
     }
 
     async fn append(
@@ -99,7 +134,7 @@ impl Log for MemoryLog {
         let max_events = self.hub.retention.max_events;
         let cache_limit = self.hub.cache_limit();
         self.hub.with_live(id, |st| {
-            let Bounds { head, floor } = st.stream(id, stream)?.bounds();
+            let Bounds { head, floor } = st.bounds_of(id, stream)?;
             let at_ms = now_ms();
             let events: Vec<Event> = messages
                 .into_iter()
@@ -161,7 +196,11 @@ impl Log for MemoryLog {
         self.hub.unpin(id, pin)
     }
 
-    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError> {
         let cutoff = now_ms().saturating_sub(self.hub.retention.max_age.as_millis() as u64);
         let cache_limit = self.hub.cache_limit();
         for (_, cell) in self.hub.live_cells() {
@@ -177,10 +216,12 @@ impl Log for MemoryLog {
                 st.publish(key, Vec::new(), floor, cache_limit);
             }
         }
+        self.hub.retire_emptied();
         let idle_ids = self.hub.idle_sessions(idle);
         for id in &idle_ids {
             let _ = self.end_session(id).await;
         }
+        self.hub.forget(&self.hub.expired_tombstones(tombstone_ttl));
         Ok(idle_ids)
     }
 

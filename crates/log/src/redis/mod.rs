@@ -11,10 +11,13 @@
 //!
 //! Keys carry the session id in a hash tag (`mcpr:{id}:...`):
 //! - `mcpr:{id}:s` hash: `c` created ms, `r` next request stream, `e` ended, `m` meta, `a` last active ms
-//! - `mcpr:{id}:st:N` hash: `h` head (appended), `c` committed head (what readers see), `f` floor
+//! - `mcpr:{id}:st:N` hash: `h` head (appended), `c` committed head (what readers see), `f` floor,
+//!   `m` a request stream's record (until retention takes its last event)
 //! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
 //! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
-//! - `mcpr:sessions` set of live ids; `mcpr:pinseq` counter.
+//! - `mcpr:sessions` set of live ids; `mcpr:ended` sorted set of ended ids by end time
+//!   (their tombstones `mcpr:{id}:s` go after the tombstone TTL); `mcpr:pinseq` counter.
+//! - `mcpr:instance:ID`: present while the handle `ID` runs (see [`instance`]).
 //! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,101 +27,20 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::Value;
 
 use crate::types::now_ms;
+mod instance;
+mod maintain;
 mod reply;
+mod scripts;
 mod tail;
+
+use scripts::Scripts;
 
 use crate::{
     Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
 };
-
-const APPEND: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
-local h = tonumber(redis.call('HGET', KEYS[2], 'h'))
-if not h then return {-2} end
-local f = tonumber(redis.call('HGET', KEYS[2], 'f'))
-for i = 6, #ARGV do
-  h = h + 1
-  redis.call('XADD', KEYS[3], h .. '-0', 't', ARGV[2], 'm', ARGV[i])
-end
-local want = h + 1 - tonumber(ARGV[3])
-if tonumber(ARGV[4]) > want then want = tonumber(ARGV[4]) end
-if want > h + 1 then want = h + 1 end
-if want > f then
-  local pins = redis.call('HGETALL', KEYS[4])
-  for j = 1, #pins, 2 do
-    local n, seq, exp = string.match(pins[j + 1], '(%d+):(%d+):(%d+)')
-    if tonumber(exp) > tonumber(ARGV[2]) then
-      if n == ARGV[1] and tonumber(seq) < want then want = math.max(tonumber(seq), f) end
-    else
-      redis.call('HDEL', KEYS[4], pins[j])
-    end
-  end
-  if want > f then
-    redis.call('XTRIM', KEYS[3], 'MINID', want .. '-0')
-    f = want
-  end
-end
-if ARGV[5] == '1' then
-  redis.call('HSET', KEYS[2], 'h', h, 'f', f, 'c', h)
-else
-  redis.call('HSET', KEYS[2], 'h', h, 'f', f)
-end
-return {h, f}
-"#;
-
-const CREATE: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-redis.call('HSET', KEYS[1], 'c', ARGV[1], 'r', 1, 'e', 0, 'm', ARGV[2], 'a', ARGV[1])
-redis.call('HSET', KEYS[2], 'h', 0, 'f', 1, 'c', 0)
-redis.call('SADD', KEYS[3], ARGV[3])
-return 0
-"#;
-
-const END: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
-local r = tonumber(redis.call('HGET', KEYS[1], 'r'))
-for n = 0, r - 1 do
-  redis.call('DEL', ARGV[1] .. ':st:' .. n, ARGV[1] .. ':ev:' .. n)
-end
-redis.call('DEL', ARGV[1] .. ':pin')
-redis.call('HSET', KEYS[1], 'e', 1)
-redis.call('HDEL', KEYS[1], 'm')
-redis.call('SREM', KEYS[2], ARGV[2])
-return 0
-"#;
-
-const OPEN_REQUEST: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
-local r = redis.call('HINCRBY', KEYS[1], 'r', 1) - 1
-redis.call('HSET', ARGV[1] .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0)
-return r
-"#;
-
-const IF_LIVE_HSET: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 0
-"#;
-
-/// After `WAIT`: the committed head `c` moves up to `ARGV[1]`. Replication
-/// is one ordered stream, so replicas holding seq N hold everything before it.
-const COMMIT: &str = r#"
-local c = tonumber(redis.call('HGET', KEYS[1], 'c'))
-if c and tonumber(ARGV[1]) > c then redis.call('HSET', KEYS[1], 'c', ARGV[1]) end
-return 0
-"#;
-
-const BOUNDS: &str = r#"
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
-local b = redis.call('HMGET', KEYS[2], 'c', 'f')
-if not b[1] then return {-2} end
-local c, f = tonumber(b[1]), tonumber(b[2])
-if f > c + 1 then f = c + 1 end
-return {c, f}
-"#;
 
 /// How long a connection attempt to Redis may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -141,16 +63,8 @@ pub struct RedisLog {
     closed: Arc<AtomicBool>,
     scripts: Arc<Scripts>,
     tails: tail::Tails,
-}
-
-struct Scripts {
-    append: Script,
-    create: Script,
-    end: Script,
-    open_request: Script,
-    if_live_hset: Script,
-    bounds: Script,
-    commit: Script,
+    faults: crate::retention::ReadFaults,
+    heartbeat: instance::Heartbeat,
 }
 
 impl RedisLog {
@@ -191,17 +105,11 @@ impl RedisLog {
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(unavailable)?;
-        let scripts = Scripts {
-            append: Script::new(APPEND),
-            create: Script::new(CREATE),
-            end: Script::new(END),
-            open_request: Script::new(OPEN_REQUEST),
-            if_live_hset: Script::new(IF_LIVE_HSET),
-            bounds: Script::new(BOUNDS),
-            commit: Script::new(COMMIT),
-        };
+        let scripts = Scripts::new();
         let closed = Arc::new(AtomicBool::new(false));
+        let heartbeat = instance::Heartbeat::start(conn.clone()).await?;
         Ok(Self {
+            heartbeat,
             tails: tail::Tails::new(
                 client.clone(),
                 conn.clone(),
@@ -214,7 +122,15 @@ impl RedisLog {
             replicas,
             closed,
             scripts: Arc::new(scripts),
+            faults: Default::default(),
         })
+    }
+
+    /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
+    /// 0), to prove that housekeeping trims nothing it could not read.
+    #[doc(hidden)]
+    pub fn fail_reads(&self, n: u64) {
+        self.faults.set(n);
     }
 
     async fn bounds_of(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
@@ -433,8 +349,10 @@ impl Log for RedisLog {
             .end
             .key(format!("{p}:s"))
             .key("mcpr:sessions")
+            .key(maintain::ENDED)
             .arg(&p)
             .arg(id)
+            .arg(now_ms())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -444,13 +362,14 @@ impl Log for RedisLog {
         self.wait_replicas().await
     }
 
-    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError> {
+    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
         let p = prefix(id);
         let r: i64 = self
             .scripts
             .open_request
             .key(format!("{p}:s"))
             .arg(&p)
+            .arg(meta.as_ref())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -459,6 +378,69 @@ impl Log for RedisLog {
         }
         self.wait_replicas().await?;
         Ok(r as u64)
+    }
+
+    async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
+        let p = prefix(id);
+        let no_stream = || LogError::NoStream {
+            session: id.to_owned(),
+            stream: r,
+        };
+        if r == 0 {
+            return Err(no_stream());
+        }
+        let v: Value = self
+            .scripts
+            .request_meta
+            .key(format!("{p}:s"))
+            .key(format!("{p}:st:{r}"))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        let Value::Array(v) = v else {
+            return Err(LogError::Corrupt(format!("unexpected reply {v:?}")));
+        };
+        match v.as_slice() {
+            [Value::Int(0), Value::BulkString(m)] => Ok(Bytes::copy_from_slice(m)),
+            [Value::Int(-1)] => Err(LogError::NoSession(id.to_owned())),
+            [Value::Int(-2)] => Err(no_stream()),
+            [Value::Int(-3), Value::Int(c), Value::Int(f)] => Err(LogError::Truncated {
+                cursor: 0,
+                head: *c as u64,
+                floor: *f as u64,
+            }),
+            other => Err(LogError::Corrupt(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
+        let (e, r): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(format!("{}:s", prefix(id)))
+            .arg("e")
+            .arg("r")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match (e.as_deref(), r) {
+            (Some("0"), Some(r)) => Ok(r.saturating_sub(1)),
+            _ => Err(LogError::NoSession(id.to_owned())),
+        }
+    }
+
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        redis::cmd("SMEMBERS")
+            .arg("mcpr:sessions")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+
+    fn instance(&self) -> &str {
+        &self.heartbeat.id
+    }
+
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        instance::alive(&mut self.conn.clone(), instance).await
     }
 
     async fn append(
@@ -522,6 +504,7 @@ impl Log for RedisLog {
         after: Seq,
         max: usize,
     ) -> Result<Vec<Event>, LogError> {
+        self.faults.check()?;
         let b = self.bounds_of(id, stream).await?;
         b.admit(after).map_err(LogError::from_discontinuity)?;
         if after == b.head {
@@ -608,47 +591,18 @@ impl Log for RedisLog {
         Ok(())
     }
 
-    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
-        let mut conn = self.conn.clone();
-        let ids: Vec<String> = redis::cmd("SMEMBERS")
-            .arg("mcpr:sessions")
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        let now = now_ms();
-        let cutoff = now.saturating_sub(self.retention.max_age.as_millis() as u64);
-        let mut ended = Vec::new();
-        for id in ids {
-            let p = prefix(&id);
-            let (a, r): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
-                .arg(format!("{p}:s"))
-                .arg("a")
-                .arg("r")
-                .query_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
-            if a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64) {
-                if self.end_session(&id).await.is_ok() {
-                    ended.push(id);
-                }
-                continue;
-            }
-            for n in 0..r.unwrap_or(1) {
-                let stream = StreamKey::from_number(n);
-                let Ok(b) = self.bounds_of(&id, stream).await else {
-                    continue;
-                };
-                let floor = crate::retention::first_young(self, &id, stream, b, cutoff).await;
-                if floor > b.floor {
-                    self.trim_to(&id, stream, floor).await?;
-                }
-            }
-        }
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError> {
+        let ended = self.trim_and_end_idle(idle).await?;
+        self.forget_tombstones(tombstone_ttl).await?;
         Ok(ended)
     }
 
     async fn close(&self) -> Result<(), LogError> {
         self.closed.store(true, Ordering::Relaxed);
-        Ok(())
+        self.heartbeat.stop(&mut self.conn.clone()).await
     }
 }

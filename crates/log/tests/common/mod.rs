@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
 
@@ -16,6 +16,27 @@ pub struct Backend {
     redis: Option<RedisServer>,
     retention: Retention,
     capacity: usize,
+    /// Arms the backend's read fault hook (none for memory, whose
+    /// housekeeping reads nothing).
+    fail_reads: Option<Box<dyn Fn(u64) + Send + Sync>>,
+}
+
+fn disk_faults(log: &Arc<DiskLog>) -> Option<Box<dyn Fn(u64) + Send + Sync>> {
+    let weak: Weak<DiskLog> = Arc::downgrade(log);
+    Some(Box::new(move |n| {
+        if let Some(l) = weak.upgrade() {
+            l.fail_reads(n)
+        }
+    }))
+}
+
+fn redis_faults(log: &Arc<RedisLog>) -> Option<Box<dyn Fn(u64) + Send + Sync>> {
+    let weak: Weak<RedisLog> = Arc::downgrade(log);
+    Some(Box::new(move |n| {
+        if let Some(l) = weak.upgrade() {
+            l.fail_reads(n)
+        }
+    }))
 }
 
 impl Backend {
@@ -34,6 +55,23 @@ impl Backend {
         self.redis.is_some()
     }
 
+    /// The Redis server's URL, for a second handle on the same data.
+    pub fn redis_url(&self) -> Option<&str> {
+        self.redis.as_ref().map(|r| r.url.as_str())
+    }
+
+    /// Makes the next `n` reads fail (`u64::MAX`: all, until `fail_reads(0)`);
+    /// `false` when this backend has no such hook.
+    pub fn fail_reads(&self, n: u64) -> bool {
+        match &self.fail_reads {
+            Some(f) => {
+                f(n);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Drops the log and opens it again from its files or server (durable backends only).
     pub async fn restart(&mut self) {
         if let Some(r) = &self.redis {
@@ -41,14 +79,18 @@ impl Backend {
             let log = RedisLog::connect_with(&r.url, self.retention, 0, self.capacity)
                 .await
                 .expect("reconnect");
-            self.log = Some(Arc::new(log));
+            let log = Arc::new(log);
+            self.fail_reads = redis_faults(&log);
+            self.log = Some(log);
             return;
         }
         let Some(dir) = &self.dir else { return };
         drop(self.log.take());
         let log = DiskLog::open_with(dir.path().join("log"), self.retention, self.capacity)
             .expect("reopen");
-        self.log = Some(Arc::new(log));
+        let log = Arc::new(log);
+        self.fail_reads = disk_faults(&log);
+        self.log = Some(log);
     }
 }
 
@@ -56,11 +98,15 @@ impl Backend {
 /// a `redis-server` started for this call.
 pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let disk = DiskLog::open_with(dir.path().join("log"), retention, capacity).expect("open disk");
+    let disk = Arc::new(
+        DiskLog::open_with(dir.path().join("log"), retention, capacity).expect("open disk"),
+    );
     let server = RedisServer::start();
-    let redis = RedisLog::connect_with(&server.url, retention, 0, capacity)
-        .await
-        .expect("connect redis");
+    let redis = Arc::new(
+        RedisLog::connect_with(&server.url, retention, 0, capacity)
+            .await
+            .expect("connect redis"),
+    );
     vec![
         Backend {
             name: "memory",
@@ -71,10 +117,12 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             redis: None,
             retention,
             capacity,
+            fail_reads: None,
         },
         Backend {
             name: "disk",
-            log: Some(Arc::new(disk)),
+            fail_reads: disk_faults(&disk),
+            log: Some(disk),
             dir: Some(dir),
             redis: None,
             retention,
@@ -82,7 +130,8 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
         },
         Backend {
             name: "redis",
-            log: Some(Arc::new(redis)),
+            fail_reads: redis_faults(&redis),
+            log: Some(redis),
             dir: None,
             redis: Some(server),
             retention,

@@ -1,6 +1,9 @@
 //! The log contract, run against every backend.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod expiry;
+mod requests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -236,7 +239,7 @@ fn age_retention_and_idle_expiry() {
             tokio::time::sleep(Duration::from_millis(80)).await;
             log.append("a", S, vec![msg(4)]).await.unwrap();
             assert!(log
-                .maintain(Duration::from_secs(60))
+                .maintain(Duration::from_secs(60), Duration::from_secs(3600))
                 .await
                 .unwrap()
                 .is_empty());
@@ -244,13 +247,60 @@ fn age_retention_and_idle_expiry() {
             log.create_session("b", Bytes::new()).await.unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
             log.touch("a").await.unwrap();
-            let ended = log.maintain(Duration::from_millis(10)).await.unwrap();
+            let ended = log
+                .maintain(Duration::from_millis(10), Duration::from_secs(3600))
+                .await
+                .unwrap();
             assert_eq!(ended, vec!["b".to_string()]);
             assert!(matches!(
                 log.session("b").await,
                 Err(LogError::NoSession(_))
             ));
             assert!(log.session("a").await.is_ok());
+        }
+    });
+}
+
+#[test]
+fn a_read_that_fails_during_maintenance_trims_nothing() {
+    rt().block_on(async {
+        for b in backends(
+            Retention {
+                max_events: 100,
+                max_age: Duration::from_millis(50),
+            },
+            1024,
+        )
+        .await
+        {
+            let log = b.log();
+            log.create_session("a", Bytes::new()).await.unwrap();
+            log.append("a", S, (1..=3).map(msg).collect())
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(80)).await;
+            log.append("a", S, vec![msg(4)]).await.unwrap();
+            if !b.fail_reads(u64::MAX) {
+                continue; // memory: housekeeping reads nothing that could fail
+            }
+            assert!(log
+                .maintain(Duration::from_secs(60), Duration::from_secs(3600))
+                .await
+                .unwrap()
+                .is_empty());
+            b.fail_reads(0);
+            assert_eq!(
+                log.bounds("a", S).await.unwrap(),
+                mcp_resume_log::Bounds { head: 4, floor: 1 },
+                "{}: a failed read must not trim anything",
+                b.name
+            );
+            assert_eq!(log.read("a", S, 0, 10).await.unwrap().len(), 4);
+            // Once reads work again, the same pass trims exactly the old events.
+            log.maintain(Duration::from_secs(60), Duration::from_secs(3600))
+                .await
+                .unwrap();
+            assert_eq!(log.bounds("a", S).await.unwrap().floor, 4, "{}", b.name);
         }
     });
 }
@@ -301,8 +351,8 @@ fn request_streams_are_numbered_and_separate() {
             log.create_session("a", Bytes::from_static(b"meta"))
                 .await
                 .unwrap();
-            assert_eq!(log.open_request_stream("a").await.unwrap(), 1);
-            assert_eq!(log.open_request_stream("a").await.unwrap(), 2);
+            assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 1);
+            assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 2);
             log.append("a", StreamKey::Request(2), vec![msg(1), msg(2)])
                 .await
                 .unwrap();
@@ -333,7 +383,7 @@ fn request_streams_are_numbered_and_separate() {
                         .len(),
                     2
                 );
-                assert_eq!(log.open_request_stream("a").await.unwrap(), 3);
+                assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 3);
                 assert_eq!(log.bounds("a", S).await.unwrap().head, 1);
             }
         }

@@ -1,0 +1,367 @@
+//! The disk backend, the default: fjall (an LSM tree with a write-ahead
+//! journal) with fsync'd group commit.
+//!
+//! One committer thread owns every write. It drains whatever appends are
+//! queued (from any number of sessions), writes them in one atomic batch,
+//! commits it with `SyncAll` (one fsync of the journal for the whole batch)
+//! and only then publishes the events to the hub, so nothing a reader sees can
+//! be lost by a crash.
+//!
+//! Why fjall and not redb: both were measured on this workload (see the
+//! closing note of issue 2). A B-tree rewrites one leaf page per session per
+//! commit; the journal appends sequentially, which made group commit 3 to 6
+//! times faster here, with replay just as fast.
+//!
+//! Layout: four keyspaces; keys are the session id, a 0 byte (ids are
+//! visible ASCII, so it cannot occur in them), then big-endian numbers, so
+//! byte order is stream order.
+//! - `sessions`: id -> created_ms | next_request | ended | meta (live) or ended_ms (ended)
+//! - `streams`: id 0 stream -> head | floor
+//! - `events`: id 0 stream seq -> at_ms | message
+//! - `requests`: id 0 R -> the request stream's record, until retention
+//!   takes its last event
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fjall::{Database, KeyspaceCreateOptions};
+use tokio::sync::oneshot;
+
+use crate::hub::{lock, Cached, Hub};
+use crate::types::now_ms;
+use crate::{
+    Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
+};
+
+mod commit;
+mod store;
+
+use commit::{Committer, Op, Reply};
+use store::{load, read_events, storage, Store};
+
+/// Events per stream kept in memory for readers near the head.
+const CACHE_EVENTS: usize = 128;
+
+/// The durable log in one fjall directory.
+pub struct DiskLog {
+    hub: Arc<Hub>,
+    store: Store,
+    ops: std_mpsc::Sender<Op>,
+    committer: Option<std::thread::JoinHandle<()>>,
+    path: PathBuf,
+    faults: crate::retention::ReadFaults,
+    instance: String,
+}
+
+impl Drop for DiskLog {
+    /// Stops the committer after it has committed what was queued, so the
+    /// file is released when this returns and can be opened again.
+    fn drop(&mut self) {
+        let (closed, _) = std_mpsc::channel();
+        drop(std::mem::replace(&mut self.ops, closed));
+        if let Some(handle) = self.committer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn fjall_error(path: &Path, e: fjall::Error) -> LogError {
+    match e {
+        fjall::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => storage(format!(
+            "{} is already open in another process",
+            path.display()
+        )),
+        fjall::Error::Io(io) => storage(format!("{}: {io}", path.display())),
+        other => LogError::Corrupt(format!("{}: {other:?}", path.display())),
+    }
+}
+
+impl DiskLog {
+    /// Opens (or creates) the log in directory `path`, checking what it finds.
+    ///
+    /// A journal that fails its checksums, or streams that do not hold
+    /// exactly their `floor ..= head`, are refused with [`LogError::Corrupt`].
+    pub fn open(path: impl AsRef<Path>, retention: Retention) -> Result<Self, LogError> {
+        Self::open_with(path, retention, crate::memory::DEFAULT_SUB_CAPACITY)
+    }
+
+    /// As [`DiskLog::open`], with subscribers lagging after `capacity` unread events.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        retention: Retention,
+        capacity: usize,
+    ) -> Result<Self, LogError> {
+        let path = path.as_ref().to_path_buf();
+        std::fs::create_dir_all(&path)
+            .map_err(|e| storage(format!("creating {}: {e}", path.display())))?;
+        let store = std::panic::catch_unwind(|| -> Result<Store, fjall::Error> {
+            let db = Database::builder(&path)
+                .cache_size(8 * 1024 * 1024)
+                .open()?;
+            let opts = KeyspaceCreateOptions::default;
+            Ok(Store {
+                sessions: db.keyspace("sessions", opts)?,
+                streams: db.keyspace("streams", opts)?,
+                events: db.keyspace("events", opts)?,
+                requests: db.keyspace("requests", opts)?,
+                db,
+            })
+        })
+        .map_err(|_| {
+            LogError::Corrupt(format!(
+                "{}: the storage engine could not read it",
+                path.display()
+            ))
+        })?
+        .map_err(|e| fjall_error(&path, e))?;
+        let hub = Arc::new(Hub::new(retention, capacity, CACHE_EVENTS));
+        load(&store, &hub).map_err(|e| match e {
+            LogError::Corrupt(m) => LogError::Corrupt(format!("{}: {m}", path.display())),
+            other => other,
+        })?;
+        let (tx, rx) = std_mpsc::channel();
+        let committer = Committer {
+            store: store.clone(),
+            hub: hub.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("mcp-resume-log-committer".into())
+            .spawn(move || committer.run(rx))
+            .map_err(storage)?;
+        Ok(Self {
+            hub,
+            store,
+            ops: tx,
+            committer: Some(handle),
+            path,
+            faults: Default::default(),
+            instance: crate::types::new_instance_id(),
+        })
+    }
+
+    /// The directory this log lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// For tests and measurements: how many ended sessions are remembered.
+    #[doc(hidden)]
+    pub fn tombstones(&self) -> usize {
+        self.hub.tombstones()
+    }
+
+    /// For tests and measurements: how many streams of live sessions keep
+    /// full state (retired request streams do not).
+    #[doc(hidden)]
+    pub fn stream_states(&self) -> usize {
+        self.hub.stream_states()
+    }
+
+    /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
+    /// 0), to prove that housekeeping trims nothing it could not read.
+    #[doc(hidden)]
+    pub fn fail_reads(&self, n: u64) {
+        self.faults.set(n);
+    }
+
+    async fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Op) -> Result<T, LogError> {
+        let (tx, rx) = oneshot::channel();
+        self.ops.send(make(tx)).map_err(|_| LogError::Closed)?;
+        rx.await.map_err(|_| LogError::Closed)?
+    }
+}
+
+#[async_trait]
+impl Log for DiskLog {
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.submit(|reply| Op::Create {
+            id: id.to_owned(),
+            meta,
+            reply,
+        })
+        .await
+    }
+
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        self.hub.info(id)
+    }
+
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.submit(|reply| Op::SetMeta {
+            id: id.to_owned(),
+            meta,
+            reply,
+        })
+        .await
+    }
+
+    async fn touch(&self, id: &str) -> Result<(), LogError> {
+        self.hub.touch(id)
+    }
+
+    async fn live_sessions(&self) -> usize {
+        self.hub.live()
+    }
+
+    async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        self.submit(|reply| Op::End {
+            id: id.to_owned(),
+            reply,
+        })
+        .await
+    }
+
+    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
+        self.submit(|reply| Op::OpenRequest {
+            id: id.to_owned(),
+            meta,
+            reply,
+        })
+        .await
+    }
+
+    async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
+        self.hub.request_meta(id, r)
+    }
+
+    async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
+        self.hub.request_streams(id)
+    }
+
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        Ok(self.hub.live_ids())
+    }
+
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        Ok(instance == self.instance)
+    }
+
+    async fn append(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+    ) -> Result<Seq, LogError> {
+        if messages.is_empty() {
+            return Ok(self.hub.bounds(id, stream)?.head);
+        }
+        self.submit(|reply| Op::Append {
+            id: id.to_owned(),
+            stream,
+            messages,
+            reply,
+        })
+        .await
+    }
+
+    async fn read(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        after: Seq,
+        max: usize,
+    ) -> Result<Vec<Event>, LogError> {
+        self.faults.check()?;
+        match self.hub.read_cached(id, stream, after, max)? {
+            Cached::Hit(events) => Ok(events),
+            Cached::Miss(b) => {
+                let (id, store, hub) = (id.to_owned(), self.store.clone(), self.hub.clone());
+                tokio::task::spawn_blocking(move || {
+                    read_events(&store, &hub, &id, stream, after, max, b)
+                })
+                .await
+                .map_err(storage)?
+            }
+        }
+    }
+
+    async fn bounds(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
+        self.hub.bounds(id, stream)
+    }
+
+    async fn subscribe(
+        &self,
+        id: &str,
+        stream: StreamKey,
+    ) -> Result<(Bounds, Subscription), LogError> {
+        self.hub.subscribe(id, stream)
+    }
+
+    async fn pin(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        seq: Seq,
+        ttl: Duration,
+    ) -> Result<PinId, LogError> {
+        self.hub.pin(id, stream, seq, ttl)
+    }
+
+    async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
+        self.hub.unpin(id, pin)
+    }
+
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError> {
+        let cutoff = now_ms().saturating_sub(self.hub.retention.max_age.as_millis() as u64);
+        for (id, cell) in self.hub.live_cells() {
+            let keys: Vec<StreamKey> = lock(&cell)
+                .streams
+                .keys()
+                .map(|n| StreamKey::from_number(*n))
+                .collect();
+            for key in keys {
+                let Ok(b) = self.hub.bounds(&id, key) else {
+                    continue;
+                };
+                let floor = match crate::retention::first_young(self, &id, key, b, cutoff).await {
+                    Ok(floor) => floor,
+                    Err(e) => {
+                        tracing::warn!(session = %id, stream = key.number(), error = %e,
+                            "age retention skipped a stream it could not read");
+                        continue;
+                    }
+                };
+                if floor > b.floor {
+                    self.submit(|reply| Op::Trim {
+                        id: id.clone(),
+                        stream: key,
+                        floor,
+                        reply,
+                    })
+                    .await?;
+                }
+            }
+        }
+        self.hub.retire_emptied();
+        let idle_ids = self.hub.idle_sessions(idle);
+        for id in &idle_ids {
+            let _ = self.end_session(id).await;
+        }
+        let expired = self.hub.expired_tombstones(tombstone_ttl);
+        for ids in expired.chunks(1024) {
+            self.submit(|reply| Op::Forget {
+                ids: ids.to_vec(),
+                reply,
+            })
+            .await?;
+        }
+        Ok(idle_ids)
+    }
+
+    async fn close(&self) -> Result<(), LogError> {
+        self.hub.close_all();
+        Ok(())
+    }
+}

@@ -1,0 +1,256 @@
+//! What the disk log keeps in fjall, and reading it back: the key and value
+//! layouts, the session record, reads of committed events and the check of
+//! everything at open.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use fjall::{Database, Keyspace};
+
+use crate::hub::{Hub, SessionState, StreamState};
+use crate::{Bounds, Event, LogError, Seq, StreamKey};
+
+/// The three keyspaces of one database.
+#[derive(Clone)]
+pub(super) struct Store {
+    pub db: Database,
+    pub sessions: Keyspace,
+    pub streams: Keyspace,
+    pub events: Keyspace,
+    pub requests: Keyspace,
+}
+
+pub(super) fn session_prefix(id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(id.len() + 1);
+    k.extend_from_slice(id.as_bytes());
+    k.push(0);
+    k
+}
+
+pub(super) fn stream_key(id: &str, stream: u64) -> Vec<u8> {
+    let mut k = session_prefix(id);
+    k.extend_from_slice(&stream.to_be_bytes());
+    k
+}
+
+pub(super) fn event_key(id: &str, stream: u64, seq: Seq) -> Vec<u8> {
+    let mut k = stream_key(id, stream);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map(u64::from_be_bytes)
+}
+
+pub(super) fn bounds_value(b: Bounds) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&b.head.to_be_bytes());
+    v[8..].copy_from_slice(&b.floor.to_be_bytes());
+    v
+}
+
+pub(super) fn event_value(at_ms: u64, message: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + message.len());
+    v.extend_from_slice(&at_ms.to_be_bytes());
+    v.extend_from_slice(message);
+    v
+}
+
+pub(super) fn storage(e: impl std::fmt::Display) -> LogError {
+    LogError::Storage(e.to_string())
+}
+
+#[derive(Clone)]
+pub(super) struct SessionRec {
+    pub created_ms: u64,
+    pub next_request: u64,
+    pub ended: bool,
+    /// When it ended, ms since the epoch; 0 when live or not recorded (older logs).
+    pub ended_ms: u64,
+    pub meta: Bytes,
+}
+
+impl SessionRec {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(17 + self.meta.len());
+        v.extend_from_slice(&self.created_ms.to_le_bytes());
+        v.extend_from_slice(&self.next_request.to_le_bytes());
+        v.push(self.ended as u8);
+        if self.ended {
+            // A tombstone has no meta; it keeps when it ended instead.
+            v.extend_from_slice(&self.ended_ms.to_le_bytes());
+        } else {
+            v.extend_from_slice(&self.meta);
+        }
+        v
+    }
+
+    pub fn decode(id: &str, b: &[u8]) -> Result<Self, LogError> {
+        if b.len() < 17 || b[16] > 1 {
+            return Err(LogError::Corrupt(format!(
+                "session record {id:?} is malformed"
+            )));
+        }
+        let ended = b[16] == 1;
+        let le = |r: std::ops::Range<usize>| {
+            b.get(r)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        Ok(Self {
+            created_ms: le(0..8).unwrap_or_default(),
+            next_request: le(8..16).unwrap_or_default(),
+            ended,
+            ended_ms: if ended { le(17..25).unwrap_or(0) } else { 0 },
+            meta: if ended {
+                Bytes::new()
+            } else {
+                Bytes::copy_from_slice(&b[17..])
+            },
+        })
+    }
+}
+
+/// Reads committed, visible events from storage; `b` is the visible bounds already checked.
+pub(super) fn read_events(
+    store: &Store,
+    hub: &Hub,
+    id: &str,
+    stream: StreamKey,
+    after: Seq,
+    max: usize,
+    b: Bounds,
+) -> Result<Vec<Event>, LogError> {
+    let n = stream.number();
+    // Events above the visible head may be committed but not yet published: never read them.
+    let upper = b.head.min(after.saturating_add(max as u64));
+    let mut out = Vec::with_capacity((upper - after) as usize);
+    for kv in store
+        .events
+        .range(event_key(id, n, after + 1)..=event_key(id, n, upper))
+    {
+        let (k, v) = kv.into_inner().map_err(storage)?;
+        let seq =
+            u64_at(&k, k.len() - 8).ok_or_else(|| LogError::Corrupt("short event key".into()))?;
+        let at_ms =
+            u64_at(&v, 0).ok_or_else(|| LogError::Corrupt(format!("event {seq} is truncated")))?;
+        out.push(Event {
+            seq,
+            at_ms,
+            message: Bytes::copy_from_slice(&v[8..]),
+        });
+    }
+    // Retention may have trimmed between the bounds check and this read.
+    if out.first().map(|e| e.seq) != Some(after + 1) || out.len() as u64 != upper - after {
+        let now = hub.bounds(id, stream)?;
+        return Err(LogError::Truncated {
+            cursor: after,
+            head: now.head,
+            floor: now.floor,
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
+    let mut states: HashMap<String, SessionState> = HashMap::new();
+    for kv in store.sessions.iter() {
+        let (k, v) = kv.into_inner().map_err(storage)?;
+        let id = std::str::from_utf8(&k)
+            .map_err(|_| LogError::Corrupt("a session id is not UTF-8".into()))?
+            .to_owned();
+        let rec = SessionRec::decode(&id, &v)?;
+        let mut st = SessionState::new(rec.created_ms, rec.meta, rec.next_request);
+        if rec.ended {
+            st.end();
+            if rec.ended_ms != 0 {
+                st.ended_ms = rec.ended_ms;
+            }
+        }
+        states.insert(id, st);
+    }
+    for kv in store.streams.iter() {
+        let (k, v) = kv.into_inner().map_err(storage)?;
+        let corrupt = || LogError::Corrupt("a stream record is malformed".into());
+        let split = k.len().checked_sub(9).ok_or_else(corrupt)?;
+        let id = std::str::from_utf8(&k[..split]).map_err(|_| corrupt())?;
+        let n = u64_at(&k, split + 1).ok_or_else(corrupt)?;
+        let (head, floor) = (
+            u64_at(&v, 0).ok_or_else(corrupt)?,
+            u64_at(&v, 8).ok_or_else(corrupt)?,
+        );
+        let st = states
+            .get_mut(id)
+            .ok_or_else(|| LogError::Corrupt(format!("stream {n} of unknown session {id:?}")))?;
+        if floor > head + 1 {
+            return Err(LogError::Corrupt(format!(
+                "session {id:?} stream {n}: floor {floor} above head {head}"
+            )));
+        }
+        // The events must be exactly floor ..= head.
+        let mut range = store.events.prefix(stream_key(id, n));
+        let seq_of = |g: Option<fjall::Guard>| -> Result<Option<u64>, LogError> {
+            match g {
+                None => Ok(None),
+                Some(g) => {
+                    let k = g.key().map_err(storage)?;
+                    Ok(u64_at(&k, k.len() - 8))
+                }
+            }
+        };
+        let first = seq_of(range.next())?;
+        let last = seq_of(range.next_back())?.or(first);
+        let want = if head >= floor {
+            Some((floor, head))
+        } else {
+            None
+        };
+        if first.zip(last) != want {
+            return Err(LogError::Corrupt(format!(
+                "session {id:?} stream {n}: expected events {want:?}, found {:?}",
+                first.zip(last)
+            )));
+        }
+        if st.ended {
+            continue;
+        }
+        let mut s = StreamState::new(head, floor);
+        if n > 0 && s.emptied() {
+            st.retired.insert(n, head);
+        } else {
+            if n > 0 {
+                // Its record, if it has one, comes next; streams opened
+                // before records existed have an empty one.
+                s.meta = Some(Bytes::new());
+            }
+            st.streams.insert(n, s);
+        }
+    }
+    for kv in store.requests.iter() {
+        let (k, v) = kv.into_inner().map_err(storage)?;
+        let corrupt = || LogError::Corrupt("a request record is malformed".into());
+        let split = k.len().checked_sub(9).ok_or_else(corrupt)?;
+        let id = std::str::from_utf8(&k[..split]).map_err(|_| corrupt())?;
+        let n = u64_at(&k, split + 1).ok_or_else(corrupt)?;
+        // Records of streams retention emptied are dropped with their last
+        // events; any other stream without state is an inconsistency.
+        match states
+            .get_mut(id)
+            .map(|st| (st.ended, st.streams.get_mut(&n)))
+        {
+            Some((false, Some(s))) if n > 0 => s.meta = Some(Bytes::copy_from_slice(&v)),
+            _ => {
+                return Err(LogError::Corrupt(format!(
+                    "request record {n} of session {id:?} has no live stream"
+                )))
+            }
+        }
+    }
+    for (id, st) in states {
+        hub.insert(&id, st)?;
+    }
+    Ok(())
+}

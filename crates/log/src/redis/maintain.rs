@@ -1,0 +1,107 @@
+//! Housekeeping on Redis: age retention, idle expiry, and forgetting
+//! tombstones once their TTL has passed.
+
+use std::time::Duration;
+
+use super::{prefix, unavailable, RedisLog};
+use crate::types::now_ms;
+use crate::{Log, LogError, StreamKey};
+
+/// Sorted set of ended session ids, scored by when they ended (ms).
+pub(super) const ENDED: &str = "mcpr:ended";
+/// Tombstones listed per round trip.
+const FORGET_BATCH: usize = 512;
+
+impl RedisLog {
+    /// Age retention on every live session's streams, and the end of the idle ones.
+    pub(super) async fn trim_and_end_idle(&self, idle: Duration) -> Result<Vec<String>, LogError> {
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = redis::cmd("SMEMBERS")
+            .arg("mcpr:sessions")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let now = now_ms();
+        let cutoff = now.saturating_sub(self.retention.max_age.as_millis() as u64);
+        let mut ended = Vec::new();
+        for id in ids {
+            let p = prefix(&id);
+            let (a, r): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+                .arg(format!("{p}:s"))
+                .arg("a")
+                .arg("r")
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            if a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64) {
+                if self.end_session(&id).await.is_ok() {
+                    ended.push(id);
+                }
+                continue;
+            }
+            for n in 0..r.unwrap_or(1) {
+                let stream = StreamKey::from_number(n);
+                let Ok(b) = self.bounds_of(&id, stream).await else {
+                    continue;
+                };
+                let floor = match crate::retention::first_young(self, &id, stream, b, cutoff).await
+                {
+                    Ok(floor) => floor,
+                    Err(e) => {
+                        tracing::warn!(session = %id, stream = n, error = %e,
+                            "age retention skipped a stream it could not read");
+                        continue;
+                    }
+                };
+                if floor > b.floor {
+                    self.trim_to(&id, stream, floor).await?;
+                }
+            }
+        }
+        Ok(ended)
+    }
+
+    /// Deletes the tombstones of sessions that ended at least `ttl` ago;
+    /// their ids become unknown.
+    pub(super) async fn forget_tombstones(&self, ttl: Duration) -> Result<(), LogError> {
+        let mut conn = self.conn.clone();
+        let cutoff = now_ms().saturating_sub(ttl.as_millis() as u64);
+        loop {
+            let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+                .arg(ENDED)
+                .arg("-inf")
+                .arg(cutoff)
+                .arg("LIMIT")
+                .arg(0)
+                .arg(FORGET_BATCH)
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            for id in &ids {
+                let _: i64 = self
+                    .scripts
+                    .forget
+                    .key(format!("{}:s", prefix(id)))
+                    .key(ENDED)
+                    .arg(id)
+                    .arg(cutoff)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(unavailable)?;
+            }
+            if ids.len() < FORGET_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    /// For tests and measurements: how many ended sessions Redis still remembers.
+    #[doc(hidden)]
+    pub async fn tombstones(&self) -> Result<usize, LogError> {
+        redis::cmd("ZCARD")
+            .arg(ENDED)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)
+    }
+}

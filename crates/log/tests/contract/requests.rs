@@ -1,0 +1,122 @@
+//! Request-stream records, the sweep's view of sessions, and instance
+//! liveness: what a server needs to end, after a crash, the calls whose
+//! handler died.
+
+use bytes::Bytes;
+use mcp_resume_log::{Log, LogError, RedisLog, Retention, StreamKey};
+use mcp_resume_testkit::rt;
+
+use crate::common::{backends, msg};
+
+fn no_stream(r: u64) -> LogError {
+    LogError::NoStream {
+        session: "a".into(),
+        stream: r,
+    }
+}
+
+#[test]
+fn a_request_streams_record_is_kept_and_survives_a_restart() {
+    rt().block_on(async {
+        for mut b in backends(Retention::default(), 1024).await {
+            let log = b.log().clone();
+            log.create_session("a", Bytes::new()).await.unwrap();
+            assert_eq!(log.request_streams("a").await.unwrap(), 0, "{}", b.name);
+            let m1 = Bytes::from_static(br#"{"id":1,"owner":"x"}"#);
+            let m2 = Bytes::from(vec![0u8, 255, 7]); // opaque: any bytes
+            assert_eq!(log.open_request_stream("a", m1.clone()).await.unwrap(), 1);
+            assert_eq!(log.open_request_stream("a", m2.clone()).await.unwrap(), 2);
+            log.append("a", StreamKey::Request(1), vec![msg(1)])
+                .await
+                .unwrap();
+            assert_eq!(log.request_meta("a", 1).await.unwrap(), m1, "{}", b.name);
+            assert_eq!(log.request_meta("a", 2).await.unwrap(), m2);
+            assert_eq!(log.request_meta("a", 3).await, Err(no_stream(3)));
+            assert_eq!(log.request_meta("a", 0).await, Err(no_stream(0)));
+            assert_eq!(log.request_streams("a").await.unwrap(), 2);
+            assert_eq!(
+                log.request_meta("nope", 1).await,
+                Err(LogError::NoSession("nope".into()))
+            );
+            assert_eq!(
+                log.request_streams("nope").await,
+                Err(LogError::NoSession("nope".into()))
+            );
+            drop(log);
+            b.restart().await;
+            if b.durable() {
+                let log = b.log();
+                assert_eq!(log.request_meta("a", 1).await.unwrap(), m1, "{}", b.name);
+                assert_eq!(log.request_meta("a", 2).await.unwrap(), m2);
+                assert_eq!(log.request_streams("a").await.unwrap(), 2);
+                assert_eq!(log.open_request_stream("a", m1.clone()).await.unwrap(), 3);
+                assert_eq!(log.request_meta("a", 3).await.unwrap(), m1);
+            }
+            let log = b.log();
+            log.end_session("a").await.unwrap();
+            assert_eq!(
+                log.request_meta("a", 1).await,
+                Err(LogError::NoSession("a".into()))
+            );
+            // Ending took the records too: the store opens clean.
+            b.restart().await;
+            assert!(b.log().session_ids().await.unwrap().is_empty());
+        }
+    });
+}
+
+#[test]
+fn session_ids_are_the_live_sessions() {
+    rt().block_on(async {
+        for mut b in backends(Retention::default(), 1024).await {
+            let log = b.log().clone();
+            for id in ["a", "b", "c"] {
+                log.create_session(id, Bytes::new()).await.unwrap();
+            }
+            log.end_session("b").await.unwrap();
+            let mut ids = log.session_ids().await.unwrap();
+            ids.sort();
+            assert_eq!(ids, ["a", "c"], "{}", b.name);
+            drop(log);
+            b.restart().await;
+            if b.durable() {
+                let mut ids = b.log().session_ids().await.unwrap();
+                ids.sort();
+                assert_eq!(ids, ["a", "c"], "{} after a restart", b.name);
+            }
+        }
+    });
+}
+
+#[test]
+fn only_a_running_handle_counts_as_alive() {
+    rt().block_on(async {
+        for mut b in backends(Retention::default(), 1024).await {
+            let first = b.log().instance().to_owned();
+            assert!(first.len() >= 16, "{}: a random id, not {first:?}", b.name);
+            assert!(b.log().instance_alive(&first).await.unwrap(), "{}", b.name);
+            assert!(!b.log().instance_alive("someone-else").await.unwrap());
+            if let Some(url) = b.redis_url() {
+                // A second process on the same Redis sees the first alive,
+                // then dead once it closes.
+                let other = RedisLog::connect(url, Retention::default(), 0)
+                    .await
+                    .unwrap();
+                assert_ne!(other.instance(), first);
+                assert!(other.instance_alive(&first).await.unwrap());
+                assert!(b.log().instance_alive(other.instance()).await.unwrap());
+                b.log().close().await.unwrap();
+                assert!(!other.instance_alive(&first).await.unwrap());
+                other.close().await.unwrap();
+            }
+            if !b.durable() {
+                continue; // a memory log is never reopened
+            }
+            b.restart().await;
+            let second = b.log().instance().to_owned();
+            assert_ne!(second, first, "{}: a new id per open", b.name);
+            assert!(!b.log().instance_alive(&first).await.unwrap(), "{}", b.name);
+            assert!(b.log().instance_alive(&second).await.unwrap());
+        }
+    });
+}
