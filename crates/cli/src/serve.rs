@@ -106,6 +106,11 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1800)]
     session_ttl_secs: u64,
 
+    /// Seconds an ended session's id is remembered (never reused, always 404)
+    /// before maintenance forgets it and its storage.
+    #[arg(long, default_value_t = 24 * 3600)]
+    tombstone_ttl_secs: u64,
+
     /// Seconds between SSE keepalive comments and WebSocket heartbeats.
     #[arg(long, default_value_t = 15)]
     keepalive_secs: u64,
@@ -303,6 +308,7 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         auth: auth.clone(),
         max_body_bytes: args.max_body_bytes,
         session_ttl: Duration::from_secs(args.session_ttl_secs),
+        tombstone_ttl: Duration::from_secs(args.tombstone_ttl_secs),
         keepalive: Duration::from_secs(args.keepalive_secs.max(1)),
         upgrade_timeout: Duration::from_millis(args.upgrade_timeout_ms),
         unsafe_legacy_upgrade: args.unsafe_legacy_upgrade,

@@ -27,6 +27,9 @@ pub struct ServerConfig {
     pub max_request_streams: u64,
     /// Sessions idle longer than this end.
     pub session_ttl: Duration,
+    /// How long an ended session's id is remembered (so it is never confused
+    /// with a new one) before maintenance forgets it.
+    pub tombstone_ttl: Duration,
     /// SSE keepalive comment and WebSocket heartbeat interval.
     pub keepalive: Duration,
     /// Time a client has to send `cursor-ack`.
@@ -65,6 +68,7 @@ impl Default for ServerConfig {
             max_sessions: 100_000,
             max_request_streams: 100_000,
             session_ttl: Duration::from_secs(30 * 60),
+            tombstone_ttl: Duration::from_secs(24 * 3600),
             keepalive: Duration::from_secs(15),
             upgrade_timeout: Duration::from_secs(10),
             retry: Duration::from_millis(1000),

@@ -162,7 +162,11 @@ impl McpServer {
                     _ = tokio::time::sleep(state.config.maintenance_interval) => {}
                     _ = crate::state::stopped(&mut shutdown) => return,
                 }
-                match state.log.maintain(state.config.session_ttl).await {
+                match state
+                    .log
+                    .maintain(state.config.session_ttl, state.config.tombstone_ttl)
+                    .await
+                {
                     Ok(ended) if !ended.is_empty() => {
                         tracing::info!(count = ended.len(), "idle sessions ended")
                     }

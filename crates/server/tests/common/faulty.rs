@@ -51,8 +51,23 @@ impl Log for FaultyLog {
     async fn end_session(&self, id: &str) -> Result<(), LogError> {
         self.inner.end_session(id).await
     }
-    async fn open_request_stream(&self, id: &str) -> Result<u64, LogError> {
-        self.inner.open_request_stream(id).await
+    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
+        self.inner.open_request_stream(id, meta).await
+    }
+    async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
+        self.inner.request_meta(id, r).await
+    }
+    async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
+        self.inner.request_streams(id).await
+    }
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        self.inner.session_ids().await
+    }
+    fn instance(&self) -> &str {
+        self.inner.instance()
+    }
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        self.inner.instance_alive(instance).await
     }
     async fn append(
         &self,
@@ -112,8 +127,8 @@ impl Log for FaultyLog {
     async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
         self.inner.unpin(id, pin).await
     }
-    async fn maintain(&self, idle: Duration) -> Result<Vec<String>, LogError> {
-        self.inner.maintain(idle).await
+    async fn maintain(&self, idle: Duration, tombstone_ttl: Duration) -> Result<Vec<String>, LogError> {
+        self.inner.maintain(idle, tombstone_ttl).await
     }
     async fn close(&self) -> Result<(), LogError> {
         self.inner.close().await
