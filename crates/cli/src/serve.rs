@@ -280,11 +280,17 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
     };
     let auth = match (&args.oauth_issuer, &args.bearer_token) {
         (Some(issuer), _) => {
-            let jwks: JwksSource = args.oauth_jwks.clone().unwrap_or_default().parse().map_err(
-                |e: std::convert::Infallible| e.to_string(),
-            )?;
-            let mut oauth =
-                OAuthConfig::new(issuer, args.oauth_audience.clone().unwrap_or_default(), jwks);
+            let jwks: JwksSource = args
+                .oauth_jwks
+                .clone()
+                .unwrap_or_default()
+                .parse()
+                .map_err(|e: std::convert::Infallible| e.to_string())?;
+            let mut oauth = OAuthConfig::new(
+                issuer,
+                args.oauth_audience.clone().unwrap_or_default(),
+                jwks,
+            );
             oauth.scope = args.oauth_scope.clone();
             AuthConfig::OAuth(oauth)
         }

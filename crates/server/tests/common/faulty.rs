@@ -127,7 +127,11 @@ impl Log for FaultyLog {
     async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
         self.inner.unpin(id, pin).await
     }
-    async fn maintain(&self, idle: Duration, tombstone_ttl: Duration) -> Result<Vec<String>, LogError> {
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError> {
         self.inner.maintain(idle, tombstone_ttl).await
     }
     async fn close(&self) -> Result<(), LogError> {
