@@ -22,6 +22,7 @@ pub(crate) struct StreamState {
 }
 
 impl StreamState {
+    /// A stream at `head` whose retained events start at `floor`.
     pub fn new(head: Seq, floor: Seq) -> Self {
         Self {
             head,
@@ -46,6 +47,7 @@ impl StreamState {
         self.head > 0 && self.floor > self.head
     }
 
+    /// Head and floor now.
     pub fn bounds(&self) -> Bounds {
         Bounds {
             head: self.head,
@@ -53,6 +55,7 @@ impl StreamState {
         }
     }
 
+    /// Ends every subscriber for `why`.
     pub(super) fn end_all(&mut self, why: EndReason) {
         for sub in self.subs.drain(..) {
             sub.end(why);
@@ -86,6 +89,7 @@ pub(crate) struct SessionState {
 }
 
 impl SessionState {
+    /// A live session with its session stream, handing out request streams from `next_request`.
     pub fn new(created_ms: u64, meta: Bytes, next_request: u64) -> Self {
         let mut streams = HashMap::new();
         streams.insert(0, StreamState::new(0, 1));
