@@ -2,6 +2,7 @@
 //! instances (one on a temporary disk log, or several on one Redis).
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,6 +61,7 @@ pub struct Target {
     store: Option<String>,
     legacy: bool,
     dir: Option<tempfile::TempDir>,
+    exe: PathBuf,
 }
 
 struct Spawned {
@@ -67,13 +69,29 @@ struct Spawned {
     addr: String,
 }
 
+/// A private copy of this executable in `dir`, for the spawned servers: a
+/// restart must run the binary under test even when the file it was started
+/// from has since been rebuilt or deleted (a shared target directory). On
+/// Linux `/proc/self/exe` still reads the running binary in that case.
+fn private_exe(dir: &Path) -> Result<PathBuf, String> {
+    let proc_exe = Path::new("/proc/self/exe");
+    let from = if proc_exe.exists() {
+        proc_exe.to_path_buf()
+    } else {
+        std::env::current_exe().map_err(|e| format!("locating the executable: {e}"))?
+    };
+    let to = dir.join("mcp-resume-under-test");
+    std::fs::copy(&from, &to).map_err(|e| format!("copying the executable: {e}"))?;
+    Ok(to)
+}
+
 fn start(
+    exe: &Path,
     addr: &str,
-    dir: &std::path::Path,
+    dir: &Path,
     legacy: bool,
     store: Option<&str>,
 ) -> Result<(Child, String), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--listen", addr, "--data-dir"])
         .arg(dir)
@@ -113,12 +131,14 @@ impl Target {
             store: None,
             legacy: false,
             dir: None,
+            exe: PathBuf::new(),
         }
     }
 
     /// Our own `serve` instances on free ports, sharing one store.
     pub fn spawn(opts: &SpawnOptions) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let exe = private_exe(dir.path())?;
         let mut t = Self {
             urls: Vec::new(),
             spawned: Vec::new(),
@@ -126,9 +146,16 @@ impl Target {
             store: opts.store.clone(),
             legacy: opts.legacy,
             dir: None,
+            exe,
         };
         for _ in 0..opts.instances.max(1) {
-            let (child, url) = start("127.0.0.1:0", dir.path(), opts.legacy, t.store.as_deref())?;
+            let (child, url) = start(
+                &t.exe,
+                "127.0.0.1:0",
+                dir.path(),
+                opts.legacy,
+                t.store.as_deref(),
+            )?;
             let addr = url
                 .trim_start_matches("http://")
                 .split('/')
@@ -170,7 +197,13 @@ impl Target {
         let _ = s.child.kill();
         let _ = s.child.wait();
         for _ in 0..100 {
-            if let Ok((child, _)) = start(&s.addr, dir.path(), self.legacy, self.store.as_deref()) {
+            if let Ok((child, _)) = start(
+                &self.exe,
+                &s.addr,
+                dir.path(),
+                self.legacy,
+                self.store.as_deref(),
+            ) {
                 s.child = child;
                 return Ok(());
             }
