@@ -33,8 +33,8 @@ pub use run::Mode;
 mcp-resume chaos --spawn --compare-legacy --report chaos.json --chart chaos.svg\n  \
 mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n  \
 mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n\n\
-Exit codes: 0 every safe iteration judged, with no silent gap, duplicate, reorder or mismatch;\n\
-1 any of those, any iteration not judged (harness error), or an error; 2 bad usage.")]
+Exit codes: 0 the safe mode judged every iteration (no harness error) and found no silent gap,\n\
+duplicate, reorder or mismatch; 1 otherwise, or an error; 2 bad usage.")]
 pub struct ChaosArgs {
     /// A server to test (its MCP endpoint). Omit with --spawn.
     url: Option<String>,
