@@ -140,7 +140,7 @@ pub struct ServeArgs {
     shutdown_grace_secs: u64,
 
     /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
-    /// echo, the replay and the gate (PROTOCOL.md 9). Events committed during the
+    /// echo, the replay and the gate (docs/protocol.md 9). Events committed during the
     /// handshake are silently lost. Never use in production.
     #[arg(long)]
     unsafe_legacy_upgrade: bool,

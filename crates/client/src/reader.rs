@@ -1,6 +1,6 @@
 //! Reading the session stream from a cursor, over SSE or WebSocket, checking
 //! every seq, reconnecting on its own, and failing loudly where continuity
-//! cannot be proven (PROTOCOL.md 5.6).
+//! cannot be proven (docs/protocol.md 5.6).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

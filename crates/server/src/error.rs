@@ -1,4 +1,4 @@
-//! HTTP errors with the JSON bodies of PROTOCOL.md 3.
+//! HTTP errors with the JSON bodies of docs/protocol.md 3.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -1,4 +1,4 @@
-//! The Streamable HTTP endpoints of PROTOCOL.md 3: POST, GET and DELETE on
+//! The Streamable HTTP endpoints of docs/protocol.md 3: POST, GET and DELETE on
 //! `P`, and the session stream on `P/session/{id}/events`.
 
 use axum::body::Body;
@@ -536,7 +536,7 @@ pub async fn delete(
     }
 }
 
-/// `GET P/session/{id}/events`: SSE, or the WebSocket upgrade of PROTOCOL.md 5.
+/// `GET P/session/{id}/events`: SSE, or the WebSocket upgrade of docs/protocol.md 5.
 pub async fn session_events(
     State(state): State<AppState>,
     Path(id): Path<String>,

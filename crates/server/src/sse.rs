@@ -51,7 +51,7 @@ pub fn ending(code: &str, why: &str) -> Bytes {
     Bytes::from(format!(": error {code}: {}\n\n", why.replace('\n', " ")))
 }
 
-/// The priming event of PROTOCOL.md 4: the cursor, the retry advice, empty data.
+/// The priming event of docs/protocol.md 4: the cursor, the retry advice, empty data.
 pub fn priming(id: &str, retry: Duration) -> Bytes {
     Bytes::from(format!(
         "id: {id}\nretry: {}\ndata: \n\n",

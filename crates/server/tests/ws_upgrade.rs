@@ -1,4 +1,4 @@
-//! The cursor-safe upgrade (PROTOCOL.md 5): a test per decision row and per
+//! The cursor-safe upgrade (docs/protocol.md 5): a test per decision row and per
 //! close code, with real WebSocket clients.
 
 mod common;

@@ -2,7 +2,7 @@
 //! asked to number, never against a read-back from the server under test.
 //!
 //! `emit {count}` commits `notifications/message` events carrying
-//! `params.data = {"i": k, "count": count}` for k = 1..=count (PROTOCOL.md 8),
+//! `params.data = {"i": k, "count": count}` for k = 1..=count (docs/protocol.md 8),
 //! and an iteration gives each of its `emit` calls a count of its own, so
 //! every delivered event names the call and the place it came from. The judge
 //! checks three things:
@@ -45,7 +45,7 @@ pub struct Emitted {
     pub expect: Expect,
 }
 
-/// Event `k` of `emit {count}`, as PROTOCOL.md 8 defines it.
+/// Event `k` of `emit {count}`, as docs/protocol.md 8 defines it.
 pub fn emit_message(k: u64, count: u64) -> Value {
     json!({
         "jsonrpc": "2.0",

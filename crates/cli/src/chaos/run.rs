@@ -12,9 +12,9 @@ use super::target::Target;
 /// Which upgrade the server under test does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Echo, replay and gate (PROTOCOL.md 5).
+    /// Echo, replay and gate (docs/protocol.md 5).
     Safe,
-    /// `--unsafe-legacy-upgrade` (PROTOCOL.md 9).
+    /// `--unsafe-legacy-upgrade` (docs/protocol.md 9).
     Legacy,
 }
 
