@@ -233,6 +233,14 @@ async fn pump(
         let next = tokio::select! {
             ev = sub.next() => ev,
             _ = tokio::time::sleep(state.config.keepalive) => {
+                // A request stream silent this long may belong to a handler that died
+                // with another instance since this reader began (a shared log): end
+                // the call then, and its error arrives through the subscription.
+                if let StreamKey::Request(r) = stream {
+                    if let Err(e) = crate::orphans::end_if_orphaned(&state, &id, r).await {
+                        tracing::debug!(session = %id, stream = r, error = %e, "orphan check failed");
+                    }
+                }
                 if !send(&tx, &mut shutdown, Bytes::from_static(b": keepalive\n\n")).await {
                     return;
                 }
