@@ -3,51 +3,19 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use common::Serve;
-use jsonwebtoken::jwk::Jwk;
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use serde_json::json;
+use mcp_resume_testkit::TestIssuer;
+use std::process::Command;
 
 const ISS: &str = "https://auth.test";
 const AUD: &str = "https://mcp.test/mcp";
 
-/// An Ed25519 key from fresh random bytes (PKCS#8, RFC 8410), and its JWKS.
-fn key() -> (EncodingKey, String) {
-    let mut der = vec![
-        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
-        0x20,
-    ];
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).unwrap();
-    der.extend_from_slice(&seed);
-    let key = EncodingKey::from_ed_der(&der);
-    let mut jwk =
-        serde_json::to_value(Jwk::from_encoding_key(&key, Algorithm::EdDSA).unwrap()).unwrap();
-    jwk["kid"] = "k1".into();
-    (key, json!({"keys": [jwk]}).to_string())
-}
-
-fn token(key: &EncodingKey, scope: &str) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut header = Header::new(Algorithm::EdDSA);
-    header.kid = Some("k1".into());
-    let claims =
-        json!({"iss": ISS, "aud": AUD, "sub": "cli", "scope": scope, "iat": now, "exp": now + 300});
-    jsonwebtoken::encode(&header, &claims, key).unwrap()
-}
-
 #[test]
 fn serve_with_oauth_flags_admits_a_valid_access_token_and_refuses_the_rest() {
     let dir = tempfile::tempdir().unwrap();
-    let (key, jwks) = key();
+    let issuer = TestIssuer::new(ISS, AUD);
     let jwks_path = dir.path().join("jwks.json");
-    std::fs::write(&jwks_path, jwks).unwrap();
+    std::fs::write(&jwks_path, &issuer.jwks).unwrap();
     let jwks_arg = jwks_path.to_str().unwrap();
     let serve = Serve::spawn(
         dir.path(),
@@ -73,7 +41,7 @@ fn serve_with_oauth_flags_admits_a_valid_access_token_and_refuses_the_rest() {
         }
         cmd.env_remove("MCP_RESUME_BEARER_TOKEN").output().unwrap()
     };
-    let out = call(Some(&token(&key, "mcp")));
+    let out = call(Some(&issuer.token("cli", "mcp")));
     assert!(
         out.status.success(),
         "{}",
@@ -81,7 +49,10 @@ fn serve_with_oauth_flags_admits_a_valid_access_token_and_refuses_the_rest() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["content"][0]["text"], "through oauth");
-    for (token, why) in [(None, "no token"), (Some(token(&key, "other")), "no scope")] {
+    for (token, why) in [
+        (None, "no token"),
+        (Some(issuer.token("cli", "other")), "no scope"),
+    ] {
         let out = call(token.as_deref());
         assert!(!out.status.success(), "{why}: admitted");
     }

@@ -24,6 +24,11 @@ pub fn encode(out: &mut BytesMut, id: &str, event: Option<&str>, data: &[u8]) {
         out.put_slice(ev.as_bytes());
         out.put_u8(b'\n');
     }
+    data_lines(out, data);
+}
+
+/// The `data:` lines of an event (one per line of `data`) and its closing blank line.
+fn data_lines(out: &mut BytesMut, data: &[u8]) {
     for line in data.split(|b| *b == b'\n') {
         out.put_slice(b"data: ");
         out.put_slice(line.strip_suffix(b"\r").unwrap_or(line));
@@ -36,12 +41,7 @@ pub fn encode(out: &mut BytesMut, id: &str, event: Option<&str>, data: &[u8]) {
 /// nothing in the log to resume from).
 pub(crate) fn encode_unnumbered(out: &mut BytesMut, data: &[u8]) {
     out.put_slice(b"event: message\n");
-    for line in data.split(|b| *b == b'\n') {
-        out.put_slice(b"data: ");
-        out.put_slice(line.strip_suffix(b"\r").unwrap_or(line));
-        out.put_u8(b'\n');
-    }
-    out.put_u8(b'\n');
+    data_lines(out, data);
 }
 
 /// A comment line that says why the server ends a stream. SSE clients

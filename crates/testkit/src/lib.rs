@@ -2,6 +2,10 @@
 //! to do it: a `redis-server` of their own on a free loopback port, never
 //! one they did not start and check, and the runtime they drive it from.
 
+#[cfg(feature = "jwt")]
+mod jwt;
+#[cfg(feature = "jwt")]
+pub use jwt::TestIssuer;
 #[cfg(feature = "tls")]
 mod tls;
 #[cfg(feature = "tls")]
