@@ -69,7 +69,7 @@ pub struct ServeArgs {
     oauth_issuer: Option<String>,
 
     /// This server's resource URI, which tokens must carry in `aud`
-    /// (e.g. https://mcp.example.com/mcp).
+    /// (e.g. `https://mcp.example.com/mcp`).
     #[arg(long, value_name = "URI", requires = "oauth_issuer")]
     oauth_audience: Option<String>,
 

@@ -9,7 +9,7 @@
 //!
 //! Backends: [`MemoryLog`] (tests, nothing survives a restart) and [`DiskLog`]
 //! (the default: fjall, fsync'd group commit). Both share the in-process
-//! [`hub`](crate::hub) that fans committed events out to subscribers.
+//! `hub` that fans committed events out to subscribers.
 
 mod disk;
 mod error;
