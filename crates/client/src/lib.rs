@@ -12,7 +12,8 @@
 mod error;
 mod reader;
 mod session;
-pub mod sse;
+/// The SSE parser (the one codec lives in `mcp_resume_proto::sse`).
+pub use mcp_resume_proto::sse;
 mod tls;
 mod upgrade;
 

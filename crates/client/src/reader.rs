@@ -342,6 +342,9 @@ impl SessionReader {
             None => return Err(ClientError::Transport("the SSE stream ended".into())),
         };
         let events = parser.feed(&chunk);
+        if let Some(why) = parser.take_ending() {
+            tracing::warn!("server ended the stream: {why}");
+        }
         for ev in events {
             self.on_sse_event(ev)?;
         }

@@ -13,6 +13,7 @@ pub mod frame;
 pub mod gate;
 pub mod headers;
 pub mod seqcheck;
+pub mod sse;
 pub mod upgrade;
 
 pub use cursor::{EventId, ParseCursorError, Seq};

@@ -258,9 +258,10 @@ fn answer(json: bool, replies: &[Value]) -> Response {
             many => axum::Json(many).into_response(),
         };
     }
-    let mut body = bytes::BytesMut::new();
+    let mut body = Vec::new();
     for r in replies {
-        sse::encode_unnumbered(&mut body, &serde_json::to_vec(r).unwrap_or_default());
+        let data = serde_json::to_vec(r).unwrap_or_default();
+        mcp_resume_proto::sse::encode(&mut body, None, Some("message"), &data);
     }
     (
         [
@@ -270,7 +271,7 @@ fn answer(json: bool, replies: &[Value]) -> Response {
             ),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
         ],
-        body.freeze(),
+        body,
     )
         .into_response()
 }
