@@ -8,6 +8,7 @@
 //!
 //! Against a plain Streamable HTTP server (opaque event ids) it still works:
 //! it resumes with `Last-Event-ID` and does not upgrade.
+#![deny(missing_docs)]
 
 mod error;
 mod reader;

@@ -10,6 +10,7 @@
 //! Backends: [`MemoryLog`] (tests, nothing survives a restart) and [`DiskLog`]
 //! (the default: fjall, fsync'd group commit). Both share the in-process
 //! `hub` that fans committed events out to subscribers.
+#![deny(missing_docs)]
 
 mod disk;
 mod error;

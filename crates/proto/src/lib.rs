@@ -5,6 +5,7 @@
 //! and the tests drive these types, so the rules that keep a cursor honest are
 //! written once and can be exercised through random interleavings without any
 //! I/O (the way `quinn-proto` keeps QUIC apart from tokio).
+#![deny(missing_docs)]
 
 pub mod close;
 pub mod cursor;

@@ -7,6 +7,7 @@ use mcp_resume_proto::{CursorDiscontinuity, ErrorBody};
 
 /// Everything the HTTP layer refuses, each with its status and code.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ApiError {
     /// 400 with a kebab-case code.
     #[error("{message}")]

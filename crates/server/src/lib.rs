@@ -21,6 +21,7 @@
 //! server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
 //! ```
+#![deny(missing_docs)]
 
 pub mod auth;
 mod config;

@@ -1,6 +1,7 @@
 //! What the tests and benchmarks of every crate share, so there is one way
 //! to do it: a `redis-server` of their own on a free loopback port, never
 //! one they did not start and check, and the runtime they drive it from.
+#![deny(missing_docs)]
 
 #[cfg(feature = "jwt")]
 mod jwt;
