@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod proc;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
