@@ -27,7 +27,8 @@ pub use run::Mode;
 #[command(after_help = "Examples:\n  \
 mcp-resume chaos --spawn --compare-legacy --report chaos.json --chart chaos.svg\n  \
 mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n  \
-mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n\n\
+mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n  \
+mcp-resume chaos --spawn --sse-only --spawn-rmcp target/release/examples/rmcp_durable\n\n\
 Exit codes: 0 no silent gap and no duplicate in the safe mode; 1 some (or an error); 2 bad usage.")]
 pub struct ChaosArgs {
     /// A server to test (its MCP endpoint). Omit with --spawn.
@@ -58,6 +59,20 @@ pub struct ChaosArgs {
     /// kills one of them: the failover case.
     #[arg(long, default_value_t = 1, requires = "spawn")]
     instances: usize,
+
+    /// Readers never upgrade to WebSocket: every read, drop and resume is over SSE.
+    #[arg(long)]
+    sse_only: bool,
+
+    /// Also run the same iterations, SSE only, against an rmcp server on
+    /// mcp-resume-rmcp's stores at this URL (event ids `SESSION/0/SEQ`).
+    #[arg(long, value_name = "URL", conflicts_with = "spawn_rmcp")]
+    rmcp_url: Option<String>,
+
+    /// Also run the same iterations, SSE only, against our own `rmcp_durable`
+    /// (this binary, on a temporary disk log; the kill -9 fault applies).
+    #[arg(long, value_name = "BIN")]
+    spawn_rmcp: Option<PathBuf>,
 
     /// Iterations per mode.
     #[arg(long, default_value_t = 200)]
@@ -109,6 +124,7 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
         } else {
             args.instances
         },
+        sse_only: args.sse_only,
     };
     if args.instances > 1
         && !args
@@ -139,6 +155,14 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
         };
         results.push(run::run(Mode::Legacy, legacy_target, &opts).await?);
     }
+    let rmcp_target = match (&args.rmcp_url, &args.spawn_rmcp) {
+        (Some(u), _) => Some(target::Target::remote(u)),
+        (None, Some(bin)) => Some(target::Target::spawn_rmcp(bin)?),
+        (None, None) => None,
+    };
+    if let Some(t) = rmcp_target {
+        results.push(run::run(Mode::Rmcp, t, &opts).await?);
+    }
     report::print_table(&results);
     if let Some(p) = &args.report {
         report::write_json(p, &results, &opts)
@@ -147,10 +171,15 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
     if let Some(p) = &args.chart {
         report::write_svg(p, &results).map_err(|e| format!("writing {}: {e}", p.display()))?;
     }
-    let safe = &results[0];
-    if safe.silent_gaps > 0 || safe.duplicates > 0 || safe.reorders > 0 || safe.mismatches > 0 {
-        eprintln!("mcp-resume chaos: the safe mode lost or repeated events silently");
-        return Ok(ExitCode::FAILURE);
+    // The exit code judges the safe mode and, when run, the rmcp mode.
+    for r in results.iter().filter(|r| r.mode != "legacy") {
+        if r.silent_gaps > 0 || r.duplicates > 0 || r.reorders > 0 || r.mismatches > 0 {
+            eprintln!(
+                "mcp-resume chaos: the {} mode lost or repeated events silently",
+                r.mode
+            );
+            return Ok(ExitCode::FAILURE);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

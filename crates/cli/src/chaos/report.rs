@@ -50,12 +50,13 @@ pub fn print_table(results: &[Results]) {
     row("reorders", &|r| r.reorders.to_string());
     row("content mismatches", &|r| r.mismatches.to_string());
     row("loud failures (allowed)", &|r| r.loud_failures.to_string());
+    row("empty 200s (rmcp, not loud)", &|r| r.empty_200s.to_string());
     row("harness errors", &|r| r.errors.to_string());
     row("101 p50 ms", &|r| fmt_ms(pct(&r.t_101, 0.5)));
     row("replay done p50 ms", &|r| fmt_ms(pct(&r.t_replay, 0.5)));
     row("first live frame p50 ms", &|r| fmt_ms(pct(&r.t_live, 0.5)));
     row("first live frame p99 ms", &|r| fmt_ms(pct(&r.t_live, 0.99)));
-    if results.len() == 2 {
+    if results.len() == 2 && results[1].mode == "legacy" {
         let d = |p| {
             pct(&results[0].t_live, p)
                 .zip(pct(&results[1].t_live, p))
@@ -96,6 +97,7 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
                 "content_mismatches": r.mismatches,
                 "loud_failures": r.loud_failures,
                 "loud_kinds": r.loud_kinds,
+                "empty_200s": r.empty_200s,
                 "faults": r.faults,
                 "harness_errors": r.errors,
                 "harness_error_kinds": r.error_kinds,
@@ -115,6 +117,7 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
         "iterations_per_mode": opts.iterations,
         "store": opts.store,
         "instances": opts.instances,
+        "sse_only": opts.sse_only,
         "modes": modes,
     });
     std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default())

@@ -21,6 +21,9 @@ pub enum Mode {
     Safe,
     /// `--unsafe-legacy-upgrade` (PROTOCOL.md 9).
     Legacy,
+    /// An rmcp server on mcp-resume-rmcp's stores (`rmcp_durable`): SSE only,
+    /// its event ids are `SESSION/0/SEQ`.
+    Rmcp,
 }
 
 impl Mode {
@@ -28,6 +31,7 @@ impl Mode {
         match self {
             Mode::Safe => "safe",
             Mode::Legacy => "legacy",
+            Mode::Rmcp => "rmcp",
         }
     }
 }
@@ -42,6 +46,8 @@ pub struct Options {
     /// What the report says the servers ran on (`remote`, `disk`, the redis URL).
     pub store: String,
     pub instances: usize,
+    /// Readers never upgrade: every read, drop and resume is over SSE.
+    pub sse_only: bool,
 }
 
 /// What one mode's run found.
@@ -57,6 +63,9 @@ pub struct Results {
     pub reorders: u64,
     pub mismatches: u64,
     pub loud_failures: u64,
+    /// rmcp only: resumes answered 200 with a body that ended at once and no
+    /// event, rmcp's answer to a cursor its store refused (not loud).
+    pub empty_200s: u64,
     pub loud_kinds: BTreeMap<String, u64>,
     pub faults: BTreeMap<String, u64>,
     pub errors: u64,
@@ -99,9 +108,12 @@ struct Reader {
     sid: String,
     delivered: Vec<(u64, String)>,
     loud: Vec<String>,
+    empty_200s: u64,
     t_101: Option<f64>,
     t_replay: Option<f64>,
     t_live: Option<f64>,
+    /// Event ids are `SESSION/0/SEQ` (mcp-resume-rmcp), not plain seqs.
+    rmcp: bool,
 }
 
 enum Stop {
@@ -127,6 +139,15 @@ impl Reader {
         self.delivered.last().map(|d| d.0).unwrap_or(0)
     }
 
+    /// The `Last-Event-ID` that resumes after `seq`.
+    fn event_id(&self, seq: u64) -> String {
+        if self.rmcp {
+            format!("{}/0/{seq}", self.sid)
+        } else {
+            seq.to_string()
+        }
+    }
+
     /// Reads over SSE from `from`.
     async fn sse(&mut self, from: u64, stop: Stop) -> End {
         let mut resp = None;
@@ -136,7 +157,7 @@ impl Reader {
                 .get(&self.url)
                 .header("accept", "text/event-stream")
                 .header("mcp-session-id", &self.sid)
-                .header("last-event-id", from.to_string())
+                .header("last-event-id", self.event_id(from))
                 .send()
                 .await
             {
@@ -162,6 +183,11 @@ impl Reader {
             let idle = Duration::from_millis(700);
             let chunk = match tokio::time::timeout(idle, body.next()).await {
                 Ok(Some(Ok(c))) => c,
+                Ok(None) if self.rmcp && n == 0 => {
+                    // rmcp's answer to a refused cursor: 200, no event, the end.
+                    self.empty_200s += 1;
+                    return End::Dropped;
+                }
                 Ok(_) => return End::Dropped,
                 Err(_) => return End::Quiet,
             };
@@ -169,7 +195,13 @@ impl Reader {
                 if ev.data.is_empty() {
                     continue;
                 }
-                let Some(seq) = ev.id.and_then(|i| i.parse().ok()) else {
+                // `SEQ`, or mcp-resume-rmcp's `SESSION/0/SEQ`.
+                let Some(seq) = ev
+                    .id
+                    .as_deref()
+                    .and_then(|i| i.rsplit('/').next())
+                    .and_then(|i| i.parse().ok())
+                else {
                     continue;
                 };
                 self.delivered.push((seq, ev.data));
@@ -316,16 +348,23 @@ async fn current_head(http: &reqwest::Client, url: &str, sid: &str) -> Option<u6
 }
 
 /// The log as the server has it: every event from 0, read over SSE.
-async fn ground_truth(http: &reqwest::Client, url: &str, sid: &str) -> Option<Vec<(u64, String)>> {
+async fn ground_truth(
+    http: &reqwest::Client,
+    url: &str,
+    sid: &str,
+    rmcp: bool,
+) -> Option<Vec<(u64, String)>> {
     let mut r = Reader {
         http: http.clone(),
         url: url.to_owned(),
         sid: sid.to_owned(),
         delivered: Vec::new(),
         loud: Vec::new(),
+        empty_200s: 0,
         t_101: None,
         t_replay: None,
         t_live: None,
+        rmcp,
     };
     match r.sse(0, Stop::Idle).await {
         End::Loud => None,
@@ -346,6 +385,7 @@ struct Outcome {
     reorders: u64,
     mismatches: u64,
     loud: Vec<String>,
+    empty_200s: u64,
     fault: Fault,
     t: (Option<f64>, Option<f64>, Option<f64>),
     detail: Option<String>,
@@ -356,7 +396,11 @@ async fn iteration(
     mut rng: Rng,
     target: Arc<Mutex<Target>>,
     killable: usize,
+    mode: Mode,
+    sse_only: bool,
 ) -> Result<Outcome, String> {
+    let rmcp = mode == Mode::Rmcp;
+    let sse_only = sse_only || rmcp;
     // With several instances every step goes to one of them at random: the
     // session must not care which.
     let pick = |rng: &mut Rng| urls[rng.range(0, urls.len() as u64 - 1) as usize].clone();
@@ -375,7 +419,7 @@ async fn iteration(
     // The sibling reader of the seed: reads the whole stream over SSE, concurrently.
     let sibling = {
         let (http, url, sid) = (http.clone(), pick(&mut rng), sid.clone());
-        tokio::spawn(async move { ground_truth(&http, &url, &sid).await })
+        tokio::spawn(async move { ground_truth(&http, &url, &sid, rmcp).await })
     };
     let e1 = rng.range(5, 30);
     let client = McpClient::new(pick(&mut rng)).with_session(&sid);
@@ -395,9 +439,11 @@ async fn iteration(
         sid: sid.clone(),
         delivered: Vec::new(),
         loud: Vec::new(),
+        empty_200s: 0,
         t_101: None,
         t_replay: None,
         t_live: None,
+        rmcp,
     };
     let k = rng.range(1, e1) as usize;
     reader.sse(0, Stop::After(k)).await;
@@ -425,7 +471,14 @@ async fn iteration(
     };
     let prior = reader.last();
     reader.url = pick(&mut rng);
-    let mut end = reader.ws(prior, drop_after, true).await;
+    // SSE only: the "upgrade" is a resume over SSE, dropped after as many events.
+    let mut end = if sse_only {
+        reader
+            .sse(prior, drop_after.map_or(Stop::Idle, Stop::After))
+            .await
+    } else {
+        reader.ws(prior, drop_after, true).await
+    };
     if let Fault::Kill = fault {
         if end == End::Stopped {
             // The instance the reader was on, when there is only one; any otherwise.
@@ -443,7 +496,7 @@ async fn iteration(
         rounds += 1;
         let from = reader.last();
         reader.url = pick(&mut rng);
-        end = if rng.range(0, 1) == 0 {
+        end = if sse_only || rng.range(0, 1) == 0 {
             reader.sse(from, Stop::Idle).await
         } else {
             reader.ws(from, None, false).await
@@ -458,7 +511,16 @@ async fn iteration(
     let mut head = 0;
     let mut still = Instant::now();
     loop {
-        let h = current_head(&http, &url, &sid).await.unwrap_or(head);
+        let h = if rmcp {
+            // rmcp answers an impossible cursor with an empty 200, not the head:
+            // read the stream back instead.
+            ground_truth(&http, &url, &sid, true)
+                .await
+                .and_then(|t| t.last().map(|e| e.0))
+                .unwrap_or(head)
+        } else {
+            current_head(&http, &url, &sid).await.unwrap_or(head)
+        };
         if h >= expected {
             head = h;
             break;
@@ -478,14 +540,14 @@ async fn iteration(
         rounds += 1;
         let from = reader.last();
         reader.url = pick(&mut rng);
-        let end = if rng.range(0, 1) == 0 {
+        let end = if sse_only || rng.range(0, 1) == 0 {
             reader.sse(from, Stop::Idle).await
         } else {
             reader.ws(from, None, false).await
         };
         ok = end != End::Loud;
     }
-    let truth = ground_truth(&http, &url, &sid)
+    let truth = ground_truth(&http, &url, &sid, rmcp)
         .await
         .ok_or("read back: the log could not be read back")?;
     let _ = client.end().await;
@@ -529,6 +591,7 @@ async fn iteration(
         reorders,
         mismatches,
         loud: reader.loud,
+        empty_200s: reader.empty_200s,
         fault,
         t: (reader.t_101, reader.t_replay, reader.t_live),
         detail,
@@ -566,7 +629,14 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
         while set.len() < opts.parallel && started < opts.iterations && start.elapsed() < opts.max {
             started += 1;
             let sub = Rng(rng.next() | 1);
-            set.spawn(iteration(urls.clone(), sub, target.clone(), killable));
+            set.spawn(iteration(
+                urls.clone(),
+                sub,
+                target.clone(),
+                killable,
+                mode,
+                opts.sse_only,
+            ));
         }
         let Some(r) = set.join_next().await else {
             break;
@@ -583,6 +653,7 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
                 res.reorders += o.reorders;
                 res.mismatches += o.mismatches;
                 res.loud_failures += o.loud.len() as u64;
+                res.empty_200s += o.empty_200s;
                 for l in o.loud {
                     *res.loud_kinds.entry(l).or_default() += 1;
                 }

@@ -1,7 +1,9 @@
-//! The servers under test: someone else's URL, or our own spawned `serve`
-//! instances (one on a temporary disk log, or several on one Redis).
+//! The servers under test: someone else's URL, our own spawned `serve`
+//! instances (one on a temporary disk log, or several on one Redis), or a
+//! spawned `rmcp_durable` (mcp-resume-rmcp's example) on a temporary disk log.
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -23,6 +25,8 @@ pub struct Target {
     store: Option<String>,
     legacy: bool,
     dir: Option<tempfile::TempDir>,
+    /// The `rmcp_durable` binary, when that is what was spawned.
+    rmcp: Option<PathBuf>,
 }
 
 struct Spawned {
@@ -32,26 +36,42 @@ struct Spawned {
 
 fn start(
     addr: &str,
-    dir: &std::path::Path,
+    dir: &Path,
     legacy: bool,
     store: Option<&str>,
+    rmcp: Option<&Path>,
 ) -> Result<(Child, String), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(exe);
-    cmd.args(["serve", "--listen", addr, "--data-dir"])
-        .arg(dir)
-        .env("RUST_LOG", "error");
-    if let Some(s) = store {
-        cmd.args(["--store", s]);
-    }
-    if legacy {
-        cmd.arg("--unsafe-legacy-upgrade");
-    }
+    let mut cmd = match rmcp {
+        Some(bin) => {
+            let mut cmd = Command::new(bin);
+            let store = format!("disk:{}", dir.join("rmcp-log").display());
+            cmd.args(["--listen", addr, "--store", &store]);
+            cmd
+        }
+        None => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let mut cmd = Command::new(exe);
+            cmd.args(["serve", "--listen", addr, "--data-dir"]).arg(dir);
+            if let Some(s) = store {
+                cmd.args(["--store", s]);
+            }
+            if legacy {
+                cmd.arg("--unsafe-legacy-upgrade");
+            }
+            cmd
+        }
+    };
+    cmd.env("RUST_LOG", "error");
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("spawning serve: {e}"))?;
+        .map_err(|e| {
+            format!(
+                "spawning {}: {e}",
+                rmcp.map_or("serve".into(), |b| b.display().to_string())
+            )
+        })?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().ok_or("no stdout")?)
         .read_line(&mut line)
@@ -75,7 +95,29 @@ impl Target {
             store: None,
             legacy: false,
             dir: None,
+            rmcp: None,
         }
+    }
+
+    /// One `rmcp_durable` (the binary at `bin`) on a disk log in a temporary
+    /// directory; killable, and restarted on the same address and log.
+    pub fn spawn_rmcp(bin: &Path) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let (child, url) = start("127.0.0.1:0", dir.path(), false, None, Some(bin))?;
+        let addr = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        Ok(Self {
+            urls: vec![url],
+            spawned: vec![Spawned { child, addr }],
+            store: None,
+            legacy: false,
+            dir: Some(dir),
+            rmcp: Some(bin.to_owned()),
+        })
     }
 
     /// Our own `serve` instances on free ports, sharing one store.
@@ -87,9 +129,16 @@ impl Target {
             store: opts.store.clone(),
             legacy: opts.legacy,
             dir: None,
+            rmcp: None,
         };
         for _ in 0..opts.instances.max(1) {
-            let (child, url) = start("127.0.0.1:0", dir.path(), opts.legacy, t.store.as_deref())?;
+            let (child, url) = start(
+                "127.0.0.1:0",
+                dir.path(),
+                opts.legacy,
+                t.store.as_deref(),
+                None,
+            )?;
             let addr = url
                 .trim_start_matches("http://")
                 .split('/')
@@ -116,13 +165,19 @@ impl Target {
         let _ = s.child.kill();
         let _ = s.child.wait();
         for _ in 0..100 {
-            if let Ok((child, _)) = start(&s.addr, dir.path(), self.legacy, self.store.as_deref()) {
+            if let Ok((child, _)) = start(
+                &s.addr,
+                dir.path(),
+                self.legacy,
+                self.store.as_deref(),
+                self.rmcp.as_deref(),
+            ) {
                 s.child = child;
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Err(format!("could not restart serve on {}", s.addr))
+        Err(format!("could not restart the server on {}", s.addr))
     }
 }
 
