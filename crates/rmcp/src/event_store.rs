@@ -19,9 +19,13 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::{
     event_id::{parse_event_id, Location},
+    owner::RequestOwner,
     StoreError,
 };
 
+/// How often an idle replay of a request stream checks that the process
+/// running its call is alive.
+const ORPHAN_CHECK: Duration = Duration::from_secs(2);
 /// How many events one range read asks the log for.
 const READ_BATCH: usize = 256;
 /// Events buffered between the log and one SSE response.
@@ -104,6 +108,39 @@ impl LogEventStore {
             log: self.log.clone(),
             loc,
             cursor,
+            tx,
+        };
+        tokio::spawn(pump.run(bounds, sub));
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+impl LogEventStore {
+    /// Every retained event of session `session`'s standalone stream, then
+    /// every later one: what a reader with no `Last-Event-ID` has not seen yet
+    /// (as `mcp-resume serve` answers a GET without one).
+    pub async fn standalone_from_floor(&self, session: &str) -> Result<EventStream, StoreError> {
+        let loc = Location {
+            session: session.to_owned(),
+            stream: mcp_resume_log::StreamKey::Session,
+        };
+        let subscribed = match self.log.subscribe(&loc.session, loc.stream).await {
+            Err(LogError::NoSession(_)) => {
+                // No event and no stored state yet: the stream starts empty.
+                match self.log.create_session(&loc.session, Bytes::new()).await {
+                    Ok(()) | Err(LogError::SessionExists(_)) => {}
+                    Err(source) => return Err(log_err("create_session", &loc, source)),
+                }
+                self.log.subscribe(&loc.session, loc.stream).await
+            }
+            other => other,
+        };
+        let (bounds, sub) = subscribed.map_err(|e| log_err("subscribe", &loc, e))?;
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        let pump = Pump {
+            log: self.log.clone(),
+            loc,
+            cursor: bounds.floor.saturating_sub(1),
             tx,
         };
         tokio::spawn(pump.run(bounds, sub));
@@ -273,10 +310,15 @@ impl Pump {
 
     /// Follows the subscription; `Ok` when it lagged and must be renewed.
     async fn tail(&mut self, sub: &mut Subscription) -> Result<(), Stop> {
+        let mut check = tokio::time::interval(ORPHAN_CHECK);
         loop {
             let next = tokio::select! {
                 next = sub.next() => next,
                 _ = self.tx.closed() => return Err(Stop::Gone),
+                _ = check.tick(), if !self.loc.is_standalone() => {
+                    self.answer_if_orphaned().await;
+                    continue;
+                }
             };
             match next {
                 Ok(ev) if ev.seq <= self.cursor => continue,
@@ -285,6 +327,31 @@ impl Pump {
                 Err(e) => return Err(Stop::Ended(e.to_string())),
             }
         }
+    }
+
+    /// Ends a request stream whose call died with its process: appends the
+    /// JSON-RPC error that answers it (it then arrives through the tail).
+    /// Only streams bound by [`crate::DurableSessionManager`] have an owner.
+    async fn answer_if_orphaned(&self) {
+        let Ok(info) = self.log.session(&self.loc.session).await else {
+            return;
+        };
+        let Some(owner) = RequestOwner::parse(&info.meta) else {
+            return;
+        };
+        if self.log.instance_alive(&owner.instance).await != Ok(false) {
+            return;
+        }
+        // Another replay may do the same at once: the first error ends the
+        // call for every reader (a reader stops at the first response).
+        let _ = self
+            .log
+            .append(
+                &self.loc.session,
+                self.loc.stream,
+                vec![owner.orphan_error()],
+            )
+            .await;
     }
 
     /// Sends the next event; refuses to skip a seq.

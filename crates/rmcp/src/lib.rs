@@ -29,6 +29,7 @@ mod error;
 pub mod event_id;
 mod event_store;
 mod manager;
+mod owner;
 mod session_store;
 
 pub use error::StoreError;

@@ -3,11 +3,12 @@
 //! `Last-Event-ID`, not the session of the request, and names request streams
 //! by a UUID unrelated to their session. This wrapper binds each request
 //! stream to its session in the log before the client sees its first id, and
-//! refuses a `Last-Event-ID` of another session's stream.
+//! refuses a `Last-Event-ID` of another session's stream. A GET without
+//! `Last-Event-ID` reads the standalone stream from the log's floor instead of
+//! rmcp's in-memory channel.
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use mcp_resume_log::Log;
 use rmcp::{
@@ -23,6 +24,7 @@ use rmcp::{
 
 use crate::{
     event_id::{parse_event_id, Location},
+    owner::RequestOwner,
     LogEventStore, StoreError,
 };
 
@@ -55,12 +57,22 @@ impl DurableSessionManager {
         Self { inner, events }
     }
 
-    /// Records in the log that request stream `loc` belongs to `session`.
-    async fn bind(&self, loc: &Location, session: &SessionId) -> Result<(), StoreError> {
-        let owner = Bytes::copy_from_slice(session.as_bytes());
+    /// Records in the log that request stream `loc` belongs to `session`,
+    /// and that this process runs call `request_id`.
+    async fn bind(
+        &self,
+        loc: &Location,
+        session: &SessionId,
+        request_id: serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let owner = RequestOwner {
+            session: session.to_string(),
+            instance: self.events.log().instance().to_owned(),
+            request_id,
+        };
         self.events
             .log()
-            .set_meta(&loc.session, owner)
+            .set_meta(&loc.session, owner.to_bytes())
             .await
             .map_err(|source| StoreError::Log {
                 op: "set_meta",
@@ -88,7 +100,12 @@ impl DurableSessionManager {
             };
         }
         match self.events.log().session(&loc.session).await {
-            Ok(info) if info.meta.as_ref() == session.as_bytes() => Ok(()),
+            Ok(info)
+                if RequestOwner::parse(&info.meta)
+                    .is_some_and(|o| o.session == session.as_ref()) =>
+            {
+                Ok(())
+            }
             Ok(_) => Err(wrong()),
             Err(source) => Err(StoreError::Resume {
                 id: last_event_id.to_owned(),
@@ -132,6 +149,10 @@ impl SessionManager for DurableSessionManager {
         impl futures_util::Stream<Item = ServerSseMessage> + Send + Sync + 'static,
         Self::Error,
     > {
+        let request_id = serde_json::to_value(&message)
+            .ok()
+            .and_then(|v| v.get("id").cloned())
+            .unwrap_or(serde_json::Value::Null);
         let mut stream = Box::pin(self.inner.create_stream(id, message).await?);
         // The first event is rmcp's priming event, stored while the stream
         // was created (with `sse_retry` set, as by default): bind its stream
@@ -144,7 +165,7 @@ impl SessionManager for DurableSessionManager {
             .map(|(loc, _)| loc)
             .filter(|loc| !loc.is_standalone())
         {
-            self.bind(&loc, id).await?;
+            self.bind(&loc, id, request_id).await?;
         }
         Ok(futures_util::stream::iter(first).chain(stream))
     }
@@ -164,7 +185,14 @@ impl SessionManager for DurableSessionManager {
         impl futures_util::Stream<Item = ServerSseMessage> + Send + Sync + 'static,
         Self::Error,
     > {
-        Ok(self.inner.create_standalone_stream(id).await?)
+        // Not rmcp's in-memory channel, which starts at "now" (what was sent
+        // before this GET, or between a drop and a reconnect that has no
+        // event id yet, is never delivered) and gives a second concurrent GET
+        // a "shadow" stream that receives nothing: the log from its floor.
+        if !self.inner.has_session(id).await? {
+            return Err(LocalSessionManagerError::SessionNotFound(id.clone()).into());
+        }
+        Ok(self.events.standalone_from_floor(id.as_ref()).await?)
     }
 
     async fn resume(

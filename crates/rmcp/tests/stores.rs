@@ -312,3 +312,44 @@ fn session_state_is_durable_and_never_resurrected() {
         }
     });
 }
+
+#[test]
+fn a_request_stream_whose_process_died_is_answered_with_an_error() {
+    rt().block_on(async {
+        for b in backends(Retention::default(), 1024).await {
+            let store = LogEventStore::new(b.log.clone());
+            let retry = ServerSseMessage::retry(Duration::from_secs(3));
+            let live = store.store_event("live-call", &retry).await.unwrap();
+            let dead = store.store_event("dead-call", &retry).await.unwrap();
+            // The owner records DurableSessionManager writes when it binds a stream.
+            let owner = |instance: &str| {
+                bytes::Bytes::from(
+                    serde_json::json!({"session": "s", "instance": instance, "request_id": 7})
+                        .to_string(),
+                )
+            };
+            let instance = b.log.instance().to_owned();
+            b.log
+                .set_meta("rmcp-req-live-call", owner(&instance))
+                .await
+                .unwrap();
+            b.log
+                .set_meta("rmcp-req-dead-call", owner("an-instance-that-died"))
+                .await
+                .unwrap();
+            // The call still runs here: its replay stays open and silent.
+            let mut s = store.replay_events_after(&live).await.unwrap();
+            idle(&mut s).await;
+            // Its process is gone: the replay answers the call with an error and ends.
+            let mut s = store.replay_events_after(&dead).await.unwrap();
+            let got = take(&mut s, 1).await.remove(0);
+            let v = serde_json::to_value(got.message.as_deref().unwrap()).unwrap();
+            assert_eq!(v["id"], 7, "{}", b.name);
+            assert_eq!(v["error"]["code"], -32603);
+            assert!(tokio::time::timeout(Duration::from_secs(5), s.next())
+                .await
+                .unwrap()
+                .is_none());
+        }
+    });
+}

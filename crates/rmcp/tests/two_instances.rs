@@ -117,17 +117,18 @@ impl Raw {
             .unwrap_or_else(|| panic!("no result for {name}: {text}"))
     }
 
-    /// Opens `GET` with `Last-Event-ID`: the status and the open response.
+    /// Opens `GET` with `Last-Event-ID` (none if empty): the open response.
     async fn get(&self, url: &str, last: &str) -> reqwest::Response {
-        self.http
+        let mut rb = self
+            .http
             .get(url)
             .header("accept", "text/event-stream")
             .header("mcp-session-id", &self.session)
-            .header("mcp-protocol-version", PROTOCOL)
-            .header("last-event-id", last)
-            .send()
-            .await
-            .expect("get")
+            .header("mcp-protocol-version", PROTOCOL);
+        if !last.is_empty() {
+            rb = rb.header("last-event-id", last);
+        }
+        rb.send().await.expect("get")
     }
 }
 
@@ -212,6 +213,19 @@ fn a_session_initialized_on_a_is_used_read_and_resumed_on_b() {
         let got = read_events(&mut resumed, 2).await;
         assert_eq!(got.iter().map(i_of).collect::<Vec<_>>(), [2, 3]);
         drop(resumed);
+        // Two GETs without Last-Event-ID at once, on A and B: each reads the
+        // stream from the log's floor (rmcp's own channel would start both at
+        // "now", and give the second a shadow stream that receives nothing).
+        let mut first = s.get(&a.url, "").await;
+        let mut second = s.get(&b.url, "").await;
+        for r in [&mut first, &mut second] {
+            assert_eq!(r.status(), 200);
+            let all = read_events(r, 8).await;
+            assert_eq!(
+                all.iter().map(i_of).collect::<Vec<_>>(),
+                [1, 2, 3, 4, 5, 1, 2, 3]
+            );
+        }
 
         // Ids the store refuses. rmcp answers every refusal (and every store
         // error) the same way: 200, an SSE body with no event, closed at once.
