@@ -1,0 +1,243 @@
+//! An rmcp server (the official Rust SDK's own `StreamableHttpService`) whose
+//! events and sessions live in an mcp-resume log, with the demo tools `echo`
+//! and `emit`. Two instances on one Redis serve the same sessions.
+//!
+//! ```sh
+//! rmcp_durable --listen 127.0.0.1:0 --store memory|disk:DIR|redis://HOST:PORT/DB
+//! ```
+
+// The demo's `emit` sends `notifications/message`, which rmcp 3.11 marks
+// deprecated (SEP-2577); it is still the message the issue and clients expect.
+#![allow(deprecated)]
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use clap::Parser;
+use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
+use mcp_resume_rmcp::{DurableSessionManager, LogSessionStore};
+use rmcp::{
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
+        ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
+        ServerCapabilities, ServerConfig, Tool,
+    },
+    service::RequestContext,
+    transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService},
+    ErrorData, RoleServer, ServerHandler,
+};
+use serde_json::{json, Value};
+
+/// The largest `count` emit accepts, as in `mcp-resume serve`.
+const MAX_EMIT: u64 = 100_000;
+
+#[derive(Parser)]
+#[command(about = "rmcp's StreamableHttpService on an mcp-resume log")]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// memory, disk:DIR or redis://HOST:PORT/DB.
+    #[arg(long, default_value = "memory")]
+    store: String,
+    /// Replicas that must acknowledge each Redis append (WAIT).
+    #[arg(long, default_value_t = 0)]
+    redis_replicas: usize,
+}
+
+/// The demo tools.
+#[derive(Clone)]
+struct Demo;
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+fn uint(args: &JsonObject, key: &str, default: Option<u64>) -> Result<u64, ErrorData> {
+    match args.get(key) {
+        Some(v) => v.as_u64().ok_or_else(|| {
+            ErrorData::invalid_params(format!("{key} must be a non-negative integer"), None)
+        }),
+        None => {
+            default.ok_or_else(|| ErrorData::invalid_params(format!("{key} is required"), None))
+        }
+    }
+}
+
+impl ServerHandler for Demo {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new(
+                "echo",
+                "Returns the text it is given.",
+                schema(json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})),
+            ),
+            Tool::new(
+                "emit",
+                "Sends `count` notifications/message on the session's standalone stream, `interval_ms` apart, in the background.",
+                schema(json!({"type": "object", "properties": {
+                    "count": {"type": "integer", "minimum": 0},
+                    "interval_ms": {"type": "integer", "minimum": 0}
+                }, "required": ["count"]})),
+            ),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        match request.name.as_ref() {
+            "echo" => {
+                let text = args
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ErrorData::invalid_params("text is required", None))?;
+                Ok(CallToolResult::success(vec![ContentBlock::text(text.to_owned())]).into())
+            }
+            "emit" => {
+                let count = uint(&args, "count", None)?;
+                let interval = uint(&args, "interval_ms", Some(0))?;
+                if count > MAX_EMIT {
+                    return Err(ErrorData::invalid_params(
+                        format!("count is limited to {MAX_EMIT}"),
+                        None,
+                    ));
+                }
+                let peer = context.peer.clone();
+                tokio::spawn(async move {
+                    for k in 1..=count {
+                        let mut params = LoggingMessageNotificationParam::new(
+                            LoggingLevel::Info,
+                            json!({"i": k, "count": count}),
+                        );
+                        params.logger = Some("emit".into());
+                        if let Err(e) = peer.notify_logging_message(params).await {
+                            tracing::info!(error = %e, "emit stopped");
+                            return;
+                        }
+                        if interval > 0 {
+                            tokio::time::sleep(Duration::from_millis(interval)).await;
+                        }
+                    }
+                });
+                Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                    "emitting {count} notifications"
+                ))])
+                .into())
+            }
+            other => Err(ErrorData::invalid_params(
+                format!("unknown tool {other:?}"),
+                None,
+            )),
+        }
+    }
+}
+
+/// Opens the log `--store` names, as `mcp-resume serve` does.
+async fn open_log(args: &Args) -> Result<Arc<dyn Log>, String> {
+    let retention = Retention::default();
+    let s = args.store.as_str();
+    if s == "memory" {
+        return Ok(Arc::new(MemoryLog::new(retention)));
+    }
+    if s.starts_with("redis://") {
+        let log = RedisLog::connect(s, retention, args.redis_replicas)
+            .await
+            .map_err(|e| format!("connecting to {s}: {e}"))?;
+        return Ok(Arc::new(log));
+    }
+    match s.strip_prefix("disk:") {
+        Some(p) if !p.is_empty() => DiskLog::open(PathBuf::from(p), retention)
+            .map(|l| Arc::new(l) as Arc<dyn Log>)
+            .map_err(|e| format!("opening the log at {p}: {e}")),
+        _ => Err(format!(
+            "--store {s:?}: expected memory, disk:DIR or redis://HOST:PORT/DB"
+        )),
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let log = match open_log(&args).await {
+        Ok(log) => log,
+        Err(e) => {
+            eprintln!("rmcp_durable: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    // Idle sessions and the request streams' own log sessions expire here.
+    let maint = log.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            if let Err(e) = maint
+                .maintain(Duration::from_secs(3600), Duration::from_secs(3600))
+                .await
+            {
+                tracing::warn!(error = %e, "log maintenance failed");
+            }
+        }
+    });
+    let mut config = StreamableHttpServerConfig::default();
+    config.session_store = Some(Arc::new(LogSessionStore::new(log.clone())));
+    let service = StreamableHttpService::new(
+        || Ok(Demo),
+        Arc::new(DurableSessionManager::new(log.clone())),
+        config,
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("rmcp_durable: binding {}: {e}", args.listen);
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rmcp_durable: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    println!("listening on http://{addr}/mcp");
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    let _ = log.close().await;
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rmcp_durable: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

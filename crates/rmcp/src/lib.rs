@@ -1,0 +1,38 @@
+//! rmcp's pluggable Streamable HTTP stores on an mcp-resume [`Log`]: servers
+//! built on the official Rust MCP SDK get durable, resumable sessions on any
+//! log backend (memory, disk, Redis) without changing their handlers.
+//!
+//! - [`LogEventStore`] (rmcp's `EventStore`): an event is committed to the log
+//!   before its id is returned; the id (`SESSION/STREAM/SEQ`) names the stream
+//!   and seq, so a replay is a range read of one stream, after which the
+//!   replay stays open and tails what any instance appends later.
+//! - [`LogSessionStore`] (rmcp's `SessionStore`): the `initialize` params are
+//!   the log session's metadata, so any instance restores the session.
+//! - [`DurableSessionManager`]: rmcp's `LocalSessionManager` with the store,
+//!   plus the check that a `Last-Event-ID` belongs to the request's session.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use mcp_resume_log::{Log, MemoryLog, Retention};
+//! use mcp_resume_rmcp::{DurableSessionManager, LogSessionStore};
+//! use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+//! let log: Arc<dyn Log> = Arc::new(MemoryLog::new(Retention::default()));
+//! let manager = Arc::new(DurableSessionManager::new(log.clone()));
+//! let mut config = StreamableHttpServerConfig::default();
+//! config.session_store = Some(Arc::new(LogSessionStore::new(log)));
+//! // StreamableHttpService::new(|| Ok(MyServer), manager, config)
+//! ```
+//!
+//! [`Log`]: mcp_resume_log::Log
+
+mod error;
+pub mod event_id;
+mod event_store;
+mod manager;
+mod owner;
+mod session_store;
+
+pub use error::StoreError;
+pub use event_store::LogEventStore;
+pub use manager::{DurableSessionManager, ManagerError};
+pub use session_store::LogSessionStore;

@@ -1,0 +1,238 @@
+//! Processes the two-instance tests drive: `rmcp_durable` instances, the
+//! official SDK clients, and a switchable TCP proxy standing in for a load
+//! balancer in front of the instances.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::example_binary;
+
+/// One `rmcp_durable` process.
+pub struct Instance {
+    child: Child,
+    /// `http://ADDR/mcp`.
+    pub url: String,
+    /// `ADDR`.
+    pub addr: SocketAddr,
+}
+
+impl Instance {
+    /// Starts one on a free port with `--store store` and waits for its line.
+    pub fn spawn(store: &str) -> Self {
+        let mut child = Command::new(example_binary())
+            .args(["--listen", "127.0.0.1:0", "--store", store])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn rmcp_durable");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("first line");
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        let addr = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .parse()
+            .expect("an address");
+        Self { child, url, addr }
+    }
+
+    /// `kill -9`.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A TCP proxy on 127.0.0.1 that sends each new connection to the current
+/// target: what a client behind a load balancer sees when an instance dies.
+pub struct Proxy {
+    /// `http://ADDR/mcp`.
+    pub url: String,
+    target: Arc<Mutex<SocketAddr>>,
+    /// Set to black-hole what the connections open now receive.
+    stall: Arc<Mutex<Arc<AtomicBool>>>,
+}
+
+impl Proxy {
+    /// Starts it on `rt`, forwarding to `target`.
+    pub fn start(rt: &tokio::runtime::Runtime, target: SocketAddr) -> Self {
+        let target = Arc::new(Mutex::new(target));
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let t = target.clone();
+        let stall: Arc<Mutex<Arc<AtomicBool>>> = Arc::default();
+        let st = stall.clone();
+        rt.spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let to = *t.lock().expect("target");
+                let stalled = st.lock().expect("stall").clone();
+                tokio::spawn(async move {
+                    if let Ok(outbound) = tokio::net::TcpStream::connect(to).await {
+                        pipe(inbound, outbound, stalled).await;
+                    }
+                });
+            }
+        });
+        Self {
+            url: format!("http://{addr}/mcp"),
+            target,
+            stall,
+        }
+    }
+
+    /// From now on, the connections open now silently drop everything the
+    /// server sends (a stalled network path); later connections are not affected.
+    pub fn stall(&self) {
+        let mut cur = self.stall.lock().expect("stall");
+        cur.store(true, Ordering::SeqCst);
+        *cur = Arc::default();
+    }
+
+    /// New connections go to `target` from now on.
+    pub fn switch(&self, target: SocketAddr) {
+        *self.target.lock().expect("target") = target;
+    }
+}
+
+/// Copies both ways until either side ends; server bytes vanish once `stalled`.
+async fn pipe(
+    inbound: tokio::net::TcpStream,
+    outbound: tokio::net::TcpStream,
+    stalled: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut ci, mut co) = inbound.into_split();
+    let (mut si, mut so) = outbound.into_split();
+    let up = tokio::io::copy(&mut ci, &mut so);
+    let down = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match si.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if stalled.load(Ordering::SeqCst) {
+                continue;
+            }
+            if co.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+    }
+}
+
+/// An official SDK client process (interop/node/client.mjs or
+/// interop/python/client.py): one line per thing it saw, commands on stdin.
+pub struct SdkClient {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// Every line so far.
+    pub seen: Vec<String>,
+}
+
+impl SdkClient {
+    /// Runs `program args`; a missing program fails the test.
+    pub fn spawn(program: &str, args: &[String]) -> Self {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run {program}: {e}; run scripts/test to install the SDK clients")
+            });
+        let out = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits (30 s at most) for a line satisfying `pred` and returns it.
+    pub fn wait_for(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            match self.lines.recv_timeout(Duration::from_millis(200)) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if pred(&line) {
+                        return line;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+                    "the SDK client exited waiting for {what}; saw {:?}",
+                    self.seen
+                ),
+            }
+        }
+        panic!("timed out waiting for {what}; saw {:?}", self.seen);
+    }
+
+    /// Collects whatever arrives within `d`.
+    pub fn drain_for(&mut self, d: Duration) {
+        let deadline = Instant::now() + d;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Sends one command line.
+    pub fn send(&mut self, cmd: &str) {
+        writeln!(self.child.stdin.as_mut().expect("stdin"), "{cmd}").expect("write command");
+    }
+
+    /// `i` of every `EVENT count i` seen so far for this `count`.
+    pub fn events(&self, count: u64) -> Vec<u64> {
+        self.seen
+            .iter()
+            .filter_map(|l| l.strip_prefix("EVENT "))
+            .filter_map(|rest| rest.split_once(' '))
+            .filter(|(c, _)| c.parse::<u64>().ok() == Some(count))
+            .filter_map(|(_, i)| i.parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for SdkClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
