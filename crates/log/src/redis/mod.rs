@@ -29,8 +29,13 @@ use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
+use conn::Conn;
+
 use crate::types::now_ms;
+mod conn;
+mod durability;
 mod instance;
+mod live;
 mod maintain;
 mod reply;
 mod scripts;
@@ -57,7 +62,7 @@ fn unavailable(e: redis::RedisError) -> LogError {
 
 /// The log on a Redis server shared by every instance.
 pub struct RedisLog {
-    conn: ConnectionManager,
+    conn: Conn,
     retention: Retention,
     replicas: usize,
     closed: Arc<AtomicBool>,
@@ -68,8 +73,10 @@ pub struct RedisLog {
 }
 
 impl RedisLog {
-    /// Connects to `url` (`redis://HOST:PORT/DB`). `replicas` is how many
-    /// replicas must acknowledge each append (`WAIT`) before it counts as committed.
+    /// Connects to `url`: `redis://HOST:PORT/DB` (one server) or
+    /// `redis-cluster://HOST:PORT[,HOST:PORT...]` (a Redis Cluster, any of
+    /// its nodes as seeds). `replicas` is how many replicas must acknowledge
+    /// each append (`WAIT`, on the session's master) before it counts as committed.
     pub async fn connect(
         url: &str,
         retention: Retention,
@@ -91,27 +98,48 @@ impl RedisLog {
         replicas: usize,
         capacity: usize,
     ) -> Result<Self, LogError> {
-        let client =
-            redis::Client::open(url).map_err(|e| LogError::Storage(format!("{url}: {e}")))?;
-        // Fail fast while Redis is away (a request answers 503 within about a
-        // second instead of queueing behind a long reconnect), and notice a
-        // silent peer instead of waiting forever.
-        let config = ConnectionManagerConfig::new()
-            .set_number_of_retries(2)
-            .set_factor(50)
-            .set_max_delay(250)
-            .set_connection_timeout(CONNECT_TIMEOUT)
-            .set_response_timeout(RESPONSE_TIMEOUT);
-        let conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(unavailable)?;
+        let bad = |e: redis::RedisError| LogError::Storage(format!("{url}: {e}"));
+        let (conn, blocking) = if let Some(nodes) = url.strip_prefix("redis-cluster://") {
+            let seeds: Vec<String> = nodes
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("redis://{}", n.trim_end_matches('/')))
+                .collect();
+            // As for one server: fail fast while a slot has no master (a
+            // request answers 503 instead of queueing behind a failover).
+            let client = redis::cluster::ClusterClient::builder(seeds)
+                .retries(2)
+                .min_retry_wait(50)
+                .max_retry_wait(250)
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(RESPONSE_TIMEOUT)
+                .build()
+                .map_err(bad)?;
+            let conn = client.get_async_connection().await.map_err(unavailable)?;
+            (Conn::Cluster(conn), None)
+        } else {
+            let client = redis::Client::open(url).map_err(bad)?;
+            // Fail fast while Redis is away (a request answers 503 within about a
+            // second instead of queueing behind a long reconnect), and notice a
+            // silent peer instead of waiting forever.
+            let config = ConnectionManagerConfig::new()
+                .set_number_of_retries(2)
+                .set_factor(50)
+                .set_max_delay(250)
+                .set_connection_timeout(CONNECT_TIMEOUT)
+                .set_response_timeout(RESPONSE_TIMEOUT);
+            let conn = ConnectionManager::new_with_config(client.clone(), config)
+                .await
+                .map_err(unavailable)?;
+            (Conn::Single(conn), Some(client))
+        };
         let scripts = Scripts::new();
         let closed = Arc::new(AtomicBool::new(false));
         let heartbeat = instance::Heartbeat::start(conn.clone()).await?;
         Ok(Self {
             heartbeat,
             tails: tail::Tails::new(
-                client.clone(),
+                blocking,
                 conn.clone(),
                 capacity,
                 closed.clone(),
@@ -179,60 +207,6 @@ impl RedisLog {
         Ok(())
     }
 
-    /// What backs "committed" on this Redis, in words, and a warning when it
-    /// is weaker than PROTOCOL.md 6 asks (an acknowledged event survives a
-    /// crash: `appendfsync always`, or replicas that `WAIT` counts) or cannot
-    /// work (fewer replicas than `WAIT` asks for). `CONFIG` may be disabled on
-    /// managed Redis; then the words say "unknown".
-    pub async fn durability(&self) -> (String, Option<String>) {
-        let mut conn = self.conn.clone();
-        let config = |name: &'static str| {
-            let mut conn = conn.clone();
-            async move {
-                let v: Result<Vec<String>, _> = redis::cmd("CONFIG")
-                    .arg("GET")
-                    .arg(name)
-                    .query_async(&mut conn)
-                    .await;
-                v.ok().and_then(|v| v.get(1).cloned())
-            }
-        };
-        let aof = config("appendonly").await;
-        let fsync = config("appendfsync").await;
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut conn)
-            .await
-            .unwrap_or_default();
-        let replicas: usize = info
-            .lines()
-            .find_map(|l| l.strip_prefix("connected_slaves:"))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0);
-        let synced = aof.as_deref() == Some("yes") && fsync.as_deref() == Some("always");
-        let words = format!(
-            "appendonly {}, appendfsync {}, {replicas} replicas connected, WAIT for {}",
-            aof.as_deref().unwrap_or("unknown"),
-            fsync.as_deref().unwrap_or("unknown"),
-            self.replicas
-        );
-        let warning = if replicas < self.replicas {
-            Some(format!(
-                "{words}: every append fails with 503 until {} replicas are connected",
-                self.replicas
-            ))
-        } else if !synced && self.replicas == 0 {
-            Some(format!(
-                "{words}: a Redis crash can take back events clients have seen; run Redis \
-                 with appendonly yes and appendfsync always, or with replicas and \
-                 --redis-replicas N"
-            ))
-        } else {
-            None
-        };
-        (words, warning)
-    }
-
     /// `"1"` when an acknowledged append is committed at once (no replicas to wait for).
     fn commit_at_ack(&self) -> &'static str {
         if self.replicas == 0 {
@@ -242,14 +216,15 @@ impl RedisLog {
         }
     }
 
-    async fn wait_replicas(&self) -> Result<(), LogError> {
+    /// Waits until `--redis-replicas` replicas of the server holding
+    /// session `id` (its slot's master on a cluster) have every write so far.
+    async fn wait_replicas(&self, id: &str) -> Result<(), LogError> {
         if self.replicas == 0 {
             return Ok(());
         }
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(self.replicas)
-            .arg(1000)
-            .query_async(&mut self.conn.clone())
+        let acked = self
+            .conn
+            .wait(&format!("{}:s", prefix(id)), self.replicas, 1000)
             .await
             .map_err(unavailable)?;
         if (acked as usize) < self.replicas {
@@ -287,12 +262,13 @@ impl RedisLog {
 impl Log for RedisLog {
     async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
         let p = prefix(id);
-        let r: i64 = self
-            .scripts
-            .create
-            .key(format!("{p}:s"))
-            .key(format!("{p}:st:0"))
-            .key("mcpr:sessions")
+        self.list_live(id).await?;
+        let mut inv = self.scripts.create.key(format!("{p}:s"));
+        inv.key(format!("{p}:st:0"));
+        if !self.cluster() {
+            inv.key(live::LIVE);
+        }
+        let r: i64 = inv
             .arg(now_ms())
             .arg(meta.as_ref())
             .arg(id)
@@ -302,7 +278,7 @@ impl Log for RedisLog {
         if r < 0 {
             return Err(LogError::SessionExists(id.to_owned()));
         }
-        self.wait_replicas().await
+        self.wait_replicas(id).await
     }
 
     async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
@@ -325,16 +301,12 @@ impl Log for RedisLog {
     }
 
     async fn live_sessions(&self) -> usize {
-        redis::cmd("SCARD")
-            .arg("mcpr:sessions")
-            .query_async(&mut self.conn.clone())
-            .await
-            .unwrap_or(0)
+        self.count_live().await.unwrap_or(0)
     }
 
     async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
         self.hset_if_live(id, "m", meta.as_ref()).await?;
-        self.wait_replicas().await
+        self.wait_replicas(id).await
     }
 
     async fn touch(&self, id: &str) -> Result<(), LogError> {
@@ -344,22 +316,23 @@ impl Log for RedisLog {
 
     async fn end_session(&self, id: &str) -> Result<(), LogError> {
         let p = prefix(id);
-        let r: i64 = self
-            .scripts
-            .end
-            .key(format!("{p}:s"))
-            .key("mcpr:sessions")
-            .key(maintain::ENDED)
+        let at = now_ms();
+        let mut inv = self.scripts.end.key(format!("{p}:s"));
+        if !self.cluster() {
+            inv.key(live::LIVE).key(live::ENDED);
+        }
+        let r: i64 = inv
             .arg(&p)
             .arg(id)
-            .arg(now_ms())
+            .arg(at)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
         if r < 0 {
             return Err(LogError::NoSession(id.to_owned()));
         }
-        self.wait_replicas().await
+        self.list_ended(id, at).await?;
+        self.wait_replicas(id).await
     }
 
     async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
@@ -376,7 +349,7 @@ impl Log for RedisLog {
         if r < 0 {
             return Err(LogError::NoSession(id.to_owned()));
         }
-        self.wait_replicas().await?;
+        self.wait_replicas(id).await?;
         Ok(r as u64)
     }
 
@@ -428,11 +401,7 @@ impl Log for RedisLog {
     }
 
     async fn session_ids(&self) -> Result<Vec<String>, LogError> {
-        redis::cmd("SMEMBERS")
-            .arg("mcpr:sessions")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
+        self.live_ids().await
     }
 
     fn instance(&self) -> &str {
@@ -481,7 +450,7 @@ impl Log for RedisLog {
                     // Readers see nothing above `c`, and `c` moves only once the
                     // replicas hold the events: nothing sent can be taken back
                     // by a failover to a replica.
-                    self.wait_replicas().await?;
+                    self.wait_replicas(id).await?;
                     let _: i64 = self
                         .scripts
                         .commit

@@ -9,6 +9,12 @@
 //! The shard's task reads every stream from its `last`, so nothing appended
 //! between two reads is missed either. A new stream interrupts the blocking
 //! read through the shard's wake stream.
+//!
+//! On a cluster a blocking `XREAD` cannot span slots (`CROSSSLOT`, even on
+//! one node), and sessions are spread over all 16384 of them, so a shard
+//! polls instead ([`poll`]): one non-blocking single-key `XREAD` per
+//! followed stream per round, sent concurrently (the cluster connection
+//! pipelines those bound for one node), backing off while nothing is new.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -16,11 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
-
+use super::conn::Conn;
 use super::reply;
 use crate::subscription::{EndReason, Feed};
 use crate::{Event, Seq, Subscription};
+
+mod poll;
 
 /// Shards per instance: each is one blocking connection when in use.
 const SHARDS: usize = 16;
@@ -93,8 +100,11 @@ struct ShardState {
 }
 
 struct Shard {
-    client: redis::Client,
-    conn: ConnectionManager,
+    /// For the blocking connection on one server; `None` on a cluster (polled).
+    client: Option<redis::Client>,
+    conn: Conn,
+    /// Wakes a polling shard for a new stream (a cluster).
+    notify: tokio::sync::Notify,
     /// This shard's wake stream (unique per instance).
     wake: String,
     capacity: usize,
@@ -111,8 +121,8 @@ pub(super) struct Tails {
 
 impl Tails {
     pub fn new(
-        client: redis::Client,
-        conn: ConnectionManager,
+        client: Option<redis::Client>,
+        conn: Conn,
         capacity: usize,
         closed: Arc<AtomicBool>,
         strict: bool,
@@ -125,6 +135,7 @@ impl Tails {
                 Arc::new(Shard {
                     client: client.clone(),
                     conn: conn.clone(),
+                    notify: tokio::sync::Notify::new(),
                     wake: format!("mcpr:wake:{nonce:016x}:{i}"),
                     capacity,
                     closed: closed.clone(),
@@ -184,6 +195,9 @@ impl Shard {
     /// at the latest when the block times out.
     /// The key expires when unused, so instances that die leave nothing behind.
     async fn wake(&self) {
+        if self.client.is_none() {
+            return self.notify.notify_one();
+        }
         let _: Result<redis::Value, _> = redis::pipe()
             .cmd("XADD")
             .arg(&self.wake)
@@ -209,11 +223,13 @@ impl Shard {
     }
 
     async fn run(self: Arc<Self>) {
+        let Some(client) = self.client.clone() else {
+            return self.poll().await;
+        };
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(super::CONNECT_TIMEOUT)
             .set_response_timeout(super::RESPONSE_TIMEOUT);
-        let mut blocking = match self
-            .client
+        let mut blocking = match client
             .get_multiplexed_async_connection_with_config(&config)
             .await
         {
@@ -227,26 +243,7 @@ impl Shard {
         let mut checked = Instant::now();
         let mut held_for = Duration::from_millis(1);
         loop {
-            // What to read, from where; drop streams nobody reads any more.
-            let keys: Vec<(String, Seq)> = {
-                let mut st = self.lock();
-                if self.closed.load(Ordering::Relaxed) {
-                    drop(st);
-                    return self.end_everything(EndReason::Closed);
-                }
-                st.streams.retain(|_, f| {
-                    f.subs.retain(|s| !s.feed.is_closed());
-                    !f.subs.is_empty()
-                });
-                if st.streams.is_empty() {
-                    st.running = false;
-                    return;
-                }
-                st.streams
-                    .iter()
-                    .map(|(k, f)| (k.clone(), f.last))
-                    .collect()
-            };
+            let Some(keys) = self.followed() else { return };
             let mut cmd = redis::cmd("XREAD");
             cmd.arg("COUNT")
                 .arg(512)
@@ -284,25 +281,13 @@ impl Shard {
                     }
                 }
             }
-            let committed = match self.committed(&batches).await {
-                Ok(c) => c,
+            let held = match self.hand_on(batches).await {
+                Ok(held) => held,
                 Err(e) => {
                     tracing::warn!(error = %e, "Redis tail lost; ending its readers");
                     return self.end_everything(EndReason::Unavailable);
                 }
             };
-            let mut held = false;
-            {
-                let mut st = self.lock();
-                for ((key, events), committed) in batches.into_iter().zip(committed) {
-                    held |= events.last().is_some_and(|e| e.seq > committed);
-                    if let Some(f) = st.streams.get_mut(&key) {
-                        if !f.deliver(events, committed) {
-                            st.streams.remove(&key);
-                        }
-                    }
-                }
-            }
             if held {
                 // Appended but not yet acknowledged by the replicas: look again
                 // shortly, backing off while it lasts (replicas away, an
@@ -319,6 +304,48 @@ impl Shard {
         }
     }
 
+    /// What to read, from where, after dropping the streams nobody reads
+    /// any more; `None` when the shard stops (closed, or nothing to follow).
+    fn followed(&self) -> Option<Vec<(String, Seq)>> {
+        let mut st = self.lock();
+        if self.closed.load(Ordering::Relaxed) {
+            drop(st);
+            self.end_everything(EndReason::Closed);
+            return None;
+        }
+        st.streams.retain(|_, f| {
+            f.subs.retain(|s| !s.feed.is_closed());
+            !f.subs.is_empty()
+        });
+        if st.streams.is_empty() {
+            st.running = false;
+            return None;
+        }
+        Some(
+            st.streams
+                .iter()
+                .map(|(k, f)| (k.clone(), f.last))
+                .collect(),
+        )
+    }
+
+    /// Delivers what was read, up to each stream's committed head; `true`
+    /// when something read is not committed yet (to be read again).
+    async fn hand_on(&self, batches: Vec<(String, Vec<Event>)>) -> redis::RedisResult<bool> {
+        let committed = self.committed(&batches).await?;
+        let mut held = false;
+        let mut st = self.lock();
+        for ((key, events), committed) in batches.into_iter().zip(committed) {
+            held |= events.last().is_some_and(|e| e.seq > committed);
+            if let Some(f) = st.streams.get_mut(&key) {
+                if !f.deliver(events, committed) {
+                    st.streams.remove(&key);
+                }
+            }
+        }
+        Ok(held)
+    }
+
     /// The committed head of each batch's stream: everything read, unless
     /// commits wait for replicas; then the streams' `c`, in one round trip.
     async fn committed(&self, batches: &[(String, Vec<Event>)]) -> redis::RedisResult<Vec<Seq>> {
@@ -332,13 +359,17 @@ impl Shard {
                 .map(|(k, _)| st.streams.get(k).map(|f| f.state_key.clone()))
                 .collect()
         };
-        let mut pipe = redis::pipe();
-        for k in &keys {
-            pipe.cmd("HGET")
-                .arg(k.as_deref().unwrap_or("mcpr:none"))
-                .arg("c");
-        }
-        let c: Vec<Option<Seq>> = pipe.query_async(&mut self.conn.clone()).await?;
+        let cmds = keys
+            .iter()
+            .map(|k| {
+                let mut c = redis::Cmd::new();
+                c.arg("HGET")
+                    .arg(k.as_deref().unwrap_or("mcpr:none"))
+                    .arg("c");
+                c
+            })
+            .collect();
+        let c: Vec<Option<Seq>> = self.conn.each(cmds).await?;
         Ok(c.into_iter().map(|c| c.unwrap_or(0)).collect())
     }
 
@@ -351,16 +382,17 @@ impl Shard {
             s.dedup();
             s
         };
-        let mut pipe = redis::pipe();
-        for id in &sessions {
-            pipe.cmd("HGET")
-                .arg(format!("{}:s", super::prefix(id)))
-                .arg("e");
-        }
-        let Ok(flags) = pipe
-            .query_async::<Vec<Option<String>>>(&mut self.conn.clone())
-            .await
-        else {
+        let cmds = sessions
+            .iter()
+            .map(|id| {
+                let mut c = redis::Cmd::new();
+                c.arg("HGET")
+                    .arg(format!("{}:s", super::prefix(id)))
+                    .arg("e");
+                c
+            })
+            .collect();
+        let Ok(flags) = self.conn.each::<Option<String>>(cmds).await else {
             return; // Redis trouble shows in the blocking read.
         };
         let ended: Vec<&String> = sessions
