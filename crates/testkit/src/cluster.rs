@@ -106,6 +106,12 @@ impl RedisCluster {
 
     /// The port of the master serving `key`'s slot (as a live node sees it).
     pub fn master_of(&self, key: &str) -> u16 {
+        self.try_master_of(key)
+            .unwrap_or_else(|| panic!("no master serves {key}"))
+    }
+
+    /// As [`RedisCluster::master_of`]; `None` while no healthy master serves it.
+    pub fn try_master_of(&self, key: &str) -> Option<u16> {
         let port = self.live_ports()[0];
         let slot: u16 = self
             .cli(port, &["CLUSTER", "KEYSLOT", key])
@@ -125,10 +131,10 @@ impl RedisCluster {
                 None => r.parse::<u16>().ok() == Some(slot),
             });
             if serves {
-                return f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
+                return f[1].split(['@', ':']).nth(1)?.parse().ok();
             }
         }
-        panic!("no master serves slot {slot}");
+        None
     }
 
     fn node(&mut self, port: u16) -> &mut RedisServer {
@@ -183,7 +189,7 @@ impl RedisCluster {
         let start = Instant::now();
         while start.elapsed() < timeout {
             let live = self.live_ports();
-            if self.master_of(key) != port
+            if self.try_master_of(key).is_some_and(|m| m != port)
                 && live.iter().all(|&p| {
                     self.cli(p, &["CLUSTER", "INFO"])
                         .contains("cluster_state:ok")

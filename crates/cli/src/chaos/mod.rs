@@ -27,7 +27,8 @@ pub use run::Mode;
 #[command(after_help = "Examples:\n  \
 mcp-resume chaos --spawn --compare-legacy --report chaos.json --chart chaos.svg\n  \
 mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n  \
-mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n\n\
+mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n  \
+mcp-resume chaos --spawn --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001 --redis-replicas 1 --instances 3\n\n\
 Exit codes: 0 no silent gap and no duplicate in the safe mode; 1 some (or an error); 2 bad usage.")]
 pub struct ChaosArgs {
     /// A server to test (its MCP endpoint). Omit with --spawn.
@@ -48,9 +49,15 @@ pub struct ChaosArgs {
 
     /// The store of the spawned servers, passed to `serve --store`
     /// (default: the disk log in a temporary directory). `redis://HOST:PORT/DB`
-    /// lets several instances serve one session (see --instances).
+    /// or `redis-cluster://HOST:PORT[,...]` lets several instances serve one
+    /// session (see --instances).
     #[arg(long, value_name = "STORE", requires = "spawn")]
     store: Option<String>,
+
+    /// Passed to the spawned servers' `serve --redis-replicas`: with a
+    /// replica per master, a master killed mid-run loses nothing committed.
+    #[arg(long, default_value_t = 0, requires = "store")]
+    redis_replicas: usize,
 
     /// Spawn this many instances on the one store (a redis:// store for more
     /// than one). Each iteration spreads its POSTs, its sibling reader, its
@@ -114,16 +121,19 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
         && !args
             .store
             .as_deref()
-            .is_some_and(|s| s.starts_with("redis://"))
+            .is_some_and(|s| s.starts_with("redis://") || s.starts_with("redis-cluster://"))
     {
         return Err(
-            "--instances above 1 needs a shared store: --store redis://HOST:PORT/DB".into(),
+            "--instances above 1 needs a shared store: --store redis://HOST:PORT/DB \
+             or redis-cluster://HOST:PORT,..."
+                .into(),
         );
     }
     let spawn = |legacy| {
         target::Target::spawn(&target::SpawnOptions {
             legacy,
             store: args.store.clone(),
+            redis_replicas: args.redis_replicas,
             instances: args.instances,
         })
     };

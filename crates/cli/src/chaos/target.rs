@@ -11,6 +11,8 @@ pub struct SpawnOptions {
     pub legacy: bool,
     /// `--store` passed through; `None` is the disk log in a temporary directory.
     pub store: Option<String>,
+    /// `--redis-replicas` passed through (with a Redis store).
+    pub redis_replicas: usize,
     /// How many instances share the store.
     pub instances: usize,
 }
@@ -20,7 +22,8 @@ pub struct Target {
     /// Every instance's MCP endpoint; iterations spread their requests over them.
     pub urls: Vec<String>,
     spawned: Vec<Spawned>,
-    store: Option<String>,
+    /// `--store` and what goes with it, for every start.
+    store_args: Vec<String>,
     legacy: bool,
     dir: Option<tempfile::TempDir>,
 }
@@ -34,16 +37,14 @@ fn start(
     addr: &str,
     dir: &std::path::Path,
     legacy: bool,
-    store: Option<&str>,
+    store_args: &[String],
 ) -> Result<(Child, String), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--listen", addr, "--data-dir"])
         .arg(dir)
         .env("RUST_LOG", "error");
-    if let Some(s) = store {
-        cmd.args(["--store", s]);
-    }
+    cmd.args(store_args);
     if legacy {
         cmd.arg("--unsafe-legacy-upgrade");
     }
@@ -72,7 +73,7 @@ impl Target {
         Self {
             urls: vec![url.to_owned()],
             spawned: Vec::new(),
-            store: None,
+            store_args: Vec::new(),
             legacy: false,
             dir: None,
         }
@@ -84,12 +85,21 @@ impl Target {
         let mut t = Self {
             urls: Vec::new(),
             spawned: Vec::new(),
-            store: opts.store.clone(),
+            store_args: match &opts.store {
+                Some(s) if opts.redis_replicas > 0 => vec![
+                    "--store".into(),
+                    s.clone(),
+                    "--redis-replicas".into(),
+                    opts.redis_replicas.to_string(),
+                ],
+                Some(s) => vec!["--store".into(), s.clone()],
+                None => Vec::new(),
+            },
             legacy: opts.legacy,
             dir: None,
         };
         for _ in 0..opts.instances.max(1) {
-            let (child, url) = start("127.0.0.1:0", dir.path(), opts.legacy, t.store.as_deref())?;
+            let (child, url) = start("127.0.0.1:0", dir.path(), opts.legacy, &t.store_args)?;
             let addr = url
                 .trim_start_matches("http://")
                 .split('/')
@@ -116,7 +126,7 @@ impl Target {
         let _ = s.child.kill();
         let _ = s.child.wait();
         for _ in 0..100 {
-            if let Ok((child, _)) = start(&s.addr, dir.path(), self.legacy, self.store.as_deref()) {
+            if let Ok((child, _)) = start(&s.addr, dir.path(), self.legacy, &self.store_args) {
                 s.child = child;
                 return Ok(());
             }

@@ -16,6 +16,7 @@ mod common {
 
 #[path = "../contract/core.rs"]
 mod core;
+mod failover;
 #[path = "../contract/requests.rs"]
 mod requests;
 mod spans;
