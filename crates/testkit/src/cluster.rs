@@ -183,6 +183,27 @@ impl RedisCluster {
         })
     }
 
+    /// Waits until `port` is no longer a master and `masters` others are
+    /// (a replica was promoted in its place), the survivors agreeing that
+    /// the cluster is ok.
+    pub fn wait_promoted(&self, port: u16, masters: usize, timeout: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            let now = self.masters();
+            if !now.contains(&port)
+                && now.len() == masters
+                && self.live_ports().iter().all(|&p| {
+                    self.cli(p, &["CLUSTER", "INFO"])
+                        .contains("cluster_state:ok")
+                })
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("no replica took over from {port}");
+    }
+
     /// Waits until the master of `key`'s slot is no longer `port`
     /// (a replica was promoted) and the survivors agree the cluster is ok.
     pub fn wait_failover(&self, key: &str, port: u16, timeout: Duration) {

@@ -17,8 +17,16 @@
 //! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
 //! - `mcpr:sessions` set of live ids; `mcpr:ended` sorted set of ended ids by end time
 //!   (their tombstones `mcpr:{id}:s` go after the tombstone TTL); `mcpr:pinseq` counter.
+//!   On a cluster both are split into 64 buckets, `mcpr:sessions:{bN}` and
+//!   `mcpr:ended:{bN}` ([`live`]).
 //! - `mcpr:instance:ID`: present while the handle `ID` runs (see [`instance`]).
-//! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream.
+//! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream
+//!   (one server only; a cluster's tail polls, see [`tail`]).
+//!
+//! On a Redis Cluster (`redis-cluster://`) every key of a session shares the
+//! slot of its hash tag, so each script still runs atomically on that slot's
+//! master; `WAIT` goes to that master ([`conn`]); what spans slots is named
+//! in [`live`] and [`tail`], with its cost.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,7 +34,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
 use conn::Conn;
@@ -37,6 +44,7 @@ mod durability;
 mod instance;
 mod live;
 mod maintain;
+mod open;
 mod reply;
 mod scripts;
 mod tail;
@@ -73,87 +81,6 @@ pub struct RedisLog {
 }
 
 impl RedisLog {
-    /// Connects to `url`: `redis://HOST:PORT/DB` (one server) or
-    /// `redis-cluster://HOST:PORT[,HOST:PORT...]` (a Redis Cluster, any of
-    /// its nodes as seeds). `replicas` is how many replicas must acknowledge
-    /// each append (`WAIT`, on the session's master) before it counts as committed.
-    pub async fn connect(
-        url: &str,
-        retention: Retention,
-        replicas: usize,
-    ) -> Result<Self, LogError> {
-        Self::connect_with(
-            url,
-            retention,
-            replicas,
-            crate::memory::DEFAULT_SUB_CAPACITY,
-        )
-        .await
-    }
-
-    /// As [`RedisLog::connect`], with subscribers lagging after `capacity` unread events.
-    pub async fn connect_with(
-        url: &str,
-        retention: Retention,
-        replicas: usize,
-        capacity: usize,
-    ) -> Result<Self, LogError> {
-        let bad = |e: redis::RedisError| LogError::Storage(format!("{url}: {e}"));
-        let (conn, blocking) = if let Some(nodes) = url.strip_prefix("redis-cluster://") {
-            let seeds: Vec<String> = nodes
-                .split(',')
-                .filter(|n| !n.is_empty())
-                .map(|n| format!("redis://{}", n.trim_end_matches('/')))
-                .collect();
-            // As for one server: fail fast while a slot has no master (a
-            // request answers 503 instead of queueing behind a failover).
-            let client = redis::cluster::ClusterClient::builder(seeds)
-                .retries(2)
-                .min_retry_wait(50)
-                .max_retry_wait(250)
-                .connection_timeout(CONNECT_TIMEOUT)
-                .response_timeout(RESPONSE_TIMEOUT)
-                .build()
-                .map_err(bad)?;
-            let conn = client.get_async_connection().await.map_err(unavailable)?;
-            (Conn::Cluster(conn), None)
-        } else {
-            let client = redis::Client::open(url).map_err(bad)?;
-            // Fail fast while Redis is away (a request answers 503 within about a
-            // second instead of queueing behind a long reconnect), and notice a
-            // silent peer instead of waiting forever.
-            let config = ConnectionManagerConfig::new()
-                .set_number_of_retries(2)
-                .set_factor(50)
-                .set_max_delay(250)
-                .set_connection_timeout(CONNECT_TIMEOUT)
-                .set_response_timeout(RESPONSE_TIMEOUT);
-            let conn = ConnectionManager::new_with_config(client.clone(), config)
-                .await
-                .map_err(unavailable)?;
-            (Conn::Single(conn), Some(client))
-        };
-        let scripts = Scripts::new();
-        let closed = Arc::new(AtomicBool::new(false));
-        let heartbeat = instance::Heartbeat::start(conn.clone()).await?;
-        Ok(Self {
-            heartbeat,
-            tails: tail::Tails::new(
-                blocking,
-                conn.clone(),
-                capacity,
-                closed.clone(),
-                replicas > 0,
-            ),
-            conn,
-            retention,
-            replicas,
-            closed,
-            scripts: Arc::new(scripts),
-            faults: Default::default(),
-        })
-    }
-
     /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
     /// 0), to prove that housekeeping trims nothing it could not read.
     #[doc(hidden)]

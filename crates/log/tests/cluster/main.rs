@@ -19,4 +19,5 @@ mod core;
 mod failover;
 #[path = "../contract/requests.rs"]
 mod requests;
+mod reshard;
 mod spans;
