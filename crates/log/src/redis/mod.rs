@@ -387,6 +387,15 @@ impl Log for RedisLog {
                         .await
                         .map_err(unavailable)?;
                 }
+                if self.cluster() {
+                    // Committed: wake the instances that follow it (a hint;
+                    // their safety reads cover a lost one).
+                    tokio::spawn(tail::ring(
+                        self.conn.clone(),
+                        p,
+                        format!("{}:ev:{n}", prefix(id)),
+                    ));
+                }
                 Ok(*h as u64)
             }
             _ => Err(LogError::Corrupt(format!("unexpected append reply {r:?}"))),

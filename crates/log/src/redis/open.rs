@@ -37,7 +37,7 @@ impl RedisLog {
         capacity: usize,
     ) -> Result<Self, LogError> {
         let bad = |e: redis::RedisError| LogError::Storage(format!("{url}: {e}"));
-        let (conn, blocking) = if let Some(nodes) = url.strip_prefix("redis-cluster://") {
+        let (conn, blocking, cluster) = if let Some(nodes) = url.strip_prefix("redis-cluster://") {
             let seeds: Vec<String> = nodes
                 .split(',')
                 .filter(|n| !n.is_empty())
@@ -54,7 +54,7 @@ impl RedisLog {
                 .build()
                 .map_err(bad)?;
             let conn = client.get_async_connection().await.map_err(unavailable)?;
-            (Conn::Cluster(conn), None)
+            (Conn::Cluster(conn), None, Some(client))
         } else {
             let client = redis::Client::open(url).map_err(bad)?;
             // Fail fast while Redis is away (a request answers 503 within about a
@@ -69,7 +69,7 @@ impl RedisLog {
             let conn = ConnectionManager::new_with_config(client.clone(), config)
                 .await
                 .map_err(unavailable)?;
-            (Conn::Single(conn), Some(client))
+            (Conn::Single(conn), Some(client), None)
         };
         let scripts = Scripts::new();
         let closed = Arc::new(AtomicBool::new(false));
@@ -78,6 +78,7 @@ impl RedisLog {
             heartbeat,
             tails: tail::Tails::new(
                 blocking,
+                cluster,
                 conn.clone(),
                 capacity,
                 closed.clone(),

@@ -59,7 +59,7 @@ local r = tonumber(redis.call('HGET', KEYS[1], 'r'))
 for n = 0, r - 1 do
   redis.call('DEL', ARGV[1] .. ':st:' .. n, ARGV[1] .. ':ev:' .. n)
 end
-redis.call('DEL', ARGV[1] .. ':pin')
+redis.call('DEL', ARGV[1] .. ':pin', ARGV[1] .. ':f')
 redis.call('HSET', KEYS[1], 'e', 1)
 redis.call('HDEL', KEYS[1], 'm', 'a', 'r')
 if KEYS[2] then

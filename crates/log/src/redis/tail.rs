@@ -16,7 +16,7 @@
 //! followed stream per round, sent concurrently (the cluster connection
 //! pipelines those bound for one node), backing off while nothing is new.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,7 +27,10 @@ use super::reply;
 use crate::subscription::{EndReason, Feed};
 use crate::{Event, Seq, Subscription};
 
+mod bell;
 mod poll;
+
+pub(super) use bell::ring;
 
 /// Shards per instance: each is one blocking connection when in use.
 const SHARDS: usize = 16;
@@ -97,6 +100,8 @@ struct ShardState {
     running: bool,
     /// By stream key.
     streams: HashMap<String, Fanout>,
+    /// Streams to read at once (a cluster: woken, new, or read to their `COUNT`).
+    dirty: HashSet<String>,
 }
 
 struct Shard {
@@ -117,11 +122,33 @@ struct Shard {
 /// Every stream this instance follows for its readers.
 pub(super) struct Tails {
     shards: Vec<Arc<Shard>>,
+    /// On a cluster: this instance's wake stream.
+    bell: Option<Arc<bell::Bell>>,
+    conn: Conn,
+    closed: Arc<AtomicBool>,
+}
+
+impl Drop for Tails {
+    fn drop(&mut self) {
+        if let Some(b) = &self.bell {
+            b.stop();
+        }
+    }
+}
+
+/// The shard that follows the streams of `session`.
+fn shard_index(session: &str, shards: usize) -> usize {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    session.hash(&mut h);
+    h.finish() as usize % shards
 }
 
 impl Tails {
+    /// `client` for the blocking reads on one server, or `cluster` for the
+    /// wake-ups of the polled tail on a cluster.
     pub fn new(
         client: Option<redis::Client>,
+        cluster: Option<redis::cluster::ClusterClient>,
         conn: Conn,
         capacity: usize,
         closed: Arc<AtomicBool>,
@@ -130,6 +157,7 @@ impl Tails {
         let mut nonce = [0u8; 8];
         let _ = getrandom::fill(&mut nonce);
         let nonce = u64::from_le_bytes(nonce);
+        let bell = cluster.map(|c| Arc::new(bell::Bell::new(c, nonce)));
         let shards = (0..SHARDS)
             .map(|i| {
                 Arc::new(Shard {
@@ -144,7 +172,12 @@ impl Tails {
                 })
             })
             .collect();
-        Self { shards }
+        Self {
+            shards,
+            bell,
+            conn,
+            closed,
+        }
     }
 
     /// Follows `key` (the events of `session`) for a new subscriber whose
@@ -157,12 +190,20 @@ impl Tails {
         state_key: String,
         head: Seq,
     ) -> (Seq, Subscription) {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        session.hash(&mut h);
-        let shard = &self.shards[h.finish() as usize % self.shards.len()];
+        let shard = &self.shards[shard_index(session, self.shards.len())];
+        if let Some(bell) = &self.bell {
+            // Registered before the first read: no wake-up after it is missed.
+            if !shard.lock().streams.contains_key(&key) {
+                bell.follow(&self.conn, &key, &self.shards, &self.closed)
+                    .await;
+            }
+        }
         let (c, start, new_stream, sub) = {
             let mut st = shard.lock();
             let new_stream = !st.streams.contains_key(&key);
+            if new_stream {
+                st.dirty.insert(key.clone());
+            }
             let f = st.streams.entry(key).or_insert_with(|| Fanout {
                 session: session.to_owned(),
                 state_key,
@@ -188,6 +229,18 @@ impl Tails {
 impl Shard {
     fn lock(&self) -> MutexGuard<'_, ShardState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks `key` for an immediate read; `false` if this shard does not follow it.
+    fn mark(&self, key: &str) -> bool {
+        let mut st = self.lock();
+        if !st.streams.contains_key(key) {
+            return false;
+        }
+        st.dirty.insert(key.to_owned());
+        drop(st);
+        self.notify.notify_one();
+        true
     }
 
     /// Interrupts the blocking read so that it picks up a new stream. If this

@@ -136,3 +136,44 @@ fn readers_follow_streams_on_every_master_with_replicas() {
         }
     });
 }
+
+/// A commit wakes the instances that follow the stream: events arrive in
+/// about a round trip, not at the next safety read (1 s).
+#[test]
+fn a_commit_wakes_its_followers() {
+    let cluster = RedisCluster::start(3, 0);
+    rt().block_on(async {
+        let writer = RedisLog::connect(&cluster.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        let reader = RedisLog::connect(&cluster.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        let mut subs = Vec::new();
+        for i in 0..20 {
+            writer.create_session(&id(i), Bytes::new()).await.unwrap();
+            subs.push(reader.subscribe(&id(i), S).await.unwrap().1);
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await; // past a safety read
+        let mut lat = Vec::new();
+        for round in 1..=5u64 {
+            for (i, sub) in subs.iter_mut().enumerate() {
+                let t = std::time::Instant::now();
+                writer.append(&id(i), S, vec![msg(round)]).await.unwrap();
+                let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(ev.seq, round);
+                lat.push(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        lat.sort();
+        let median = lat[lat.len() / 2];
+        assert!(
+            median < Duration::from_millis(250),
+            "woken, not found by the safety read: median {median:?}"
+        );
+    });
+}

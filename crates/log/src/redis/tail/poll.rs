@@ -1,14 +1,15 @@
-//! The tail on a cluster: rounds of non-blocking reads instead of one
-//! blocking `XREAD`, which cannot span slots.
+//! The tail on a cluster: non-blocking reads of the streams that were woken
+//! ([`bell`](super::bell)), plus a safety read of every followed stream per
+//! [`SAFETY_POLL`], instead of one blocking `XREAD`, which cannot span slots.
 //!
-//! Each round sends one `XRANGE key (last+1)-0 + COUNT 512` per followed
-//! stream, all at once; the cluster connection routes each to its slot's
-//! master (following `MOVED`/`ASK`) and pipelines those bound for one node,
-//! so a round costs one round trip per node, not per stream. While
-//! something is new the next round starts at once; while nothing is, the
-//! pause doubles from 1 ms to [`MAX_IDLE_POLL`], cut short when a reader
-//! follows a new stream. The cost: an idle followed stream is one cheap
-//! command per [`MAX_IDLE_POLL`] per instance (docs/capacity.md).
+//! A read is one `XRANGE key (last+1)-0 + COUNT 512` per stream, all sent at
+//! once; the cluster connection routes each to its slot's master (following
+//! `MOVED`/`ASK`) and pipelines those bound for one node, so a round costs
+//! one round trip per node, not per stream. A stream is read again at once
+//! when it was woken (an append was committed), is new, or filled its
+//! `COUNT`. The cost: an idle followed stream is one cheap command per
+//! [`SAFETY_POLL`] per instance following it (docs/capacity.md); a lost
+//! wake-up delays its events by at most [`SAFETY_POLL`], never skips them.
 //!
 //! A stream whose read fails (its slot's master is failing over) ends its
 //! readers loudly (`Unavailable`); they resume from their cursors, and the
@@ -21,11 +22,11 @@ use redis::{Cmd, RedisResult, Value};
 
 use super::{reply, Shard, END_CHECK, MAX_HOLD_POLL};
 use crate::subscription::EndReason;
-use crate::Event;
+use crate::{Event, Seq};
 
-/// The longest pause between rounds while nothing is new: how long an
-/// event on an idle stream may wait before this instance reads it.
-pub(super) const MAX_IDLE_POLL: Duration = Duration::from_millis(20);
+/// How often every followed stream is read whether woken or not: the bound
+/// on the delay a lost wake-up causes.
+pub(super) const SAFETY_POLL: Duration = Duration::from_millis(1000);
 /// Entries read per stream per round.
 const COUNT: usize = 512;
 
@@ -33,10 +34,27 @@ impl Shard {
     /// Follows this shard's streams until none is left or the log closes.
     pub(super) async fn poll(self: Arc<Self>) {
         let mut checked = Instant::now();
-        let mut idle = Duration::from_millis(1);
+        let mut next_full = Instant::now();
         let mut held_for = Duration::from_millis(1);
         loop {
-            let Some(keys) = self.followed() else { return };
+            let Some(all) = self.followed() else { return };
+            let keys: Vec<(String, Seq)> = {
+                let mut st = self.lock();
+                let dirty = std::mem::take(&mut st.dirty);
+                if Instant::now() >= next_full {
+                    next_full = Instant::now() + SAFETY_POLL;
+                    all
+                } else {
+                    all.into_iter().filter(|(k, _)| dirty.contains(k)).collect()
+                }
+            };
+            if keys.is_empty() {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next_full.into()) => {}
+                    _ = self.notify.notified() => {}
+                }
+                continue;
+            }
             let cmds: Vec<Cmd> = keys
                 .iter()
                 .map(|(k, last)| {
@@ -59,13 +77,19 @@ impl Shard {
             };
             let mut batches: Vec<(String, Vec<Event>)> = Vec::new();
             let mut failed = Vec::new();
+            let mut again = Vec::new();
             for ((key, _), r) in keys.into_iter().zip(replies) {
                 match r
                     .map_err(|e| e.to_string())
                     .and_then(|v| reply::entries(&v).map_err(|e| e.to_string()))
                 {
                     Ok(events) if events.is_empty() => {}
-                    Ok(events) => batches.push((key, events)),
+                    Ok(events) => {
+                        if events.len() >= COUNT {
+                            again.push(key.clone());
+                        }
+                        batches.push((key, events));
+                    }
                     Err(e) => {
                         tracing::warn!(stream = %key, error = %e,
                             "Redis stream unreadable (failover?); ending its readers");
@@ -76,7 +100,7 @@ impl Shard {
             if !failed.is_empty() {
                 self.end_streams(&failed, EndReason::Unavailable);
             }
-            let got = !batches.is_empty();
+            let read: Vec<String> = batches.iter().map(|(k, _)| k.clone()).collect();
             let held = match self.hand_on(batches).await {
                 Ok(held) => held,
                 Err(e) => {
@@ -85,21 +109,16 @@ impl Shard {
                 }
             };
             if held {
-                // As for one server: not acknowledged by the replicas yet.
+                // As for one server: not acknowledged by the replicas yet;
+                // the commit wakes them, this is the backstop.
                 tokio::time::sleep(held_for).await;
                 held_for = (held_for * 2).min(MAX_HOLD_POLL);
+                again.extend(read);
             } else {
                 held_for = Duration::from_millis(1);
             }
-            if got {
-                idle = Duration::from_millis(1);
-                tokio::task::yield_now().await;
-            } else {
-                tokio::select! {
-                    _ = tokio::time::sleep(idle) => {}
-                    _ = self.notify.notified() => {}
-                }
-                idle = (idle * 2).min(MAX_IDLE_POLL);
+            if !again.is_empty() {
+                self.lock().dirty.extend(again);
             }
             if checked.elapsed() >= END_CHECK {
                 checked = Instant::now();
