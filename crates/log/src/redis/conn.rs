@@ -10,7 +10,8 @@
 
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster_async::ClusterConnection;
+
+use super::heal::Healing;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 
@@ -22,8 +23,8 @@ pub(super) const SLOTS: u16 = 16384;
 pub(super) enum Conn {
     /// `redis://`: every key on one server.
     Single(ConnectionManager),
-    /// `redis-cluster://`: each key on the master of its slot.
-    Cluster(ClusterConnection),
+    /// `redis-cluster://`: each key on the master of its slot (replaced when stuck).
+    Cluster(Healing),
 }
 
 impl Conn {
@@ -57,8 +58,8 @@ impl Conn {
                 let v: Vec<Value> = pipe.query_async(&mut c.clone()).await?;
                 Ok(v.into_iter().map(|v| T::from_redis_value(&v)).collect())
             }
-            Conn::Cluster(c) => Ok(join_all(cmds.into_iter().map(|cmd| {
-                let mut c = c.clone();
+            Conn::Cluster(h) => Ok(join_all(cmds.into_iter().map(|cmd| {
+                let mut c = Conn::Cluster(h.clone());
                 async move { cmd.query_async::<T>(&mut c).await }
             }))
             .await),
@@ -72,19 +73,20 @@ impl Conn {
         cmd.arg(replicas).arg(timeout_ms);
         match self {
             Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Conn::Cluster(c) => {
+            Conn::Cluster(h) => {
                 let route = redis::cluster_routing::Route::new(
                     slot(key.as_bytes()),
                     redis::cluster_routing::SlotAddr::Master,
                 );
-                let v = c
-                    .clone()
+                let v = h
+                    .current()
                     .route_command(
                         &cmd,
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
                     )
-                    .await?;
-                i64::from_redis_value(&v)
+                    .await;
+                h.observe(&v);
+                i64::from_redis_value(&v?)
             }
         }
     }
@@ -95,15 +97,16 @@ impl Conn {
     pub async fn on_masters<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<Vec<T>> {
         match self {
             Conn::Single(c) => Ok(vec![cmd.query_async(&mut c.clone()).await?]),
-            Conn::Cluster(c) => {
-                let v = c
-                    .clone()
+            Conn::Cluster(h) => {
+                let v = h
+                    .current()
                     .route_command(
                         cmd,
                         RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
                     )
-                    .await?;
-                match v {
+                    .await;
+                h.observe(&v);
+                match v? {
                     Value::Map(m) => m.iter().map(|(_, v)| T::from_redis_value(v)).collect(),
                     Value::Array(a) => a.iter().map(T::from_redis_value).collect(),
                     other => Ok(vec![T::from_redis_value(&other)?]),
@@ -117,7 +120,11 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(h) => Box::pin(async move {
+                let r = h.current().req_packed_command(cmd).await;
+                h.observe(&r);
+                r
+            }),
         }
     }
 
@@ -129,14 +136,18 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(h) => Box::pin(async move {
+                let r = h.current().req_packed_commands(cmd, offset, count).await;
+                h.observe(&r);
+                r
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            Conn::Cluster(_) => 0,
         }
     }
 }

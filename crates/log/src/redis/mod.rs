@@ -41,6 +41,7 @@ use conn::Conn;
 use crate::types::now_ms;
 mod conn;
 mod durability;
+mod heal;
 mod instance;
 mod live;
 mod maintain;

@@ -53,7 +53,9 @@ impl RedisLog {
                 .response_timeout(RESPONSE_TIMEOUT)
                 .build()
                 .map_err(bad)?;
-            let conn = client.get_async_connection().await.map_err(unavailable)?;
+            let conn = super::heal::Healing::open(client.clone())
+                .await
+                .map_err(unavailable)?;
             (Conn::Cluster(conn), None, Some(client))
         } else {
             let client = redis::Client::open(url).map_err(bad)?;

@@ -12,9 +12,11 @@
 //!
 //! On a cluster a blocking `XREAD` cannot span slots (`CROSSSLOT`, even on
 //! one node), and sessions are spread over all 16384 of them, so a shard
-//! polls instead ([`poll`]): one non-blocking single-key `XREAD` per
-//! followed stream per round, sent concurrently (the cluster connection
-//! pipelines those bound for one node), backing off while nothing is new.
+//! reads with non-blocking single-key reads instead ([`poll`]): the streams
+//! a commit woke ([`bell`]: the committing instance adds the stream's key to
+//! the wake stream of each instance registered as its follower), and every
+//! followed stream once per safety period, sent concurrently (the cluster
+//! connection pipelines those bound for one node).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
