@@ -1,5 +1,5 @@
 //! Any bytes as a `Last-Event-ID`: parsing never panics, accepts only the
-//! grammar of PROTOCOL.md 2, and what it accepts prints back to the same text.
+//! grammar of docs/protocol.md 2, and what it accepts prints back to the same text.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

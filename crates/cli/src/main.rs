@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run an MCP server with the demo tools on a durable log.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Call one tool and print its result.
     Call(client_cmds::CallArgs),
     /// Print the session stream, one JSON object per line, resuming and checking every seq.
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Call(args) => client_cmds::call(args).await,
             Command::Tail(args) => client_cmds::tail(args).await,
             Command::Chaos(args) => chaos::chaos(args).await,

@@ -71,7 +71,7 @@ pub struct ServeArgs {
     oauth_issuer: Option<String>,
 
     /// This server's resource URI, which tokens must carry in `aud`
-    /// (e.g. https://mcp.example.com/mcp).
+    /// (e.g. `https://mcp.example.com/mcp`).
     #[arg(long, value_name = "URI", requires = "oauth_issuer")]
     oauth_audience: Option<String>,
 
@@ -142,7 +142,7 @@ pub struct ServeArgs {
     shutdown_grace_secs: u64,
 
     /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
-    /// echo, the replay and the gate (PROTOCOL.md 9). Events committed during the
+    /// echo, the replay and the gate (docs/protocol.md 9). Events committed during the
     /// handshake are silently lost. Never use in production.
     #[arg(long)]
     unsafe_legacy_upgrade: bool,

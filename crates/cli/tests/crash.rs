@@ -108,3 +108,44 @@ fn a_call_whose_server_was_killed_ends_with_an_error_after_the_restart() {
         assert_eq!(n, 5 + messages.len(), "the error response was committed once");
     });
 }
+
+#[test]
+fn a_call_whose_instance_dies_ends_with_an_error_on_another_instance() {
+    // Two instances on one Redis; B checks silent request streams every second.
+    let redis = common::RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = Serve::spawn(dir.path(), "127.0.0.1:0", &["--store", &redis.url]);
+    let b = Serve::spawn(
+        dir.path(),
+        "127.0.0.1:0",
+        &["--store", &redis.url, "--keepalive-secs", "1"],
+    );
+    rt().block_on(async {
+        let r = post(&a.url, None, json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})).await;
+        let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+        let call = json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"progress","arguments":{"steps":1000,"interval_ms":20},"_meta":{"progressToken":"p"}}});
+        let r = post(&a.url, Some(&sid), call).await;
+        read(r, Duration::from_secs(10), |e| e.id.as_deref() == Some("1/3"))
+            .await
+            .expect("progress flows");
+        a.kill9();
+        // B serves the resume at once; the call ends once A's heartbeat has expired.
+        let resume = reqwest::Client::new()
+            .get(&b.url)
+            .header("mcp-session-id", &sid)
+            .header("accept", "text/event-stream")
+            .header("last-event-id", "1/3")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resume.status(), 200);
+        let events = read(resume, Duration::from_secs(30), |_| false)
+            .await
+            .expect("the stream ends instead of waiting forever");
+        let last: Value =
+            serde_json::from_str(&events.iter().rev().find(|e| !e.data.is_empty()).unwrap().data)
+                .unwrap();
+        assert_eq!(last["id"], 7, "{last}");
+        assert_eq!(last["error"]["data"]["reason"], "server-restarted", "{last}");
+    });
+}

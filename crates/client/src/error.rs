@@ -6,6 +6,7 @@ use crate::tls::{tls_cause, with_sources, TlsError};
 
 /// What can go wrong; the application decides, nothing is swallowed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// Continuity from the cursor cannot be proven (a 409, a gap, a duplicate,
     /// a heartbeat ahead): re-synchronise (for MCP: re-list tools, resources, prompts).

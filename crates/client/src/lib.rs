@@ -8,11 +8,13 @@
 //!
 //! Against a plain Streamable HTTP server (opaque event ids) it still works:
 //! it resumes with `Last-Event-ID` and does not upgrade.
+#![deny(missing_docs)]
 
 mod error;
 mod reader;
 mod session;
-pub mod sse;
+/// The SSE parser (the one codec lives in `mcp_resume_proto::sse`).
+pub use mcp_resume_proto::sse;
 mod tls;
 mod upgrade;
 

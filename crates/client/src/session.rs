@@ -182,7 +182,11 @@ impl McpClient {
             let mut body = resp.bytes_stream();
             while let Some(chunk) = body.next().await {
                 let Ok(chunk) = chunk else { break };
-                for ev in parser.feed(&chunk) {
+                let events = parser.feed(&chunk);
+                if let Some(why) = parser.take_ending() {
+                    tracing::warn!("server ended the request stream: {why}");
+                }
+                for ev in events {
                     if ev.id.is_some() {
                         last_id = ev.id.clone();
                     }

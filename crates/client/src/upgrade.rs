@@ -1,4 +1,4 @@
-//! The WebSocket upgrade request of the session stream (PROTOCOL.md 5):
+//! The WebSocket upgrade request of the session stream (docs/protocol.md 5):
 //! subprotocol, cursor, session, and where the bearer token may travel.
 
 use mcp_resume_proto::{headers as h, SUBPROTOCOL};
@@ -8,7 +8,7 @@ use tokio_tungstenite::tungstenite::handshake::client::Request;
 use crate::ClientError;
 
 /// The upgrade request of the session stream. The bearer token rides in the
-/// subprotocol (`mcp.auth.TOKEN`, PROTOCOL.md) only over `wss://`: over
+/// subprotocol (`mcp.auth.TOKEN`, docs/protocol.md) only over `wss://`: over
 /// plain `ws://` it goes in `Authorization` alone, so no proxy or log that
 /// records subprotocols sees it in the clear.
 pub(crate) fn upgrade_request(

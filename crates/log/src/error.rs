@@ -7,6 +7,7 @@ use crate::Seq;
 /// Everything that can go wrong in the log; each maps to one HTTP status or
 /// close code at the transport.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LogError {
     /// Unknown, expired or ended session (404 / 4404).
     #[error("no such session {0:?}")]

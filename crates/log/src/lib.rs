@@ -2,14 +2,15 @@
 //! contiguous seq here, durably, before any reader can see it.
 //!
 //! Readers never receive pushes from the transport; they read this log from a
-//! cursor. [`Log::subscribe`] is the commit point of PROTOCOL.md 5.2 step 4:
+//! cursor. [`Log::subscribe`] is the commit point of docs/protocol.md 5.2 step 4:
 //! it returns the committed head `C` together with a tail that yields every
 //! event after `C`, so a reader that replays up to `C` and then follows the
 //! tail cannot miss or repeat anything.
 //!
 //! Backends: [`MemoryLog`] (tests, nothing survives a restart) and [`DiskLog`]
 //! (the default: fjall, fsync'd group commit). Both share the in-process
-//! [`hub`](crate::hub) that fans committed events out to subscribers.
+//! `hub` that fans committed events out to subscribers.
+#![deny(missing_docs)]
 
 mod disk;
 mod error;
@@ -36,7 +37,7 @@ pub use types::{Bounds, Event, PinId, Retention, Seq, SessionInfo, StreamKey};
 ///
 /// Every method that names a session answers [`LogError::NoSession`] for one
 /// that never existed or has ended. Appends return only once the events are
-/// committed in the backend's sense (PROTOCOL.md 6), and only committed events
+/// committed in the backend's sense (docs/protocol.md 6), and only committed events
 /// are ever readable.
 #[async_trait]
 pub trait Log: Send + Sync + 'static {

@@ -72,7 +72,7 @@ pub struct SessionInfo {
     pub meta: Bytes,
 }
 
-/// Retention limits per stream (PROTOCOL.md 7).
+/// Retention limits per stream (docs/protocol.md 7).
 #[derive(Debug, Clone, Copy)]
 pub struct Retention {
     /// Keep at most this many events.

@@ -1,4 +1,4 @@
-//! "Committed" with replicas (PROTOCOL.md 6): an append counts once Redis
+//! "Committed" with replicas (docs/protocol.md 6): an append counts once Redis
 //! and `--redis-replicas` replicas hold it, and no reader, on any instance,
 //! sees an event before that. Against a real primary and a real replica.
 

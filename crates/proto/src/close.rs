@@ -1,4 +1,4 @@
-//! WebSocket close codes of PROTOCOL.md 5.5.
+//! WebSocket close codes of docs/protocol.md 5.5.
 //!
 //! Each code tells the client what to do next, so they are named by cause.
 
@@ -36,7 +36,7 @@ pub enum CloseAdvice {
     Fatal,
 }
 
-/// Maps a close code to the client's next step (PROTOCOL.md 5.5).
+/// Maps a close code to the client's next step (docs/protocol.md 5.5).
 pub fn advice(code: u16) -> CloseAdvice {
     match code {
         NORMAL => CloseAdvice::Done,

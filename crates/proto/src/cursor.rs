@@ -1,4 +1,4 @@
-//! Event ids and cursors (PROTOCOL.md 2): parsed and validated once, here.
+//! Event ids and cursors (docs/protocol.md 2): parsed and validated once, here.
 
 use std::fmt;
 use std::str::FromStr;

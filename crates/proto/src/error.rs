@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Seq;
 
-/// The JSON body of every non-JSON-RPC error (PROTOCOL.md 3).
+/// The JSON body of every non-JSON-RPC error (docs/protocol.md 3).
 ///
 /// `code` is kebab-case and stable, so clients branch on it; `message` is for
 /// people; `details` carries the numbers a client needs to recover.
@@ -109,7 +109,7 @@ impl CursorDiscontinuity {
         }
     }
 
-    /// The 409 body of PROTOCOL.md 4, for `Ahead` and `Truncated`.
+    /// The 409 body of docs/protocol.md 4, for `Ahead` and `Truncated`.
     pub fn to_body(&self) -> ErrorBody {
         let body =
             ErrorBody::new("cursor-discontinuity", self.to_string()).with("reason", self.reason());

@@ -1,4 +1,4 @@
-//! WebSocket frames of PROTOCOL.md 5.3: one JSON object per text frame.
+//! WebSocket frames of docs/protocol.md 5.3: one JSON object per text frame.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -1,4 +1,4 @@
-//! The server's gate (PROTOCOL.md 5.4): no event above the committed cursor
+//! The server's gate (docs/protocol.md 5.4): no event above the committed cursor
 //! `C` leaves before the client has acknowledged `C`.
 //!
 //! The socket task feeds it what happens (an event is ready, an ack arrived,

@@ -1,10 +1,11 @@
-//! The mcp-resume wire contract (`shared/PROTOCOL.md`) as plain data and pure
+//! The mcp-resume wire contract (`docs/protocol.md`) as plain data and pure
 //! state machines.
 //!
 //! Nothing here touches a socket, a clock or a disk: the server, the client
 //! and the tests drive these types, so the rules that keep a cursor honest are
 //! written once and can be exercised through random interleavings without any
 //! I/O (the way `quinn-proto` keeps QUIC apart from tokio).
+#![deny(missing_docs)]
 
 pub mod close;
 pub mod cursor;
@@ -13,6 +14,7 @@ pub mod frame;
 pub mod gate;
 pub mod headers;
 pub mod seqcheck;
+pub mod sse;
 pub mod upgrade;
 
 pub use cursor::{EventId, ParseCursorError, Seq};
@@ -26,7 +28,7 @@ pub use upgrade::decide_start;
 /// one is what `initialize` offers when the client asks for one we do not know.
 pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 
-/// The WebSocket subprotocol that marks a cursor-safe upgrade (PROTOCOL.md 5.1).
+/// The WebSocket subprotocol that marks a cursor-safe upgrade (docs/protocol.md 5.1).
 pub const SUBPROTOCOL: &str = "mcp.resume.v1";
 
 /// An extra subprotocol a client offers (never echoed) when it cannot read the

@@ -1,4 +1,4 @@
-//! The reader's gap check (PROTOCOL.md 5.6): every event must be `last + 1`.
+//! The reader's gap check (docs/protocol.md 5.6): every event must be `last + 1`.
 
 use crate::{CursorDiscontinuity, Seq};
 

@@ -1,4 +1,4 @@
-//! The upgrade decision (PROTOCOL.md 4 and 5.2 step 4, 5.6): where may a
+//! The upgrade decision (docs/protocol.md 4 and 5.2 step 4, 5.6): where may a
 //! reader start, given what it has seen and what the log has committed?
 
 use crate::{CursorDiscontinuity, Seq};
@@ -24,7 +24,7 @@ pub fn decide_start(
     let floor_known = floor.unwrap_or(0);
     if prior > head {
         return Err(match floor {
-            // The server knows the floor: this is the 409 `ahead` of PROTOCOL.md 4.
+            // The server knows the floor: this is the 409 `ahead` of docs/protocol.md 4.
             Some(floor) => CursorDiscontinuity::Ahead { prior, head, floor },
             // The client only knows the echo went backwards.
             None => CursorDiscontinuity::EchoBelowPrior { prior, echo: head },

@@ -112,7 +112,7 @@ fn run_safe(initial_head: u64, prior: u64, steps: &[Step]) -> (Vec<u64>, u64) {
     (seen, head)
 }
 
-/// The legacy upgrade of PROTOCOL.md 9: live from the head at the 101, no echo, no replay.
+/// The legacy upgrade of docs/protocol.md 9: live from the head at the 101, no echo, no replay.
 fn run_legacy(initial_head: u64, prior: u64, appends_after: u64) -> Vec<u64> {
     let start = initial_head; // the head at the moment of the 101
     let _ = prior;

@@ -45,15 +45,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Ok(text_result("lift-off"))
             },
         );
-    let log = Arc::new(DiskLog::open(
-        "custom-tools-data/log",
-        Retention::default(),
-    )?);
+    // The log lives in the system's temporary directory, so running the
+    // example leaves nothing in the working tree.
+    let data = std::env::temp_dir().join("mcp-resume-custom-tools/log");
+    let log = Arc::new(DiskLog::open(&data, Retention::default())?);
     let server = McpServer::new(log, tools, ServerConfig::default());
+    // The server's router brings /mcp, /metrics, /healthz and /readyz; add your own beside them.
     let app = axum::Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/hello", get(|| async { "hello" }))
         .merge(server.router());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:8090").await?;
+    // A free port unless one is given: `cargo run -p mcp-resume-server --example custom_tools -- 127.0.0.1:8090`.
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:0".into());
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
     // Retention, idle expiry and a clean shutdown (1001 to sockets) on Ctrl-C.
     server

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use crate::listen::ConnLimits;
 
-/// Server settings; `Default` gives the PROTOCOL.md defaults.
+/// Server settings; `Default` gives the docs/protocol.md defaults.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Base path `P` (PROTOCOL.md 3).
+    /// Base path `P` (docs/protocol.md 3).
     pub base_path: String,
     /// Allowed `Origin` values besides the loopback ones (when `allow_loopback_origins`).
     pub allowed_origins: Vec<String>,
@@ -40,7 +40,7 @@ pub struct ServerConfig {
     pub maintenance_interval: Duration,
     /// Accept WebSocket upgrades; when off every upgrade gets 426 and clients stay on SSE.
     pub websocket: bool,
-    /// PROTOCOL.md 9: reproduce the unsafe upgrade on purpose.
+    /// docs/protocol.md 9: reproduce the unsafe upgrade on purpose.
     pub unsafe_legacy_upgrade: bool,
     /// Tools one session may register with `register_tool`.
     pub max_session_tools: usize,

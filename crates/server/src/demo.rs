@@ -1,4 +1,4 @@
-//! The built-in demo tools of PROTOCOL.md 8: one user of the tool API like any other.
+//! The built-in demo tools of docs/protocol.md 8: one user of the tool API like any other.
 
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ fn string<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
         .ok_or_else(|| ToolError::InvalidParams(format!("{key:?} must be a string")))
 }
 
-/// One `emit` notification, as JSON text (PROTOCOL.md 8).
+/// One `emit` notification, as JSON text (docs/protocol.md 8).
 fn emit_message(k: u64, count: u64) -> bytes::Bytes {
     bytes::Bytes::from(format!(
         r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","logger":"emit","data":{{"i":{k},"count":{count}}}}}}}"#

@@ -1,4 +1,4 @@
-//! HTTP errors with the JSON bodies of PROTOCOL.md 3.
+//! HTTP errors with the JSON bodies of docs/protocol.md 3.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -7,6 +7,7 @@ use mcp_resume_proto::{CursorDiscontinuity, ErrorBody};
 
 /// Everything the HTTP layer refuses, each with its status and code.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ApiError {
     /// 400 with a kebab-case code.
     #[error("{message}")]

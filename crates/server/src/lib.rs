@@ -1,11 +1,13 @@
 //! An MCP server over Streamable HTTP whose every connection is a reader of
 //! the session log from a cursor.
 //!
-//! - [`http`]: `POST`/`GET`/`DELETE` on the base path, and the SSE session stream;
-//! - [`sse`]: the one SSE encoder and the replay-then-live reader;
-//! - [`ws`]: the cursor-safe WebSocket upgrade (commit point, echo, gate);
-//! - [`tools`]: the API a Rust author serves their own tools with; [`demo`]
-//!   is one user of it.
+//! What a library user needs is exported, nothing else: [`McpServer`] (the
+//! routes, maintenance and a clean shutdown), [`ServerConfig`], the tool API
+//! ([`tools`]; [`demo`] is one user of it), [`auth`] and [`listen`]. Inside:
+//! `http` (`POST`/`GET`/`DELETE` on the base path), `sse` (the
+//! replay-then-live reader), `ws` (the cursor-safe WebSocket upgrade: commit
+//! point, echo, gate), `orphans` (calls whose handler died), `metrics`;
+//! docs/architecture.md follows a message through them.
 //!
 //! Mount it in your own axum application:
 //!
@@ -21,24 +23,25 @@
 //! server.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await
 //! # }
 //! ```
+#![deny(missing_docs)]
 
 pub mod auth;
 mod config;
 mod cors;
 pub mod demo;
 mod error;
-pub mod http;
+mod http;
 mod jsonrpc;
 pub mod listen;
 mod mcp;
 mod metrics;
 mod orphans;
 mod session;
-pub mod sse;
+mod sse;
 mod state;
 pub mod tools;
 mod trace;
-pub mod ws;
+mod ws;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -51,7 +54,7 @@ use tokio::sync::{watch, Mutex};
 pub use config::ServerConfig;
 pub use error::ApiError;
 pub use listen::{tls_config, ConnLimits, ListenError};
-pub use state::AppState;
+use state::AppState;
 pub use tools::{ToolContext, ToolError, ToolRegistry};
 
 /// One MCP server: its state, its routes and its shutdown switch.
@@ -78,9 +81,10 @@ impl McpServer {
         Self { state, stop }
     }
 
-    /// The shared state, for handlers of the embedding application.
-    pub fn state(&self) -> &AppState {
-        &self.state
+    /// The log this server commits to and reads from, for an embedding
+    /// application that wants to look at sessions itself.
+    pub fn log(&self) -> &Arc<dyn Log> {
+        &self.state.log
     }
 
     /// The routes under the base path, ready to merge into an application:

@@ -68,7 +68,7 @@ pub async fn handle_request(
 }
 
 /// Handles a message that arrived over a WebSocket: a request's response goes
-/// into the session stream (PROTOCOL.md 5.3); notifications and responses need nothing.
+/// into the session stream (docs/protocol.md 5.3); notifications and responses need nothing.
 pub async fn handle_socket_message(state: &AppState, session: &str, message: &Value) {
     let reply = match Incoming::classify(message) {
         Ok(Incoming::Request { id, method, params }) => {

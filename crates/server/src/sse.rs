@@ -1,63 +1,16 @@
 //! The one SSE encoder, and the reader that streams a log from a cursor.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use mcp_resume_log::{Event, LogError, Seq, StreamKey, Subscription};
+use mcp_resume_proto::sse::{encode, ending, priming, KEEPALIVE};
 use tokio::sync::mpsc;
 
 use crate::state::AppState;
 
 /// Events replayed per log read, and the most live events sent in one write.
 pub(crate) const REPLAY_CHUNK: usize = 512;
-
-/// Appends one SSE event to `out`: `id`, optional `event`, `data` split on newlines.
-pub fn encode(out: &mut BytesMut, id: &str, event: Option<&str>, data: &[u8]) {
-    out.reserve(data.len() + id.len() + 32);
-    out.put_slice(b"id: ");
-    out.put_slice(id.as_bytes());
-    out.put_u8(b'\n');
-    if let Some(ev) = event {
-        out.put_slice(b"event: ");
-        out.put_slice(ev.as_bytes());
-        out.put_u8(b'\n');
-    }
-    for line in data.split(|b| *b == b'\n') {
-        out.put_slice(b"data: ");
-        out.put_slice(line.strip_suffix(b"\r").unwrap_or(line));
-        out.put_u8(b'\n');
-    }
-    out.put_u8(b'\n');
-}
-
-/// Appends one SSE event with no `id` (a response answered at once, with
-/// nothing in the log to resume from).
-pub(crate) fn encode_unnumbered(out: &mut BytesMut, data: &[u8]) {
-    out.put_slice(b"event: message\n");
-    for line in data.split(|b| *b == b'\n') {
-        out.put_slice(b"data: ");
-        out.put_slice(line.strip_suffix(b"\r").unwrap_or(line));
-        out.put_u8(b'\n');
-    }
-    out.put_u8(b'\n');
-}
-
-/// A comment line that says why the server ends a stream. SSE clients
-/// ignore comments, so it is safe for every client and plain for a human (and
-/// our own client logs it); the reader resumes from its cursor as after any end.
-pub fn ending(code: &str, why: &str) -> Bytes {
-    Bytes::from(format!(": error {code}: {}\n\n", why.replace('\n', " ")))
-}
-
-/// The priming event of PROTOCOL.md 4: the cursor, the retry advice, empty data.
-pub fn priming(id: &str, retry: Duration) -> Bytes {
-    Bytes::from(format!(
-        "id: {id}\nretry: {}\ndata: \n\n",
-        retry.as_millis()
-    ))
-}
 
 /// How to spell an event id of `stream`.
 pub fn event_id(stream: StreamKey, seq: Seq) -> String {
@@ -117,29 +70,29 @@ impl Position {
     /// `last + 1` is a gap (or a repeat) in what the log handed over: what came
     /// before it is still sent, then the stream ends loudly rather than skip.
     fn encode(&mut self, events: &[Event]) -> (Bytes, Next) {
-        let mut out = BytesMut::new();
+        let mut out = Vec::new();
         for e in events {
             if e.seq != self.last + 1 {
                 let why = format!(
                     "the log returned {} after {}; resume from {}",
                     e.seq, self.last, self.last
                 );
-                return (out.freeze(), Next::Gap(why));
+                return (out.into(), Next::Gap(why));
             }
             self.last = e.seq;
             encode(
                 &mut out,
-                &event_id(self.stream, e.seq),
+                Some(&event_id(self.stream, e.seq)),
                 Some("message"),
                 &e.message,
             );
             if matches!(self.stream, StreamKey::Request(_))
                 && crate::jsonrpc::is_response(&e.message)
             {
-                return (out.freeze(), Next::Done);
+                return (out.into(), Next::Done);
             }
         }
-        (out.freeze(), Next::More)
+        (out.into(), Next::More)
     }
 
     /// Sends what [`Position::encode`] made; false when the pump must stop.
@@ -159,7 +112,7 @@ impl Position {
             Next::Done => false,
             Next::Gap(why) => {
                 tracing::warn!(session = %id, "{why}");
-                let _ = send(tx, shutdown, ending("log-gap", &why)).await;
+                let _ = send(tx, shutdown, Bytes::from(ending("log-gap", &why))).await;
                 false
             }
         }
@@ -197,7 +150,7 @@ async fn pump(
     if !send(
         &tx,
         &mut shutdown,
-        priming(&event_id(stream, cursor), state.config.retry),
+        priming(&event_id(stream, cursor), state.config.retry.as_millis()).into(),
     )
     .await
     {
@@ -214,13 +167,18 @@ async fn pump(
                     pos.last, pos.last
                 );
                 tracing::warn!(session = %id, "{why}");
-                let _ = send(&tx, &mut shutdown, ending("log-gap", &why)).await;
+                let _ = send(&tx, &mut shutdown, Bytes::from(ending("log-gap", &why))).await;
                 return;
             }
             Err(e) => {
                 // Trimmed under us (the resume gets its 409) or the log went away.
                 tracing::info!(session = %id, error = %e, "SSE replay ended");
-                let _ = send(&tx, &mut shutdown, ending(log_code(&e), &e.to_string())).await;
+                let _ = send(
+                    &tx,
+                    &mut shutdown,
+                    Bytes::from(ending(log_code(&e), &e.to_string())),
+                )
+                .await;
                 return;
             }
         };
@@ -233,7 +191,15 @@ async fn pump(
         let next = tokio::select! {
             ev = sub.next() => ev,
             _ = tokio::time::sleep(state.config.keepalive) => {
-                if !send(&tx, &mut shutdown, Bytes::from_static(b": keepalive\n\n")).await {
+                // A request stream silent this long may belong to a handler that died
+                // with another instance since this reader began (a shared log): end
+                // the call then, and its error arrives through the subscription.
+                if let StreamKey::Request(r) = stream {
+                    if let Err(e) = crate::orphans::end_if_orphaned(&state, &id, r).await {
+                        tracing::debug!(session = %id, stream = r, error = %e, "orphan check failed");
+                    }
+                }
+                if !send(&tx, &mut shutdown, Bytes::from_static(KEEPALIVE)).await {
                     return;
                 }
                 continue;
@@ -256,7 +222,7 @@ async fn pump(
                     LogError::SessionEnded => "the session ended".into(),
                     ref other => other.to_string(),
                 };
-                let _ = send(&tx, &mut shutdown, ending(log_code(&e), &why)).await;
+                let _ = send(&tx, &mut shutdown, Bytes::from(ending(log_code(&e), &why))).await;
                 return;
             }
         };

@@ -17,15 +17,15 @@ use crate::ServerConfig;
 /// Shared state of one server: the log every connection reads, the tools,
 /// the settings and the shutdown signal.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// The session log; the only source of what clients receive.
-    pub log: Arc<dyn Log>,
+    pub(crate) log: Arc<dyn Log>,
     /// Static tools (the demo set, or the embedding application's).
-    pub tools: Arc<ToolRegistry>,
+    pub(crate) tools: Arc<ToolRegistry>,
     /// Settings.
-    pub config: Arc<ServerConfig>,
+    pub(crate) config: Arc<ServerConfig>,
     /// Flips to `true` when the server stops; streams end, sockets close with 1001.
-    pub shutdown: watch::Receiver<bool>,
+    pub(crate) shutdown: watch::Receiver<bool>,
     /// Serialises read-modify-write of session records (rare: tool registration).
     pub(crate) record_lock: Arc<Mutex<()>>,
     /// Every task the server spawns (handlers, readers, background work), so
@@ -41,7 +41,7 @@ pub struct AppState {
 
 impl AppState {
     /// Appends one JSON-RPC message to a stream; the single door into the log for the server.
-    pub async fn append(
+    pub(crate) async fn append(
         &self,
         session: &str,
         stream: StreamKey,
@@ -53,7 +53,7 @@ impl AppState {
 
     /// Appends JSON-RPC messages already encoded as JSON text to a stream,
     /// returning once they are committed; every server write goes through here.
-    pub async fn commit(
+    pub(crate) async fn commit(
         &self,
         session: &str,
         stream: StreamKey,
@@ -76,14 +76,14 @@ impl AppState {
     }
 
     /// Reads the server's record of a session.
-    pub async fn record(&self, session: &str) -> Result<SessionRecord, LogError> {
+    pub(crate) async fn record(&self, session: &str) -> Result<SessionRecord, LogError> {
         Ok(SessionRecord::decode(
             &self.log.session(session).await?.meta,
         ))
     }
 
     /// Changes the session's record under a lock; `f` returns whether it changed anything.
-    pub async fn update_record(
+    pub(crate) async fn update_record(
         &self,
         session: &str,
         f: impl FnOnce(&mut SessionRecord) -> bool,

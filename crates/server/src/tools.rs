@@ -28,6 +28,7 @@ use crate::state::AppState;
 
 /// Why a tool call failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolError {
     /// The arguments do not fit the tool (JSON-RPC -32602).
     #[error("invalid arguments: {0}")]

@@ -1,4 +1,4 @@
-//! The cursor-safe upgrade of the session stream to WebSocket (PROTOCOL.md 5).
+//! The cursor-safe upgrade of the session stream to WebSocket (docs/protocol.md 5).
 //!
 //! The decision runs before any byte of the response, in the order of 5.2;
 //! the commit point is the log's `subscribe`; the 101 echoes the committed
@@ -142,7 +142,7 @@ pub(crate) async fn upgrade(
     };
     let committed = bounds.head;
     if state.config.unsafe_legacy_upgrade {
-        // PROTOCOL.md 9: no echo, no replay, no gate; live from the head at the 101.
+        // docs/protocol.md 9: no echo, no replay, no gate; live from the head at the 101.
         state.metrics.upgrade("legacy");
         let token = state.tasks.token();
         let resp = ws.on_upgrade(move |socket| async move {
@@ -421,7 +421,7 @@ fn read_error(e: axum::Error) -> Closing {
     }
 }
 
-/// PROTOCOL.md 9, on purpose: the failure mcp-resume exists to prevent.
+/// docs/protocol.md 9, on purpose: the failure mcp-resume exists to prevent.
 async fn legacy(state: AppState, id: String, mut sub: Subscription, mut socket: WebSocket) {
     let mut shutdown = state.shutdown.clone();
     loop {

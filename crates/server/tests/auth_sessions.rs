@@ -3,45 +3,14 @@
 
 mod common;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use common::{ws_connect, TestServer};
-use jsonwebtoken::jwk::Jwk;
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use mcp_resume_server::auth::{AuthConfig, Authenticator, JwksSource, OAuthConfig};
 use mcp_resume_server::ServerConfig;
+use mcp_resume_testkit::TestIssuer;
 use serde_json::{json, Value};
 
 const ISS: &str = "https://auth.test";
 const AUD: &str = "https://mcp.test/mcp";
-
-/// An Ed25519 key from 32 fresh random bytes (PKCS#8, RFC 8410) and its JWKS.
-fn key() -> (EncodingKey, String) {
-    let mut der = vec![
-        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
-        0x20,
-    ];
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).unwrap();
-    der.extend_from_slice(&seed);
-    let key = EncodingKey::from_ed_der(&der);
-    let mut jwk =
-        serde_json::to_value(Jwk::from_encoding_key(&key, Algorithm::EdDSA).unwrap()).unwrap();
-    jwk["kid"] = "k1".into();
-    (key, json!({"keys": [jwk]}).to_string())
-}
-
-fn token(key: &EncodingKey, sub: &str, scope: &str) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut header = Header::new(Algorithm::EdDSA);
-    header.kid = Some("k1".into());
-    let claims =
-        json!({"iss": ISS, "aud": AUD, "sub": sub, "scope": scope, "iat": now, "exp": now + 300});
-    jsonwebtoken::encode(&header, &claims, key).unwrap()
-}
 
 async fn server(jwks: &str, dir: &tempfile::TempDir) -> TestServer {
     let path = dir.path().join("jwks.json");
@@ -71,10 +40,10 @@ async fn post(s: &TestServer, token: &str, sid: Option<&str>, body: Value) -> re
 #[tokio::test]
 async fn a_session_belongs_to_its_principal_and_is_404_to_everyone_else() {
     let dir = tempfile::tempdir().unwrap();
-    let (key, jwks) = key();
-    let s = server(&jwks, &dir).await;
-    let alice = token(&key, "alice", "mcp");
-    let bob = token(&key, "bob", "mcp");
+    let issuer = TestIssuer::new(ISS, AUD);
+    let s = server(&issuer.jwks, &dir).await;
+    let alice = issuer.token("alice", "mcp");
+    let bob = issuer.token("bob", "mcp");
 
     // No token: 401 naming the resource metadata; the metadata names the issuer.
     let r = reqwest::Client::new().post(&s.url).send().await.unwrap();
@@ -92,7 +61,7 @@ async fn a_session_belongs_to_its_principal_and_is_404_to_everyone_else() {
     .unwrap();
     assert_eq!(meta["authorization_servers"][0], ISS, "{meta}");
     // A token without the required scope: 403.
-    let r = post(&s, &token(&key, "carol", "other"), None, json!({})).await;
+    let r = post(&s, &issuer.token("carol", "other"), None, json!({})).await;
     assert_eq!(r.status(), 403);
 
     // Alice's session (with a lower-case scheme) ...

@@ -1,4 +1,4 @@
-//! Every row of the error table of PROTOCOL.md 3, sent to a running server.
+//! Every row of the error table of docs/protocol.md 3, sent to a running server.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! The session stream over SSE (PROTOCOL.md 4) and request streams.
+//! The session stream over SSE (docs/protocol.md 4) and request streams.
 
 mod common;
 

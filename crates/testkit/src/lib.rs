@@ -1,8 +1,13 @@
 //! What the tests and benchmarks of every crate share, so there is one way
 //! to do it: a `redis-server` of their own on a free loopback port, never
 //! one they did not start and check, and the runtime they drive it from.
+#![deny(missing_docs)]
 
 mod cluster;
+#[cfg(feature = "jwt")]
+mod jwt;
+#[cfg(feature = "jwt")]
+pub use jwt::TestIssuer;
 #[cfg(feature = "tls")]
 mod tls;
 pub use cluster::{RedisCluster, NODE_TIMEOUT_MS};

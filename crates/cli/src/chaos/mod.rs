@@ -4,13 +4,18 @@
 //! the handshake, a reader that reads over SSE to a random point and upgrades
 //! with `Last-Event-ID`, and faults chosen at random (the WebSocket dropped
 //! mid-stream, a reconnect over SSE or WebSocket, and with `--spawn` the
-//! server killed with `kill -9` and restarted). The reader trusts the server
-//! (it follows the protocol but does not check seqs itself), so what is
-//! measured is the server: at the end the log is read back as ground truth,
-//! and every event missing, repeated, reordered or altered in what the reader
-//! delivered is counted. Loud failures (409, 426, close codes) are counted
-//! apart; they are allowed.
+//! server killed with `kill -9` and restarted), then a final `emit`. The
+//! reader follows the protocol but does not check seqs itself, so what is
+//! measured is the server. The truth is the harness's own: every `emit` call
+//! numbers its events `1..=count` with a count no other call of the iteration
+//! uses, and what the reader delivered is judged against that, never against
+//! what the server under test reads back (see `accounting`). Loud failures
+//! (409, 426, close codes) are counted apart; they are allowed. Every
+//! iteration is counted: judged in full, ended loudly, or a harness error.
 
+mod accounting;
+mod iteration;
+mod reader;
 mod report;
 mod run;
 mod target;
@@ -29,7 +34,8 @@ mcp-resume chaos --spawn --compare-legacy --report chaos.json --chart chaos.svg\
 mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n  \
 mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n  \
 mcp-resume chaos --spawn --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001 --redis-replicas 1 --instances 3\n\n\
-Exit codes: 0 no silent gap and no duplicate in the safe mode; 1 some (or an error); 2 bad usage.")]
+Exit codes: 0 the safe mode judged every iteration (no harness error) and found no silent gap,\n\
+duplicate, reorder or mismatch; 1 otherwise, or an error; 2 bad usage.")]
 pub struct ChaosArgs {
     /// A server to test (its MCP endpoint). Omit with --spawn.
     url: Option<String>,
@@ -49,8 +55,7 @@ pub struct ChaosArgs {
 
     /// The store of the spawned servers, passed to `serve --store`
     /// (default: the disk log in a temporary directory). `redis://HOST:PORT/DB`
-    /// or `redis-cluster://HOST:PORT[,...]` lets several instances serve one
-    /// session (see --instances).
+    /// lets several instances serve one session (see --instances).
     #[arg(long, value_name = "STORE", requires = "spawn")]
     store: Option<String>,
 
@@ -157,9 +162,12 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
     if let Some(p) = &args.chart {
         report::write_svg(p, &results).map_err(|e| format!("writing {}: {e}", p.display()))?;
     }
-    let safe = &results[0];
-    if safe.silent_gaps > 0 || safe.duplicates > 0 || safe.reorders > 0 || safe.mismatches > 0 {
-        eprintln!("mcp-resume chaos: the safe mode lost or repeated events silently");
+    let failures = results[0].failures();
+    if !failures.is_empty() {
+        eprintln!(
+            "mcp-resume chaos: the safe mode fails: {}",
+            failures.join(", ")
+        );
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

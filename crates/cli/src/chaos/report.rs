@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::run::{Options, Results};
+use super::accounting::Results;
+use super::run::Options;
 
 fn pct(v: &[f64], p: f64) -> Option<f64> {
     if v.is_empty() {
@@ -44,13 +45,22 @@ pub fn print_table(results: &[Results]) {
         );
     };
     row("iterations", &|r| r.iterations.to_string());
+    row("  judged in full", &|r| r.judged_iterations.to_string());
+    row("  ended loudly (allowed)", &|r| {
+        r.loud_iterations.to_string()
+    });
+    row("  not judged (harness err)", &|r| r.errors.to_string());
     row("silent gaps (events)", &|r| r.silent_gaps.to_string());
+    row("  seq holes", &|r| r.seq_holes.to_string());
+    row("  emitted, never delivered", &|r| {
+        r.missing_events.to_string()
+    });
     row("iterations with a gap", &|r| r.gap_iterations.to_string());
     row("duplicates", &|r| r.duplicates.to_string());
     row("reorders", &|r| r.reorders.to_string());
     row("content mismatches", &|r| r.mismatches.to_string());
     row("loud failures (allowed)", &|r| r.loud_failures.to_string());
-    row("harness errors", &|r| r.errors.to_string());
+    row("undelivered, loudly", &|r| r.loud_undelivered.to_string());
     row("101 p50 ms", &|r| fmt_ms(pct(&r.t_101, 0.5)));
     row("replay done p50 ms", &|r| fmt_ms(pct(&r.t_replay, 0.5)));
     row("first live frame p50 ms", &|r| fmt_ms(pct(&r.t_live, 0.5)));
@@ -89,7 +99,12 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
             json!({
                 "mode": r.mode,
                 "iterations": r.iterations,
+                "judged_iterations": r.judged_iterations,
+                "loud_iterations": r.loud_iterations,
                 "silent_gaps": r.silent_gaps,
+                "seq_holes": r.seq_holes,
+                "missing_events": r.missing_events,
+                "loud_undelivered": r.loud_undelivered,
                 "gap_iterations": r.gap_iterations,
                 "duplicates": r.duplicates,
                 "reorders": r.reorders,
@@ -114,6 +129,7 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
         "seed": opts.seed,
         "iterations_per_mode": opts.iterations,
         "store": opts.store,
+        "truth": "emit numbering (each call's own count, k = 1..=count)",
         "instances": opts.instances,
         "modes": modes,
     });

@@ -2,8 +2,45 @@
 //! instances (one on a temporary disk log, or several on one Redis).
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Per instance, how many times a kill began or ended: odd while an instance
+/// is being killed and restarted. An iteration compares snapshots to know,
+/// without asking any server, whether an `emit` of its own may have been cut
+/// short by a kill (its own or another iteration's).
+#[derive(Debug)]
+pub struct Kills(Vec<AtomicU64>);
+
+impl Kills {
+    fn new(instances: usize) -> Self {
+        Self((0..instances.max(1)).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// The generation of every instance, now.
+    pub fn snapshot(&self) -> Vec<u64> {
+        self.0.iter().map(|g| g.load(Ordering::SeqCst)).collect()
+    }
+
+    /// The generation of instance `i` (0 for an instance we do not know).
+    pub fn of(&self, i: usize) -> u64 {
+        self.0.get(i).map(|g| g.load(Ordering::SeqCst)).unwrap_or(0)
+    }
+
+    fn bump(&self, i: usize) {
+        if let Some(g) = self.0.get(i) {
+            g.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Whether no kill began or ended between two snapshots, and none was under way.
+pub fn undisturbed(before: u64, after: u64) -> bool {
+    before == after && before.is_multiple_of(2)
+}
 
 /// How to start our own servers.
 pub struct SpawnOptions {
@@ -11,7 +48,8 @@ pub struct SpawnOptions {
     pub legacy: bool,
     /// `--store` passed through; `None` is the disk log in a temporary directory.
     pub store: Option<String>,
-    /// `--redis-replicas` passed through (with a Redis store).
+    /// `--redis-replicas` passed through (with a Redis store): with a replica
+    /// per master, a master killed mid-run loses nothing committed.
     pub redis_replicas: usize,
     /// How many instances share the store.
     pub instances: usize,
@@ -22,10 +60,12 @@ pub struct Target {
     /// Every instance's MCP endpoint; iterations spread their requests over them.
     pub urls: Vec<String>,
     spawned: Vec<Spawned>,
-    /// `--store` and what goes with it, for every start.
-    store_args: Vec<String>,
+    kills: Arc<Kills>,
+    store: Option<String>,
+    redis_replicas: usize,
     legacy: bool,
     dir: Option<tempfile::TempDir>,
+    exe: PathBuf,
 }
 
 struct Spawned {
@@ -33,18 +73,40 @@ struct Spawned {
     addr: String,
 }
 
+/// A private copy of this executable in `dir`, for the spawned servers: a
+/// restart must run the binary under test even when the file it was started
+/// from has since been rebuilt or deleted (a shared target directory). On
+/// Linux `/proc/self/exe` still reads the running binary in that case.
+fn private_exe(dir: &Path) -> Result<PathBuf, String> {
+    let proc_exe = Path::new("/proc/self/exe");
+    let from = if proc_exe.exists() {
+        proc_exe.to_path_buf()
+    } else {
+        std::env::current_exe().map_err(|e| format!("locating the executable: {e}"))?
+    };
+    let to = dir.join("mcp-resume-under-test");
+    std::fs::copy(&from, &to).map_err(|e| format!("copying the executable: {e}"))?;
+    Ok(to)
+}
+
 fn start(
+    exe: &Path,
     addr: &str,
-    dir: &std::path::Path,
+    dir: &Path,
     legacy: bool,
-    store_args: &[String],
+    store: Option<&str>,
+    redis_replicas: usize,
 ) -> Result<(Child, String), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--listen", addr, "--data-dir"])
         .arg(dir)
         .env("RUST_LOG", "error");
-    cmd.args(store_args);
+    if let Some(s) = store {
+        cmd.args(["--store", s]);
+        if redis_replicas > 0 {
+            cmd.args(["--redis-replicas", &redis_replicas.to_string()]);
+        }
+    }
     if legacy {
         cmd.arg("--unsafe-legacy-upgrade");
     }
@@ -73,33 +135,38 @@ impl Target {
         Self {
             urls: vec![url.to_owned()],
             spawned: Vec::new(),
-            store_args: Vec::new(),
+            kills: Arc::new(Kills::new(1)),
+            store: None,
+            redis_replicas: 0,
             legacy: false,
             dir: None,
+            exe: PathBuf::new(),
         }
     }
 
     /// Our own `serve` instances on free ports, sharing one store.
     pub fn spawn(opts: &SpawnOptions) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let exe = private_exe(dir.path())?;
         let mut t = Self {
             urls: Vec::new(),
             spawned: Vec::new(),
-            store_args: match &opts.store {
-                Some(s) if opts.redis_replicas > 0 => vec![
-                    "--store".into(),
-                    s.clone(),
-                    "--redis-replicas".into(),
-                    opts.redis_replicas.to_string(),
-                ],
-                Some(s) => vec!["--store".into(), s.clone()],
-                None => Vec::new(),
-            },
+            kills: Arc::new(Kills::new(opts.instances)),
+            store: opts.store.clone(),
+            redis_replicas: opts.redis_replicas,
             legacy: opts.legacy,
             dir: None,
+            exe,
         };
         for _ in 0..opts.instances.max(1) {
-            let (child, url) = start("127.0.0.1:0", dir.path(), opts.legacy, &t.store_args)?;
+            let (child, url) = start(
+                &t.exe,
+                "127.0.0.1:0",
+                dir.path(),
+                opts.legacy,
+                t.store.as_deref(),
+                t.redis_replicas,
+            )?;
             let addr = url
                 .trim_start_matches("http://")
                 .split('/')
@@ -113,20 +180,42 @@ impl Target {
         Ok(t)
     }
 
+    /// The kill generations of the instances, shared with the iterations.
+    pub fn kills(&self) -> Arc<Kills> {
+        self.kills.clone()
+    }
+
     /// How many instances can be killed (0 for a remote server).
     pub fn killable(&self) -> usize {
         self.spawned.len()
     }
 
     /// `kill -9` of instance `i` and a restart on the same address and store.
+    /// Its kill generation is odd from just before the kill until the restart
+    /// has succeeded or failed.
     pub fn kill_and_restart(&mut self, i: usize) -> Result<(), String> {
+        let kills = self.kills.clone();
+        kills.bump(i);
+        let r = self.kill_and_restart_inner(i);
+        kills.bump(i);
+        r
+    }
+
+    fn kill_and_restart_inner(&mut self, i: usize) -> Result<(), String> {
         let (Some(s), Some(dir)) = (self.spawned.get_mut(i), self.dir.as_ref()) else {
             return Ok(());
         };
         let _ = s.child.kill();
         let _ = s.child.wait();
         for _ in 0..100 {
-            if let Ok((child, _)) = start(&s.addr, dir.path(), self.legacy, &self.store_args) {
+            if let Ok((child, _)) = start(
+                &self.exe,
+                &s.addr,
+                dir.path(),
+                self.legacy,
+                self.store.as_deref(),
+                self.redis_replicas,
+            ) {
                 s.child = child;
                 return Ok(());
             }

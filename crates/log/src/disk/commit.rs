@@ -17,8 +17,10 @@ use crate::{Bounds, Event, LogError, Seq, StreamKey};
 /// Most ops folded into one transaction.
 const MAX_BATCH: usize = 8192;
 
+/// Where the committer answers one op, once its batch is durable (or failed).
 pub(super) type Reply<T> = oneshot::Sender<Result<T, LogError>>;
 
+/// One write asked of the committer; every write of the disk log is one.
 pub(super) enum Op {
     Create {
         id: String,
@@ -68,6 +70,7 @@ enum Effect {
     Forgotten(Vec<String>),
 }
 
+/// The one writer: owns every write so batches can share one fsync.
 pub(super) struct Committer {
     pub store: Store,
     pub hub: Arc<Hub>,
@@ -81,6 +84,7 @@ struct Overlay {
 }
 
 impl Committer {
+    /// Commits batches of whatever is queued until every sender is gone.
     pub fn run(self, rx: std_mpsc::Receiver<Op>) {
         while let Ok(first) = rx.recv() {
             let mut batch = vec![first];
@@ -414,6 +418,7 @@ fn respond(op: Op, answer: Result<u64, LogError>) {
     }
 }
 
+/// Answers every op of a batch that could not be committed with the same error.
 pub(super) fn fail_all(batch: Vec<Op>, e: LogError) {
     for op in batch {
         respond(op, Err(e.clone()));

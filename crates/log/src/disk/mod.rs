@@ -161,6 +161,30 @@ impl DiskLog {
         self.hub.stream_states()
     }
 
+    /// For measurements: flushes every memtable and compacts every keyspace
+    /// fully, so that the directory's size shows what is stored, not what
+    /// awaits compaction (deleted keys leave markers until then).
+    #[doc(hidden)]
+    pub fn compact(&self) -> Result<(), LogError> {
+        let s = &self.store;
+        for ks in [&s.sessions, &s.streams, &s.events, &s.requests] {
+            ks.rotate_memtable_and_wait().map_err(storage)?;
+            ks.major_compact().map_err(storage)?;
+        }
+        Ok(())
+    }
+
+    /// For measurements: bytes of the keyspaces' tables and of the journal.
+    #[doc(hidden)]
+    pub fn storage_bytes(&self) -> (u64, u64) {
+        let s = &self.store;
+        let tables = [&s.sessions, &s.streams, &s.events, &s.requests]
+            .iter()
+            .map(|ks| ks.disk_space())
+            .sum();
+        (tables, s.db.journal_disk_space().unwrap_or(0))
+    }
+
     /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
     /// 0), to prove that housekeeping trims nothing it could not read.
     #[doc(hidden)]

@@ -20,6 +20,7 @@ pub(super) struct Store {
     pub requests: Keyspace,
 }
 
+/// The prefix of every key of one session: its id and a 0 byte.
 pub(super) fn session_prefix(id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(id.len() + 1);
     k.extend_from_slice(id.as_bytes());
@@ -27,24 +28,28 @@ pub(super) fn session_prefix(id: &str) -> Vec<u8> {
     k
 }
 
+/// The key of one stream's record (and of a request stream's record).
 pub(super) fn stream_key(id: &str, stream: u64) -> Vec<u8> {
     let mut k = session_prefix(id);
     k.extend_from_slice(&stream.to_be_bytes());
     k
 }
 
+/// The key of one event: big-endian seq, so byte order is stream order.
 pub(super) fn event_key(id: &str, stream: u64, seq: Seq) -> Vec<u8> {
     let mut k = stream_key(id, stream);
     k.extend_from_slice(&seq.to_be_bytes());
     k
 }
 
+/// A big-endian u64 at `at`, if the bytes are there.
 pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     b.get(at..at + 8)
         .and_then(|s| s.try_into().ok())
         .map(u64::from_be_bytes)
 }
 
+/// A stream record's value: head, then floor.
 pub(super) fn bounds_value(b: Bounds) -> [u8; 16] {
     let mut v = [0u8; 16];
     v[..8].copy_from_slice(&b.head.to_be_bytes());
@@ -52,6 +57,7 @@ pub(super) fn bounds_value(b: Bounds) -> [u8; 16] {
     v
 }
 
+/// An event's value: commit time, then the message.
 pub(super) fn event_value(at_ms: u64, message: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(8 + message.len());
     v.extend_from_slice(&at_ms.to_be_bytes());
@@ -59,11 +65,13 @@ pub(super) fn event_value(at_ms: u64, message: &[u8]) -> Vec<u8> {
     v
 }
 
+/// A storage engine failure as the log's error.
 pub(super) fn storage(e: impl std::fmt::Display) -> LogError {
     LogError::Storage(e.to_string())
 }
 
 #[derive(Clone)]
+/// A session's record in the `sessions` keyspace.
 pub(super) struct SessionRec {
     pub created_ms: u64,
     pub next_request: u64,
@@ -74,6 +82,7 @@ pub(super) struct SessionRec {
 }
 
 impl SessionRec {
+    /// The stored bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(17 + self.meta.len());
         v.extend_from_slice(&self.created_ms.to_le_bytes());
@@ -88,6 +97,7 @@ impl SessionRec {
         v
     }
 
+    /// Parses stored bytes; `Corrupt` if they cannot be a record.
     pub fn decode(id: &str, b: &[u8]) -> Result<Self, LogError> {
         if b.len() < 17 || b[16] > 1 {
             return Err(LogError::Corrupt(format!(
@@ -155,6 +165,8 @@ pub(super) fn read_events(
     Ok(out)
 }
 
+/// Fills the hub from storage at open, checking that every stream holds
+/// exactly its `floor ..= head` and every request record has its stream.
 pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
     let mut states: HashMap<String, SessionState> = HashMap::new();
     for kv in store.sessions.iter() {

@@ -4,7 +4,7 @@ use super::RedisLog;
 
 impl RedisLog {
     /// What backs "committed" on this Redis, in words, and a warning when it
-    /// is weaker than PROTOCOL.md 6 asks (an acknowledged event survives a
+    /// is weaker than docs/protocol.md 6 asks (an acknowledged event survives a
     /// crash: `appendfsync always`, or replicas that `WAIT` counts) or cannot
     /// work (fewer replicas than `WAIT` asks for). `CONFIG` may be disabled on
     /// managed Redis; then the words say "unknown".

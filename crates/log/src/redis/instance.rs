@@ -24,6 +24,7 @@ pub(super) fn key(instance: &str) -> String {
 
 /// The heartbeat of one handle; the refreshing task stops on drop.
 pub(super) struct Heartbeat {
+    /// This handle's instance id.
     pub id: String,
     task: JoinHandle<()>,
 }
@@ -65,6 +66,7 @@ impl Drop for Heartbeat {
     }
 }
 
+/// Sets (or refreshes) the heartbeat key with its TTL.
 async fn beat(conn: &mut Conn, id: &str) -> redis::RedisResult<()> {
     redis::cmd("SET")
         .arg(key(id))

@@ -44,6 +44,7 @@ mod durability;
 mod heal;
 mod instance;
 mod live;
+mod lookups;
 mod maintain;
 mod open;
 mod reply;
@@ -282,36 +283,7 @@ impl Log for RedisLog {
     }
 
     async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
-        let p = prefix(id);
-        let no_stream = || LogError::NoStream {
-            session: id.to_owned(),
-            stream: r,
-        };
-        if r == 0 {
-            return Err(no_stream());
-        }
-        let v: Value = self
-            .scripts
-            .request_meta
-            .key(format!("{p}:s"))
-            .key(format!("{p}:st:{r}"))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        let Value::Array(v) = v else {
-            return Err(LogError::Corrupt(format!("unexpected reply {v:?}")));
-        };
-        match v.as_slice() {
-            [Value::Int(0), Value::BulkString(m)] => Ok(Bytes::copy_from_slice(m)),
-            [Value::Int(-1)] => Err(LogError::NoSession(id.to_owned())),
-            [Value::Int(-2)] => Err(no_stream()),
-            [Value::Int(-3), Value::Int(c), Value::Int(f)] => Err(LogError::Truncated {
-                cursor: 0,
-                head: *c as u64,
-                floor: *f as u64,
-            }),
-            other => Err(LogError::Corrupt(format!("unexpected reply {other:?}"))),
-        }
+        self.request_record(id, r).await
     }
 
     async fn request_streams(&self, id: &str) -> Result<u64, LogError> {

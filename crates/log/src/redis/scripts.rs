@@ -4,6 +4,8 @@
 
 use redis::Script;
 
+/// Assigns seqs, appends, trims by count (or to `ARGV[4]`, for age) short of
+/// pins, and moves the heads, in one step.
 pub(super) const APPEND: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
 local h = tonumber(redis.call('HGET', KEYS[2], 'h'))
@@ -45,6 +47,7 @@ end
 return {h, f}
 "#;
 
+/// Creates a session unless its id exists (live or a tombstone).
 pub(super) const CREATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('HSET', KEYS[1], 'c', ARGV[1], 'r', 1, 'e', 0, 'm', ARGV[2], 'a', ARGV[1])
@@ -53,6 +56,8 @@ if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[3]) end
 return 0
 "#;
 
+/// Ends a session: its streams and pins go, a tombstone stays and is listed
+/// in `mcpr:ended` by end time for its expiry.
 pub(super) const END: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
 local r = tonumber(redis.call('HGET', KEYS[1], 'r'))
@@ -83,6 +88,7 @@ if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[1]) end
 return 1
 "#;
 
+/// Numbers a new request stream and stores its record with its state.
 pub(super) const OPEN_REQUEST: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
 local r = redis.call('HINCRBY', KEYS[1], 'r', 1) - 1
@@ -90,6 +96,7 @@ redis.call('HSET', ARGV[1] .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0, 'm', ARGV[2])
 return r
 "#;
 
+/// Sets one field of a live session's hash.
 pub(super) const IF_LIVE_HSET: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
@@ -114,6 +121,7 @@ if not b[3] then return {-3, tonumber(b[1]), tonumber(b[2])} end
 return {0, b[3]}
 "#;
 
+/// A stream's committed head and floor, or why there are none.
 pub(super) const BOUNDS: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
 local b = redis.call('HMGET', KEYS[2], 'c', 'f')
@@ -137,6 +145,7 @@ pub(super) struct Scripts {
 }
 
 impl Scripts {
+    /// Every script, not loaded yet (the first call loads each).
     pub fn new() -> Self {
         Self {
             append: Script::new(APPEND),

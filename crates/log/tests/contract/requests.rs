@@ -120,3 +120,41 @@ fn only_a_running_handle_counts_as_alive() {
         }
     });
 }
+
+#[test]
+fn a_redis_heartbeat_is_refreshed_while_its_handle_runs() {
+    rt().block_on(async {
+        let server = mcp_resume_testkit::RedisServer::start();
+        let log = RedisLog::connect(&server.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        let raw = redis::Client::open(server.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let key = format!("mcpr:instance:{}", log.instance());
+        let ttl = || {
+            let mut raw = raw.clone();
+            let key = key.clone();
+            async move {
+                redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async::<i64>(&mut raw)
+                    .await
+                    .unwrap()
+            }
+        };
+        let first = ttl().await;
+        assert!(
+            (5_000..=10_000).contains(&first),
+            "a TTL of about 10 s: {first}"
+        );
+        // Past one refresh period: unrefreshed it would be near 6.5 s now.
+        tokio::time::sleep(std::time::Duration::from_millis(3_500)).await;
+        let later = ttl().await;
+        assert!(later > 8_000, "refreshed: {later} ms left");
+        log.close().await.unwrap();
+        assert_eq!(ttl().await, -2, "deleted on close");
+    });
+}

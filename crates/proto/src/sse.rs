@@ -1,5 +1,44 @@
-//! An incremental server-sent events parser (WHATWG rules), fed bytes as
-//! they arrive.
+//! The one SSE codec of mcp-resume: the encoder the server writes events,
+//! the priming event and ending comments with, and the incremental parser
+//! (WHATWG rules, fed bytes as they arrive) every reader uses.
+
+/// Appends one event to `out`: `id` (none for a response that is not in the
+/// log), optional `event`, and `data` as one `data:` line per line of it.
+pub fn encode(out: &mut Vec<u8>, id: Option<&str>, event: Option<&str>, data: &[u8]) {
+    out.reserve(data.len() + id.map_or(0, str::len) + 32);
+    if let Some(id) = id {
+        out.extend_from_slice(b"id: ");
+        out.extend_from_slice(id.as_bytes());
+        out.push(b'\n');
+    }
+    if let Some(ev) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(ev.as_bytes());
+        out.push(b'\n');
+    }
+    for line in data.split(|b| *b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+}
+
+/// The priming event of docs/protocol.md 4: the cursor as `id`, the `retry`
+/// advice in milliseconds, and empty data.
+pub fn priming(id: &str, retry_ms: u128) -> Vec<u8> {
+    format!("id: {id}\nretry: {retry_ms}\ndata: \n\n").into_bytes()
+}
+
+/// A comment that says why the server ends a stream (`: error CODE: WHY`).
+/// SSE clients ignore comments, so it is safe for every client and plain for
+/// a human; our reader logs it and resumes from its cursor as after any end.
+pub fn ending(code: &str, why: &str) -> Vec<u8> {
+    format!(": error {code}: {}\n\n", why.replace(['\n', '\r'], " ")).into_bytes()
+}
+
+/// The comment sent in silence so that proxies keep the stream open.
+pub const KEEPALIVE: &[u8] = b": keepalive\n\n";
 
 /// One dispatched SSE event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -23,12 +62,20 @@ pub struct SseParser {
     touched: bool,
     /// Reused for each line, so parsing allocates per event, not per line.
     scratch: Vec<u8>,
+    /// The last `: error CODE: WHY` comment seen and not yet taken.
+    ending: Option<String>,
 }
 
 impl SseParser {
     /// A parser at the start of a stream.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Why the server said it ends the stream (`CODE: WHY` of its last
+    /// `: error` comment), once; for the reader to log or report.
+    pub fn take_ending(&mut self) -> Option<String> {
+        self.ending.take()
     }
 
     /// Feeds bytes; returns the events they completed.
@@ -67,7 +114,7 @@ impl SseParser {
         if line[0] == b':' {
             // The server says why it ends a stream in a comment (`: error CODE: why`).
             if let Some(why) = line.strip_prefix(b": error ") {
-                tracing::warn!("server ended the stream: {}", String::from_utf8_lossy(why));
+                self.ending = Some(String::from_utf8_lossy(why).into_owned());
             }
             return None;
         }
@@ -97,6 +144,35 @@ impl SseParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_encoder_writes_the_parser_reads_back_whole() {
+        let mut out = priming("7/0", 1000);
+        for (id, data) in [
+            (Some("7/1"), "one"),
+            (None, "two\nlines"),
+            (Some("7/2"), ""),
+        ] {
+            encode(&mut out, id, Some("message"), data.as_bytes());
+        }
+        out.extend_from_slice(KEEPALIVE);
+        out.extend_from_slice(&ending("log-gap", "the log returned 5\nafter 3"));
+        let mut p = SseParser::new();
+        // Fed one byte at a time, as a slow network would.
+        let events: Vec<SseEvent> = out.iter().flat_map(|b| p.feed(&[*b])).collect();
+        assert_eq!(events[0].id.as_deref(), Some("7/0"));
+        assert_eq!(events[0].retry, Some(1000));
+        assert_eq!(events[1].data, "one");
+        assert_eq!(events[2].data, "two\nlines");
+        assert_eq!(events[2].id, None);
+        assert_eq!(events[3].id.as_deref(), Some("7/2"));
+        assert_eq!(events.len(), 4);
+        assert_eq!(
+            p.take_ending().as_deref(),
+            Some("log-gap: the log returned 5 after 3")
+        );
+        assert_eq!(p.take_ending(), None);
+    }
 
     #[test]
     fn parses_split_events() {

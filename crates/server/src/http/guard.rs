@@ -1,0 +1,197 @@
+//! What every endpoint checks before it acts: credentials, `Origin`,
+//! `MCP-Protocol-Version`, `Accept`, the session and its principal, the cursor.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use mcp_resume_proto::{headers as h, EventId, SUPPORTED_PROTOCOL_VERSIONS};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::jsonrpc;
+use crate::session::{valid_session_id, SessionRecord};
+use crate::state::AppState;
+
+/// The `last_event_id` query parameter.
+#[derive(Debug, Deserialize, Default)]
+pub struct CursorQuery {
+    last_event_id: Option<String>,
+}
+
+/// Credentials (bearer token or OAuth access token), then `Origin` and
+/// `MCP-Protocol-Version`, before anything else; returns who is calling.
+pub(crate) async fn guard(
+    state: &AppState,
+    headers: &HeaderMap,
+    token_in_subprotocol: bool,
+) -> Result<Principal, ApiError> {
+    let principal = state
+        .config
+        .auth
+        .authenticate(headers, token_in_subprotocol)
+        .await?
+        .map(|p| p.subject);
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default();
+        if !origin_allowed(&state.config, origin) {
+            return Err(ApiError::Forbidden(origin.to_owned()));
+        }
+    }
+    if let Some(v) = headers.get(h::MCP_PROTOCOL_VERSION) {
+        let v = v.to_str().unwrap_or_default();
+        if !SUPPORTED_PROTOCOL_VERSIONS.contains(&v) {
+            return Err(ApiError::bad(
+                "unsupported-protocol-version",
+                format!("MCP-Protocol-Version {v:?} is not supported; use one of {SUPPORTED_PROTOCOL_VERSIONS:?}"),
+            ));
+        }
+    }
+    Ok(principal)
+}
+
+pub(crate) fn origin_allowed(config: &crate::ServerConfig, origin: &str) -> bool {
+    if config
+        .allowed_origins
+        .iter()
+        .any(|o| o == "*" || o == origin)
+    {
+        return true;
+    }
+    if !config.allow_loopback_origins {
+        return false;
+    }
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = if rest.starts_with('[') {
+        rest.split_once(']')
+            .map(|(h, _)| &h[1..])
+            .unwrap_or_default()
+    } else {
+        rest.split(':').next().unwrap_or_default()
+    };
+    matches!(host, "localhost" | "127.0.0.1" | "::1")
+}
+
+/// What an `Accept` header allows.
+pub(super) struct Accepts {
+    pub(super) json: bool,
+    pub(super) sse: bool,
+}
+
+pub(super) fn accepts(headers: &HeaderMap) -> Accepts {
+    let Some(v) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+        return Accepts {
+            json: true,
+            sse: true,
+        };
+    };
+    let has = |t: &str| {
+        v.split(',').any(|p| {
+            p.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .eq_ignore_ascii_case(t)
+        })
+    };
+    let any = has("*/*");
+    Accepts {
+        json: any || has("application/json") || has("application/*"),
+        sse: any || has("text/event-stream") || has("text/*"),
+    }
+}
+
+/// The session named by `Mcp-Session-Id`, which must exist.
+pub(super) fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers.get(h::MCP_SESSION_ID) {
+        None => Ok(None),
+        Some(v) => {
+            let id = v.to_str().map_err(|_| {
+                ApiError::bad("invalid-session-id", "Mcp-Session-Id must be visible ASCII")
+            })?;
+            if !valid_session_id(id) {
+                return Err(ApiError::NoSession(id.to_owned()));
+            }
+            Ok(Some(id.to_owned()))
+        }
+    }
+}
+
+/// Who is calling: the principal the guard authenticated (none when the
+/// server asks for no credentials).
+pub(crate) type Principal = Option<String>;
+
+/// The session `id`, live, touched, and fit for this request: created by the
+/// same principal (any other gets 404, as if it did not exist) and, when the
+/// request names an `MCP-Protocol-Version`, on that revision (400 otherwise).
+/// Reads the session's record only when something needs checking against it.
+pub(crate) async fn live_session(
+    state: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+    principal: &Principal,
+    need_record: bool,
+) -> Result<Option<SessionRecord>, ApiError> {
+    state.log.touch(id).await?;
+    let version = headers
+        .get(h::MCP_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok());
+    if !need_record && version.is_none() && principal.is_none() {
+        return Ok(None);
+    }
+    let rec = state.record(id).await?;
+    if rec.principal != *principal {
+        return Err(ApiError::NoSession(id.to_owned()));
+    }
+    if let Some(v) = version {
+        if v != rec.protocol_version {
+            return Err(ApiError::bad(
+                "protocol-version-mismatch",
+                format!(
+                    "MCP-Protocol-Version {v:?} differs from the session's negotiated {:?}",
+                    rec.protocol_version
+                ),
+            ));
+        }
+    }
+    Ok(Some(rec))
+}
+
+/// The `last_event_id` query, parsed after the guard so that an anonymous
+/// caller learns nothing, and refused with the JSON body of every other error.
+pub(crate) fn query(
+    q: Result<Query<CursorQuery>, QueryRejection>,
+) -> Result<CursorQuery, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|e| ApiError::bad("invalid-query", e.body_text()))
+}
+
+/// The cursor from `Last-Event-ID` or `last_event_id`, parsed once.
+pub(crate) fn cursor(
+    headers: &HeaderMap,
+    query: &CursorQuery,
+) -> Result<Option<EventId>, ApiError> {
+    let raw = match headers.get(h::LAST_EVENT_ID) {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::invalid_cursor("Last-Event-ID is not ASCII"))?,
+        ),
+        None => query.last_event_id.as_deref(),
+    };
+    raw.map(|s| s.parse::<EventId>().map_err(ApiError::invalid_cursor))
+        .transpose()
+}
+
+pub(super) fn jsonrpc_error(status: StatusCode, code: i64, message: impl Into<String>) -> Response {
+    (
+        status,
+        axum::Json(jsonrpc::error(&Value::Null, code, message)),
+    )
+        .into_response()
+}
