@@ -33,12 +33,14 @@ pub struct ServeArgs {
 
     /// Where the session log lives: `memory` (lost on restart), `disk:DIR` (a
     /// directory; every event is fsync'd before any client sees it), or
-    /// `redis://HOST:PORT/DB` (shared by any number of instances). Default: `disk` in --data-dir.
+    /// `redis://HOST:PORT/DB` (shared by any number of instances), or
+    /// `redis-cluster://HOST:PORT[,HOST:PORT...]` (the same on a Redis Cluster;
+    /// any nodes as seeds). Default: `disk` in --data-dir.
     #[arg(long)]
     store: Option<String>,
 
-    /// With a redis:// store: replicas that must acknowledge every append (`WAIT`)
-    /// before it counts as committed. Pair with `appendonly yes` and `appendfsync always`
+    /// With a redis:// or redis-cluster:// store: replicas (of the session's
+    /// master) that must acknowledge every append (`WAIT`) before it counts as committed. Pair with `appendonly yes` and `appendfsync always`
     /// on the Redis side for durability across a Redis restart.
     #[arg(long, default_value_t = 0)]
     redis_replicas: usize,
@@ -182,7 +184,7 @@ async fn open_log(
 ) -> Result<(Arc<dyn Log>, String), String> {
     match args.store.as_deref() {
         Some("memory") => Ok((Arc::new(MemoryLog::new(retention)), "memory".into())),
-        Some(s) if s.starts_with("redis://") => {
+        Some(s) if s.starts_with("redis://") || s.starts_with("redis-cluster://") => {
             let log = RedisLog::connect(s, retention, args.redis_replicas)
                 .await
                 .map_err(|e| format!("connecting to {s}: {e}"))?;
@@ -209,7 +211,8 @@ async fn open_log(
                     .join("log"),
                 None => {
                     return Err(format!(
-                        "--store {s:?}: expected memory, disk:PATH or redis://HOST:PORT/DB"
+                        "--store {s:?}: expected memory, disk:PATH, redis://HOST:PORT/DB \
+                         or redis-cluster://HOST:PORT[,HOST:PORT...]"
                     ))
                 }
             };

@@ -3,12 +3,14 @@
 //! one they did not start and check, and the runtime they drive it from.
 #![deny(missing_docs)]
 
+mod cluster;
 #[cfg(feature = "jwt")]
 mod jwt;
 #[cfg(feature = "jwt")]
 pub use jwt::TestIssuer;
 #[cfg(feature = "tls")]
 mod tls;
+pub use cluster::{RedisCluster, NODE_TIMEOUT_MS};
 #[cfg(feature = "tls")]
 pub use tls::TestPki;
 
@@ -50,7 +52,9 @@ impl RedisServer {
         s
     }
 
-    fn launch(&mut self) {
+    /// Starts it again after [`RedisServer::stop`], on the same port with
+    /// the same arguments.
+    pub fn launch(&mut self) {
         let port = self.port.to_string();
         let child = Command::new("redis-server")
             .args(["--port", &port, "--bind", "127.0.0.1"])
@@ -76,6 +80,11 @@ impl RedisServer {
     /// `HOST PORT`, for `--replicaof`.
     pub fn host_port(&self) -> (String, String) {
         ("127.0.0.1".into(), self.port.to_string())
+    }
+
+    /// Whether it runs (not stopped).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Kills it (`kill -9`).

@@ -32,7 +32,8 @@ pub use run::Mode;
 #[command(after_help = "Examples:\n  \
 mcp-resume chaos --spawn --compare-legacy --report chaos.json --chart chaos.svg\n  \
 mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n  \
-mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n\n\
+mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n  \
+mcp-resume chaos --spawn --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001 --redis-replicas 1 --instances 3\n\n\
 Exit codes: 0 the safe mode judged every iteration (no harness error) and found no silent gap,\n\
 duplicate, reorder or mismatch; 1 otherwise, or an error; 2 bad usage.")]
 pub struct ChaosArgs {
@@ -57,6 +58,11 @@ pub struct ChaosArgs {
     /// lets several instances serve one session (see --instances).
     #[arg(long, value_name = "STORE", requires = "spawn")]
     store: Option<String>,
+
+    /// Passed to the spawned servers' `serve --redis-replicas`: with a
+    /// replica per master, a master killed mid-run loses nothing committed.
+    #[arg(long, default_value_t = 0, requires = "store")]
+    redis_replicas: usize,
 
     /// Spawn this many instances on the one store (a redis:// store for more
     /// than one). Each iteration spreads its POSTs, its sibling reader, its
@@ -120,16 +126,19 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
         && !args
             .store
             .as_deref()
-            .is_some_and(|s| s.starts_with("redis://"))
+            .is_some_and(|s| s.starts_with("redis://") || s.starts_with("redis-cluster://"))
     {
         return Err(
-            "--instances above 1 needs a shared store: --store redis://HOST:PORT/DB".into(),
+            "--instances above 1 needs a shared store: --store redis://HOST:PORT/DB \
+             or redis-cluster://HOST:PORT,..."
+                .into(),
         );
     }
     let spawn = |legacy| {
         target::Target::spawn(&target::SpawnOptions {
             legacy,
             store: args.store.clone(),
+            redis_replicas: args.redis_replicas,
             instances: args.instances,
         })
     };

@@ -48,6 +48,9 @@ pub struct SpawnOptions {
     pub legacy: bool,
     /// `--store` passed through; `None` is the disk log in a temporary directory.
     pub store: Option<String>,
+    /// `--redis-replicas` passed through (with a Redis store): with a replica
+    /// per master, a master killed mid-run loses nothing committed.
+    pub redis_replicas: usize,
     /// How many instances share the store.
     pub instances: usize,
 }
@@ -59,6 +62,7 @@ pub struct Target {
     spawned: Vec<Spawned>,
     kills: Arc<Kills>,
     store: Option<String>,
+    redis_replicas: usize,
     legacy: bool,
     dir: Option<tempfile::TempDir>,
     exe: PathBuf,
@@ -91,6 +95,7 @@ fn start(
     dir: &Path,
     legacy: bool,
     store: Option<&str>,
+    redis_replicas: usize,
 ) -> Result<(Child, String), String> {
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--listen", addr, "--data-dir"])
@@ -98,6 +103,9 @@ fn start(
         .env("RUST_LOG", "error");
     if let Some(s) = store {
         cmd.args(["--store", s]);
+        if redis_replicas > 0 {
+            cmd.args(["--redis-replicas", &redis_replicas.to_string()]);
+        }
     }
     if legacy {
         cmd.arg("--unsafe-legacy-upgrade");
@@ -129,6 +137,7 @@ impl Target {
             spawned: Vec::new(),
             kills: Arc::new(Kills::new(1)),
             store: None,
+            redis_replicas: 0,
             legacy: false,
             dir: None,
             exe: PathBuf::new(),
@@ -144,6 +153,7 @@ impl Target {
             spawned: Vec::new(),
             kills: Arc::new(Kills::new(opts.instances)),
             store: opts.store.clone(),
+            redis_replicas: opts.redis_replicas,
             legacy: opts.legacy,
             dir: None,
             exe,
@@ -155,6 +165,7 @@ impl Target {
                 dir.path(),
                 opts.legacy,
                 t.store.as_deref(),
+                t.redis_replicas,
             )?;
             let addr = url
                 .trim_start_matches("http://")
@@ -203,6 +214,7 @@ impl Target {
                 dir.path(),
                 self.legacy,
                 self.store.as_deref(),
+                self.redis_replicas,
             ) {
                 s.child = child;
                 return Ok(());

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use super::conn::Conn;
 use tokio::task::JoinHandle;
 
 use super::unavailable;
@@ -32,7 +32,7 @@ pub(super) struct Heartbeat {
 impl Heartbeat {
     /// Sets the key once (so the handle is alive as soon as it is open) and
     /// starts refreshing it.
-    pub async fn start(conn: ConnectionManager) -> Result<Self, LogError> {
+    pub async fn start(conn: Conn) -> Result<Self, LogError> {
         let id = crate::types::new_instance_id();
         beat(&mut conn.clone(), &id).await.map_err(unavailable)?;
         let task = {
@@ -50,7 +50,7 @@ impl Heartbeat {
     }
 
     /// Stops refreshing and deletes the key: this instance is dead at once.
-    pub async fn stop(&self, conn: &mut ConnectionManager) -> Result<(), LogError> {
+    pub async fn stop(&self, conn: &mut Conn) -> Result<(), LogError> {
         self.task.abort();
         redis::cmd("DEL")
             .arg(key(&self.id))
@@ -67,7 +67,7 @@ impl Drop for Heartbeat {
 }
 
 /// Sets (or refreshes) the heartbeat key with its TTL.
-async fn beat(conn: &mut ConnectionManager, id: &str) -> redis::RedisResult<()> {
+async fn beat(conn: &mut Conn, id: &str) -> redis::RedisResult<()> {
     redis::cmd("SET")
         .arg(key(id))
         .arg(1)
@@ -78,7 +78,7 @@ async fn beat(conn: &mut ConnectionManager, id: &str) -> redis::RedisResult<()> 
 }
 
 /// Whether `instance`'s heartbeat is still there.
-pub(super) async fn alive(conn: &mut ConnectionManager, instance: &str) -> Result<bool, LogError> {
+pub(super) async fn alive(conn: &mut Conn, instance: &str) -> Result<bool, LogError> {
     let n: i64 = redis::cmd("EXISTS")
         .arg(key(instance))
         .query_async(conn)

@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
+use super::live::ended_keys;
 use super::{prefix, unavailable, RedisLog};
 use crate::types::now_ms;
 use crate::{Log, LogError, StreamKey};
 
-/// Sorted set of ended session ids, scored by when they ended (ms).
-pub(super) const ENDED: &str = "mcpr:ended";
 /// Tombstones listed per round trip.
 const FORGET_BATCH: usize = 512;
 
@@ -16,23 +15,24 @@ impl RedisLog {
     /// Age retention on every live session's streams, and the end of the idle ones.
     pub(super) async fn trim_and_end_idle(&self, idle: Duration) -> Result<Vec<String>, LogError> {
         let mut conn = self.conn.clone();
-        let ids: Vec<String> = redis::cmd("SMEMBERS")
-            .arg("mcpr:sessions")
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        let ids = self.live_ids().await?;
         let now = now_ms();
         let cutoff = now.saturating_sub(self.retention.max_age.as_millis() as u64);
         let mut ended = Vec::new();
         for id in ids {
             let p = prefix(&id);
-            let (a, r): (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+            let (a, r, e): (Option<u64>, Option<u64>, Option<String>) = redis::cmd("HMGET")
                 .arg(format!("{p}:s"))
                 .arg("a")
                 .arg("r")
+                .arg("e")
                 .query_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
+            if self.cluster() && e.as_deref() != Some("0") {
+                self.reconcile(&id, e.as_deref()).await?;
+                continue;
+            }
             if a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64) {
                 if self.end_session(&id).await.is_ok() {
                     ended.push(id);
@@ -64,11 +64,20 @@ impl RedisLog {
     /// Deletes the tombstones of sessions that ended at least `ttl` ago;
     /// their ids become unknown.
     pub(super) async fn forget_tombstones(&self, ttl: Duration) -> Result<(), LogError> {
-        let mut conn = self.conn.clone();
         let cutoff = now_ms().saturating_sub(ttl.as_millis() as u64);
+        for ended in ended_keys(self.cluster()) {
+            self.forget_in(&ended, cutoff).await?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the tombstones listed in one ended index that ended by `cutoff`.
+    async fn forget_in(&self, ended: &str, cutoff: u64) -> Result<(), LogError> {
+        let mut conn = self.conn.clone();
+        let cluster = self.cluster();
         loop {
             let ids: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-                .arg(ENDED)
+                .arg(ended)
                 .arg("-inf")
                 .arg(cutoff)
                 .arg("LIMIT")
@@ -78,16 +87,27 @@ impl RedisLog {
                 .await
                 .map_err(unavailable)?;
             for id in &ids {
-                let _: i64 = self
-                    .scripts
-                    .forget
-                    .key(format!("{}:s", prefix(id)))
-                    .key(ENDED)
+                let mut inv = self.scripts.forget.key(format!("{}:s", prefix(id)));
+                if !cluster {
+                    inv.key(ended);
+                }
+                // On a cluster the index is in another slot: the listing
+                // above is the check (an id ended again since would have to
+                // be forgotten and re-created in between), the ZREM after.
+                let _: i64 = inv
                     .arg(id)
                     .arg(cutoff)
                     .invoke_async(&mut conn)
                     .await
                     .map_err(unavailable)?;
+                if cluster {
+                    let _: i64 = redis::cmd("ZREM")
+                        .arg(ended)
+                        .arg(id)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(unavailable)?;
+                }
             }
             if ids.len() < FORGET_BATCH {
                 return Ok(());
@@ -98,10 +118,15 @@ impl RedisLog {
     /// For tests and measurements: how many ended sessions Redis still remembers.
     #[doc(hidden)]
     pub async fn tombstones(&self) -> Result<usize, LogError> {
-        redis::cmd("ZCARD")
-            .arg(ENDED)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
+        let cmds = ended_keys(self.cluster())
+            .into_iter()
+            .map(|k| {
+                let mut c = redis::Cmd::new();
+                c.arg("ZCARD").arg(k);
+                c
+            })
+            .collect();
+        let n: Vec<usize> = self.conn.each(cmds).await.map_err(unavailable)?;
+        Ok(n.into_iter().sum())
     }
 }

@@ -17,8 +17,16 @@
 //! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
 //! - `mcpr:sessions` set of live ids; `mcpr:ended` sorted set of ended ids by end time
 //!   (their tombstones `mcpr:{id}:s` go after the tombstone TTL); `mcpr:pinseq` counter.
+//!   On a cluster both are split into 64 buckets, `mcpr:sessions:{bN}` and
+//!   `mcpr:ended:{bN}` ([`live`]).
 //! - `mcpr:instance:ID`: present while the handle `ID` runs (see [`instance`]).
-//! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream.
+//! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream
+//!   (one server only; a cluster's tail polls, see [`tail`]).
+//!
+//! On a Redis Cluster (`redis-cluster://`) every key of a session shares the
+//! slot of its hash tag, so each script still runs atomically on that slot's
+//! master; `WAIT` goes to that master ([`conn`]); what spans slots is named
+//! in [`live`] and [`tail`], with its cost.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,13 +34,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 
+use conn::Conn;
+
 use crate::types::now_ms;
+mod conn;
+mod durability;
+mod heal;
 mod instance;
+mod live;
 mod lookups;
 mod maintain;
+mod open;
 mod reply;
 mod scripts;
 mod tail;
@@ -58,7 +72,7 @@ fn unavailable(e: redis::RedisError) -> LogError {
 
 /// The log on a Redis server shared by every instance.
 pub struct RedisLog {
-    conn: ConnectionManager,
+    conn: Conn,
     retention: Retention,
     replicas: usize,
     closed: Arc<AtomicBool>,
@@ -69,64 +83,6 @@ pub struct RedisLog {
 }
 
 impl RedisLog {
-    /// Connects to `url` (`redis://HOST:PORT/DB`). `replicas` is how many
-    /// replicas must acknowledge each append (`WAIT`) before it counts as committed.
-    pub async fn connect(
-        url: &str,
-        retention: Retention,
-        replicas: usize,
-    ) -> Result<Self, LogError> {
-        Self::connect_with(
-            url,
-            retention,
-            replicas,
-            crate::memory::DEFAULT_SUB_CAPACITY,
-        )
-        .await
-    }
-
-    /// As [`RedisLog::connect`], with subscribers lagging after `capacity` unread events.
-    pub async fn connect_with(
-        url: &str,
-        retention: Retention,
-        replicas: usize,
-        capacity: usize,
-    ) -> Result<Self, LogError> {
-        let client =
-            redis::Client::open(url).map_err(|e| LogError::Storage(format!("{url}: {e}")))?;
-        // Fail fast while Redis is away (a request answers 503 within about a
-        // second instead of queueing behind a long reconnect), and notice a
-        // silent peer instead of waiting forever.
-        let config = ConnectionManagerConfig::new()
-            .set_number_of_retries(2)
-            .set_factor(50)
-            .set_max_delay(250)
-            .set_connection_timeout(CONNECT_TIMEOUT)
-            .set_response_timeout(RESPONSE_TIMEOUT);
-        let conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(unavailable)?;
-        let scripts = Scripts::new();
-        let closed = Arc::new(AtomicBool::new(false));
-        let heartbeat = instance::Heartbeat::start(conn.clone()).await?;
-        Ok(Self {
-            heartbeat,
-            tails: tail::Tails::new(
-                client.clone(),
-                conn.clone(),
-                capacity,
-                closed.clone(),
-                replicas > 0,
-            ),
-            conn,
-            retention,
-            replicas,
-            closed,
-            scripts: Arc::new(scripts),
-            faults: Default::default(),
-        })
-    }
-
     /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
     /// 0), to prove that housekeeping trims nothing it could not read.
     #[doc(hidden)]
@@ -189,14 +145,15 @@ impl RedisLog {
         }
     }
 
-    async fn wait_replicas(&self) -> Result<(), LogError> {
+    /// Waits until `--redis-replicas` replicas of the server holding
+    /// session `id` (its slot's master on a cluster) have every write so far.
+    async fn wait_replicas(&self, id: &str) -> Result<(), LogError> {
         if self.replicas == 0 {
             return Ok(());
         }
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(self.replicas)
-            .arg(1000)
-            .query_async(&mut self.conn.clone())
+        let acked = self
+            .conn
+            .wait(&format!("{}:s", prefix(id)), self.replicas, 1000)
             .await
             .map_err(unavailable)?;
         if (acked as usize) < self.replicas {
@@ -234,12 +191,13 @@ impl RedisLog {
 impl Log for RedisLog {
     async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
         let p = prefix(id);
-        let r: i64 = self
-            .scripts
-            .create
-            .key(format!("{p}:s"))
-            .key(format!("{p}:st:0"))
-            .key("mcpr:sessions")
+        self.list_live(id).await?;
+        let mut inv = self.scripts.create.key(format!("{p}:s"));
+        inv.key(format!("{p}:st:0"));
+        if !self.cluster() {
+            inv.key(live::LIVE);
+        }
+        let r: i64 = inv
             .arg(now_ms())
             .arg(meta.as_ref())
             .arg(id)
@@ -249,7 +207,7 @@ impl Log for RedisLog {
         if r < 0 {
             return Err(LogError::SessionExists(id.to_owned()));
         }
-        self.wait_replicas().await
+        self.wait_replicas(id).await
     }
 
     async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
@@ -272,16 +230,12 @@ impl Log for RedisLog {
     }
 
     async fn live_sessions(&self) -> usize {
-        redis::cmd("SCARD")
-            .arg("mcpr:sessions")
-            .query_async(&mut self.conn.clone())
-            .await
-            .unwrap_or(0)
+        self.count_live().await.unwrap_or(0)
     }
 
     async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
         self.hset_if_live(id, "m", meta.as_ref()).await?;
-        self.wait_replicas().await
+        self.wait_replicas(id).await
     }
 
     async fn touch(&self, id: &str) -> Result<(), LogError> {
@@ -291,22 +245,23 @@ impl Log for RedisLog {
 
     async fn end_session(&self, id: &str) -> Result<(), LogError> {
         let p = prefix(id);
-        let r: i64 = self
-            .scripts
-            .end
-            .key(format!("{p}:s"))
-            .key("mcpr:sessions")
-            .key(maintain::ENDED)
+        let at = now_ms();
+        let mut inv = self.scripts.end.key(format!("{p}:s"));
+        if !self.cluster() {
+            inv.key(live::LIVE).key(live::ENDED);
+        }
+        let r: i64 = inv
             .arg(&p)
             .arg(id)
-            .arg(now_ms())
+            .arg(at)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
         if r < 0 {
             return Err(LogError::NoSession(id.to_owned()));
         }
-        self.wait_replicas().await
+        self.list_ended(id, at).await?;
+        self.wait_replicas(id).await
     }
 
     async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
@@ -323,7 +278,7 @@ impl Log for RedisLog {
         if r < 0 {
             return Err(LogError::NoSession(id.to_owned()));
         }
-        self.wait_replicas().await?;
+        self.wait_replicas(id).await?;
         Ok(r as u64)
     }
 
@@ -346,11 +301,7 @@ impl Log for RedisLog {
     }
 
     async fn session_ids(&self) -> Result<Vec<String>, LogError> {
-        redis::cmd("SMEMBERS")
-            .arg("mcpr:sessions")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)
+        self.live_ids().await
     }
 
     fn instance(&self) -> &str {
@@ -399,7 +350,7 @@ impl Log for RedisLog {
                     // Readers see nothing above `c`, and `c` moves only once the
                     // replicas hold the events: nothing sent can be taken back
                     // by a failover to a replica.
-                    self.wait_replicas().await?;
+                    self.wait_replicas(id).await?;
                     let _: i64 = self
                         .scripts
                         .commit
@@ -408,6 +359,15 @@ impl Log for RedisLog {
                         .invoke_async(&mut self.conn.clone())
                         .await
                         .map_err(unavailable)?;
+                }
+                if self.cluster() {
+                    // Committed: wake the instances that follow it (a hint;
+                    // their safety reads cover a lost one).
+                    tokio::spawn(tail::ring(
+                        self.conn.clone(),
+                        p,
+                        format!("{}:ev:{n}", prefix(id)),
+                    ));
                 }
                 Ok(*h as u64)
             }

@@ -52,7 +52,7 @@ pub(super) const CREATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
 redis.call('HSET', KEYS[1], 'c', ARGV[1], 'r', 1, 'e', 0, 'm', ARGV[2], 'a', ARGV[1])
 redis.call('HSET', KEYS[2], 'h', 0, 'f', 1, 'c', 0)
-redis.call('SADD', KEYS[3], ARGV[3])
+if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[3]) end
 return 0
 "#;
 
@@ -64,21 +64,27 @@ local r = tonumber(redis.call('HGET', KEYS[1], 'r'))
 for n = 0, r - 1 do
   redis.call('DEL', ARGV[1] .. ':st:' .. n, ARGV[1] .. ':ev:' .. n)
 end
-redis.call('DEL', ARGV[1] .. ':pin')
+redis.call('DEL', ARGV[1] .. ':pin', ARGV[1] .. ':f')
 redis.call('HSET', KEYS[1], 'e', 1)
 redis.call('HDEL', KEYS[1], 'm', 'a', 'r')
-redis.call('SREM', KEYS[2], ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+if KEYS[2] then
+  redis.call('SREM', KEYS[2], ARGV[2])
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+end
 return 0
 "#;
 
 /// Forgets one tombstone, unless it ended after the cutoff `ARGV[2]` (ended
-/// again since it was listed) or is live.
+/// again since it was listed) or is live. Without `KEYS[2]` (a cluster,
+/// where the ended index is in another slot) the caller checks the index first
+/// and unlists the id after.
 pub(super) const FORGET: &str = r#"
-local at = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not at or tonumber(at) > tonumber(ARGV[2]) then return 0 end
+if KEYS[2] then
+  local at = redis.call('ZSCORE', KEYS[2], ARGV[1])
+  if not at or tonumber(at) > tonumber(ARGV[2]) then return 0 end
+end
 if redis.call('HGET', KEYS[1], 'e') == '1' then redis.call('DEL', KEYS[1]) end
-redis.call('ZREM', KEYS[2], ARGV[1])
+if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[1]) end
 return 1
 "#;
 

@@ -9,18 +9,30 @@
 //! The shard's task reads every stream from its `last`, so nothing appended
 //! between two reads is missed either. A new stream interrupts the blocking
 //! read through the shard's wake stream.
+//!
+//! On a cluster a blocking `XREAD` cannot span slots (`CROSSSLOT`, even on
+//! one node), and sessions are spread over all 16384 of them, so a shard
+//! reads with non-blocking single-key reads instead ([`poll`]): the streams
+//! a commit woke ([`bell`]: the committing instance adds the stream's key to
+//! the wake stream of each instance registered as its follower), and every
+//! followed stream once per safety period, sent concurrently (the cluster
+//! connection pipelines those bound for one node).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
-
+use super::conn::Conn;
 use super::reply;
 use crate::subscription::{EndReason, Feed};
 use crate::{Event, Seq, Subscription};
+
+mod bell;
+mod poll;
+
+pub(super) use bell::ring;
 
 /// Shards per instance: each is one blocking connection when in use.
 const SHARDS: usize = 16;
@@ -90,11 +102,16 @@ struct ShardState {
     running: bool,
     /// By stream key.
     streams: HashMap<String, Fanout>,
+    /// Streams to read at once (a cluster: woken, new, or read to their `COUNT`).
+    dirty: HashSet<String>,
 }
 
 struct Shard {
-    client: redis::Client,
-    conn: ConnectionManager,
+    /// For the blocking connection on one server; `None` on a cluster (polled).
+    client: Option<redis::Client>,
+    conn: Conn,
+    /// Wakes a polling shard for a new stream (a cluster).
+    notify: tokio::sync::Notify,
     /// This shard's wake stream (unique per instance).
     wake: String,
     capacity: usize,
@@ -107,12 +124,34 @@ struct Shard {
 /// Every stream this instance follows for its readers.
 pub(super) struct Tails {
     shards: Vec<Arc<Shard>>,
+    /// On a cluster: this instance's wake stream.
+    bell: Option<Arc<bell::Bell>>,
+    conn: Conn,
+    closed: Arc<AtomicBool>,
+}
+
+impl Drop for Tails {
+    fn drop(&mut self) {
+        if let Some(b) = &self.bell {
+            b.stop();
+        }
+    }
+}
+
+/// The shard that follows the streams of `session`.
+fn shard_index(session: &str, shards: usize) -> usize {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    session.hash(&mut h);
+    h.finish() as usize % shards
 }
 
 impl Tails {
+    /// `client` for the blocking reads on one server, or `cluster` for the
+    /// wake-ups of the polled tail on a cluster.
     pub fn new(
-        client: redis::Client,
-        conn: ConnectionManager,
+        client: Option<redis::Client>,
+        cluster: Option<redis::cluster::ClusterClient>,
+        conn: Conn,
         capacity: usize,
         closed: Arc<AtomicBool>,
         strict: bool,
@@ -120,11 +159,13 @@ impl Tails {
         let mut nonce = [0u8; 8];
         let _ = getrandom::fill(&mut nonce);
         let nonce = u64::from_le_bytes(nonce);
+        let bell = cluster.map(|c| Arc::new(bell::Bell::new(c, nonce)));
         let shards = (0..SHARDS)
             .map(|i| {
                 Arc::new(Shard {
                     client: client.clone(),
                     conn: conn.clone(),
+                    notify: tokio::sync::Notify::new(),
                     wake: format!("mcpr:wake:{nonce:016x}:{i}"),
                     capacity,
                     closed: closed.clone(),
@@ -133,7 +174,12 @@ impl Tails {
                 })
             })
             .collect();
-        Self { shards }
+        Self {
+            shards,
+            bell,
+            conn,
+            closed,
+        }
     }
 
     /// Follows `key` (the events of `session`) for a new subscriber whose
@@ -146,12 +192,20 @@ impl Tails {
         state_key: String,
         head: Seq,
     ) -> (Seq, Subscription) {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        session.hash(&mut h);
-        let shard = &self.shards[h.finish() as usize % self.shards.len()];
+        let shard = &self.shards[shard_index(session, self.shards.len())];
+        if let Some(bell) = &self.bell {
+            // Registered before the first read: no wake-up after it is missed.
+            if !shard.lock().streams.contains_key(&key) {
+                bell.follow(&self.conn, &key, &self.shards, &self.closed)
+                    .await;
+            }
+        }
         let (c, start, new_stream, sub) = {
             let mut st = shard.lock();
             let new_stream = !st.streams.contains_key(&key);
+            if new_stream {
+                st.dirty.insert(key.clone());
+            }
             let f = st.streams.entry(key).or_insert_with(|| Fanout {
                 session: session.to_owned(),
                 state_key,
@@ -179,11 +233,26 @@ impl Shard {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Marks `key` for an immediate read; `false` if this shard does not follow it.
+    fn mark(&self, key: &str) -> bool {
+        let mut st = self.lock();
+        if !st.streams.contains_key(key) {
+            return false;
+        }
+        st.dirty.insert(key.to_owned());
+        drop(st);
+        self.notify.notify_one();
+        true
+    }
+
     /// Interrupts the blocking read so that it picks up a new stream. If this
     /// fails, Redis is away and the read fails too; the new stream is read
     /// at the latest when the block times out.
     /// The key expires when unused, so instances that die leave nothing behind.
     async fn wake(&self) {
+        if self.client.is_none() {
+            return self.notify.notify_one();
+        }
         let _: Result<redis::Value, _> = redis::pipe()
             .cmd("XADD")
             .arg(&self.wake)
@@ -209,11 +278,13 @@ impl Shard {
     }
 
     async fn run(self: Arc<Self>) {
+        let Some(client) = self.client.clone() else {
+            return self.poll().await;
+        };
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(super::CONNECT_TIMEOUT)
             .set_response_timeout(super::RESPONSE_TIMEOUT);
-        let mut blocking = match self
-            .client
+        let mut blocking = match client
             .get_multiplexed_async_connection_with_config(&config)
             .await
         {
@@ -227,26 +298,7 @@ impl Shard {
         let mut checked = Instant::now();
         let mut held_for = Duration::from_millis(1);
         loop {
-            // What to read, from where; drop streams nobody reads any more.
-            let keys: Vec<(String, Seq)> = {
-                let mut st = self.lock();
-                if self.closed.load(Ordering::Relaxed) {
-                    drop(st);
-                    return self.end_everything(EndReason::Closed);
-                }
-                st.streams.retain(|_, f| {
-                    f.subs.retain(|s| !s.feed.is_closed());
-                    !f.subs.is_empty()
-                });
-                if st.streams.is_empty() {
-                    st.running = false;
-                    return;
-                }
-                st.streams
-                    .iter()
-                    .map(|(k, f)| (k.clone(), f.last))
-                    .collect()
-            };
+            let Some(keys) = self.followed() else { return };
             let mut cmd = redis::cmd("XREAD");
             cmd.arg("COUNT")
                 .arg(512)
@@ -284,25 +336,13 @@ impl Shard {
                     }
                 }
             }
-            let committed = match self.committed(&batches).await {
-                Ok(c) => c,
+            let held = match self.hand_on(batches).await {
+                Ok(held) => held,
                 Err(e) => {
                     tracing::warn!(error = %e, "Redis tail lost; ending its readers");
                     return self.end_everything(EndReason::Unavailable);
                 }
             };
-            let mut held = false;
-            {
-                let mut st = self.lock();
-                for ((key, events), committed) in batches.into_iter().zip(committed) {
-                    held |= events.last().is_some_and(|e| e.seq > committed);
-                    if let Some(f) = st.streams.get_mut(&key) {
-                        if !f.deliver(events, committed) {
-                            st.streams.remove(&key);
-                        }
-                    }
-                }
-            }
             if held {
                 // Appended but not yet acknowledged by the replicas: look again
                 // shortly, backing off while it lasts (replicas away, an
@@ -319,6 +359,48 @@ impl Shard {
         }
     }
 
+    /// What to read, from where, after dropping the streams nobody reads
+    /// any more; `None` when the shard stops (closed, or nothing to follow).
+    fn followed(&self) -> Option<Vec<(String, Seq)>> {
+        let mut st = self.lock();
+        if self.closed.load(Ordering::Relaxed) {
+            drop(st);
+            self.end_everything(EndReason::Closed);
+            return None;
+        }
+        st.streams.retain(|_, f| {
+            f.subs.retain(|s| !s.feed.is_closed());
+            !f.subs.is_empty()
+        });
+        if st.streams.is_empty() {
+            st.running = false;
+            return None;
+        }
+        Some(
+            st.streams
+                .iter()
+                .map(|(k, f)| (k.clone(), f.last))
+                .collect(),
+        )
+    }
+
+    /// Delivers what was read, up to each stream's committed head; `true`
+    /// when something read is not committed yet (to be read again).
+    async fn hand_on(&self, batches: Vec<(String, Vec<Event>)>) -> redis::RedisResult<bool> {
+        let committed = self.committed(&batches).await?;
+        let mut held = false;
+        let mut st = self.lock();
+        for ((key, events), committed) in batches.into_iter().zip(committed) {
+            held |= events.last().is_some_and(|e| e.seq > committed);
+            if let Some(f) = st.streams.get_mut(&key) {
+                if !f.deliver(events, committed) {
+                    st.streams.remove(&key);
+                }
+            }
+        }
+        Ok(held)
+    }
+
     /// The committed head of each batch's stream: everything read, unless
     /// commits wait for replicas; then the streams' `c`, in one round trip.
     async fn committed(&self, batches: &[(String, Vec<Event>)]) -> redis::RedisResult<Vec<Seq>> {
@@ -332,13 +414,17 @@ impl Shard {
                 .map(|(k, _)| st.streams.get(k).map(|f| f.state_key.clone()))
                 .collect()
         };
-        let mut pipe = redis::pipe();
-        for k in &keys {
-            pipe.cmd("HGET")
-                .arg(k.as_deref().unwrap_or("mcpr:none"))
-                .arg("c");
-        }
-        let c: Vec<Option<Seq>> = pipe.query_async(&mut self.conn.clone()).await?;
+        let cmds = keys
+            .iter()
+            .map(|k| {
+                let mut c = redis::Cmd::new();
+                c.arg("HGET")
+                    .arg(k.as_deref().unwrap_or("mcpr:none"))
+                    .arg("c");
+                c
+            })
+            .collect();
+        let c: Vec<Option<Seq>> = self.conn.each(cmds).await?;
         Ok(c.into_iter().map(|c| c.unwrap_or(0)).collect())
     }
 
@@ -351,16 +437,17 @@ impl Shard {
             s.dedup();
             s
         };
-        let mut pipe = redis::pipe();
-        for id in &sessions {
-            pipe.cmd("HGET")
-                .arg(format!("{}:s", super::prefix(id)))
-                .arg("e");
-        }
-        let Ok(flags) = pipe
-            .query_async::<Vec<Option<String>>>(&mut self.conn.clone())
-            .await
-        else {
+        let cmds = sessions
+            .iter()
+            .map(|id| {
+                let mut c = redis::Cmd::new();
+                c.arg("HGET")
+                    .arg(format!("{}:s", super::prefix(id)))
+                    .arg("e");
+                c
+            })
+            .collect();
+        let Ok(flags) = self.conn.each::<Option<String>>(cmds).await else {
             return; // Redis trouble shows in the blocking read.
         };
         let ended: Vec<&String> = sessions

@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
 
-pub use mcp_resume_testkit::RedisServer;
+pub use mcp_resume_testkit::{RedisCluster, RedisServer};
 
 /// A backend plus whatever it needs to be reopened.
 pub struct Backend {
@@ -14,6 +14,8 @@ pub struct Backend {
     pub log: Option<Arc<dyn Log>>,
     dir: Option<tempfile::TempDir>,
     redis: Option<RedisServer>,
+    /// A Redis Cluster (3 masters, 3 replicas) instead of one server.
+    cluster: Option<RedisCluster>,
     retention: Retention,
     capacity: usize,
     /// Arms the backend's read fault hook (none for memory, whose
@@ -46,18 +48,22 @@ impl Backend {
 
     /// Whether state survives [`Backend::restart`].
     pub fn durable(&self) -> bool {
-        self.dir.is_some() || self.redis.is_some()
+        self.dir.is_some() || self.redis_url().is_some()
     }
 
     /// Whether pins outlive a restart of this process (they live in Redis; the
     /// disk backend keeps them in memory, with the connection that took them).
     pub fn pins_survive_restart(&self) -> bool {
-        self.redis.is_some()
+        self.redis_url().is_some()
     }
 
     /// The Redis server's URL, for a second handle on the same data.
     pub fn redis_url(&self) -> Option<&str> {
-        self.redis.as_ref().map(|r| r.url.as_str())
+        match (&self.redis, &self.cluster) {
+            (Some(r), _) => Some(r.url.as_str()),
+            (_, Some(c)) => Some(c.url.as_str()),
+            _ => None,
+        }
     }
 
     /// Makes the next `n` reads fail (`u64::MAX`: all, until `fail_reads(0)`);
@@ -74,9 +80,9 @@ impl Backend {
 
     /// Drops the log and opens it again from its files or server (durable backends only).
     pub async fn restart(&mut self) {
-        if let Some(r) = &self.redis {
+        if let Some(url) = self.redis_url().map(str::to_owned) {
             drop(self.log.take());
-            let log = RedisLog::connect_with(&r.url, self.retention, 0, self.capacity)
+            let log = RedisLog::connect_with(&url, self.retention, 0, self.capacity)
                 .await
                 .expect("reconnect");
             let log = Arc::new(log);
@@ -115,6 +121,7 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             ))),
             dir: None,
             redis: None,
+            cluster: None,
             retention,
             capacity,
             fail_reads: None,
@@ -125,6 +132,7 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             log: Some(disk),
             dir: Some(dir),
             redis: None,
+            cluster: None,
             retention,
             capacity,
         },
@@ -134,10 +142,31 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             log: Some(redis),
             dir: None,
             redis: Some(server),
+            cluster: None,
             retention,
             capacity,
         },
     ]
+}
+
+/// The Redis backend on a cluster of its own: three masters, three replicas.
+pub async fn cluster_backend(retention: Retention, capacity: usize) -> Backend {
+    let cluster = RedisCluster::start(3, 1);
+    let log = Arc::new(
+        RedisLog::connect_with(&cluster.url, retention, 0, capacity)
+            .await
+            .expect("connect redis cluster"),
+    );
+    Backend {
+        name: "redis-cluster",
+        fail_reads: redis_faults(&log),
+        log: Some(log),
+        dir: None,
+        redis: None,
+        cluster: Some(cluster),
+        retention,
+        capacity,
+    }
 }
 
 pub fn msg(i: u64) -> bytes::Bytes {

@@ -1,0 +1,71 @@
+//! What backs "committed" on the Redis the log runs on, read at start-up.
+
+use super::RedisLog;
+
+impl RedisLog {
+    /// What backs "committed" on this Redis, in words, and a warning when it
+    /// is weaker than docs/protocol.md 6 asks (an acknowledged event survives a
+    /// crash: `appendfsync always`, or replicas that `WAIT` counts) or cannot
+    /// work (fewer replicas than `WAIT` asks for). `CONFIG` may be disabled on
+    /// managed Redis; then the words say "unknown".
+    ///
+    /// On a cluster every master is asked; the words give the weakest.
+    pub async fn durability(&self) -> (String, Option<String>) {
+        let config = |name: &'static str| async move {
+            let mut cmd = redis::cmd("CONFIG");
+            cmd.arg("GET").arg(name);
+            let v: Result<Vec<Vec<String>>, _> = self.conn.on_masters(&cmd).await;
+            let values: Vec<String> = v
+                .ok()?
+                .into_iter()
+                .filter_map(|v| v.get(1).cloned())
+                .collect();
+            // Masters that differ show as "mixed", which never counts as synced.
+            let first = values.first()?;
+            Some(if values.iter().all(|v| v == first) {
+                first.clone()
+            } else {
+                "mixed".to_owned()
+            })
+        };
+        let aof = config("appendonly").await;
+        let fsync = config("appendfsync").await;
+        let infos: Vec<String> = self
+            .conn
+            .on_masters(redis::cmd("INFO").arg("replication"))
+            .await
+            .unwrap_or_default();
+        let replicas: usize = infos
+            .iter()
+            .map(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("connected_slaves:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0)
+            })
+            .min()
+            .unwrap_or(0);
+        let synced = aof.as_deref() == Some("yes") && fsync.as_deref() == Some("always");
+        let words = format!(
+            "appendonly {}, appendfsync {}, {replicas} replicas connected, WAIT for {}",
+            aof.as_deref().unwrap_or("unknown"),
+            fsync.as_deref().unwrap_or("unknown"),
+            self.replicas
+        );
+        let warning = if replicas < self.replicas {
+            Some(format!(
+                "{words}: every append fails with 503 until {} replicas are connected",
+                self.replicas
+            ))
+        } else if !synced && self.replicas == 0 {
+            Some(format!(
+                "{words}: a Redis crash can take back events clients have seen; run Redis \
+                 with appendonly yes and appendfsync always, or with replicas and \
+                 --redis-replicas N"
+            ))
+        } else {
+            None
+        };
+        (words, warning)
+    }
+}

@@ -1,0 +1,154 @@
+//! Which sessions are live and which ended, without commands that span
+//! slots on a cluster.
+//!
+//! On one server the live set `mcpr:sessions` and the ended index
+//! `mcpr:ended` are updated inside the session's own scripts (atomic). On a
+//! cluster they would span slots, so each is split into [`BUCKETS`] keys
+//! (`mcpr:sessions:{bN}`, `mcpr:ended:{bN}`, both of a bucket in one slot)
+//! and updated by a second command next to the session's script: an id is
+//! listed as live *before* its session is created and unlisted *after* it
+//! ends, so a crash in between leaves an id listed that maintenance
+//! reconciles (it drops ids with no live session and files ended ones in
+//! the ended index), never a live session that nothing lists.
+//! Counting costs [`BUCKETS`] `SCARD`s and listing [`BUCKETS`] `SMEMBERS`
+//! (concurrent, a few per node), whatever the number of sessions.
+
+use redis::Cmd;
+
+use super::{conn, unavailable, RedisLog};
+use crate::LogError;
+
+/// Buckets of the live set and of the ended index on a cluster: enough to
+/// spread them over the masters, few enough to count with one round of commands.
+pub(super) const BUCKETS: u16 = 64;
+/// The live set on one server.
+pub(super) const LIVE: &str = "mcpr:sessions";
+/// The ended index on one server: ended ids scored by when they ended (ms).
+pub(super) const ENDED: &str = "mcpr:ended";
+
+fn bucket(id: &str) -> u16 {
+    conn::slot(id.as_bytes()) % BUCKETS
+}
+
+/// The live-set key that lists `id`.
+pub(super) fn live_key(cluster: bool, id: &str) -> String {
+    if cluster {
+        format!("{LIVE}:{{b{}}}", bucket(id))
+    } else {
+        LIVE.to_owned()
+    }
+}
+
+/// The ended-index key that lists `id`.
+pub(super) fn ended_key(cluster: bool, id: &str) -> String {
+    if cluster {
+        format!("{ENDED}:{{b{}}}", bucket(id))
+    } else {
+        ENDED.to_owned()
+    }
+}
+
+/// Every ended-index key.
+pub(super) fn ended_keys(cluster: bool) -> Vec<String> {
+    if cluster {
+        (0..BUCKETS).map(|b| format!("{ENDED}:{{b{b}}}")).collect()
+    } else {
+        vec![ENDED.to_owned()]
+    }
+}
+
+fn live_keys(cluster: bool) -> Vec<String> {
+    if cluster {
+        (0..BUCKETS).map(|b| format!("{LIVE}:{{b{b}}}")).collect()
+    } else {
+        vec![LIVE.to_owned()]
+    }
+}
+
+impl RedisLog {
+    pub(super) fn cluster(&self) -> bool {
+        self.conn.is_cluster()
+    }
+
+    /// On a cluster, lists `id` as live before its session is created.
+    pub(super) async fn list_live(&self, id: &str) -> Result<(), LogError> {
+        if !self.cluster() {
+            return Ok(()); // the create script does it
+        }
+        let _: i64 = redis::cmd("SADD")
+            .arg(live_key(true, id))
+            .arg(id)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// On a cluster, moves `id` from the live set to the ended index (one
+    /// slot, one `MULTI`) after its session ended at `at_ms`.
+    pub(super) async fn list_ended(&self, id: &str, at_ms: u64) -> Result<(), LogError> {
+        if !self.cluster() {
+            return Ok(()); // the end script does it
+        }
+        let _: redis::Value = redis::pipe()
+            .atomic()
+            .cmd("SREM")
+            .arg(live_key(true, id))
+            .arg(id)
+            .cmd("ZADD")
+            .arg(ended_key(true, id))
+            .arg(at_ms)
+            .arg(id)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// How many ids the live set(s) list.
+    pub(super) async fn count_live(&self) -> Result<usize, LogError> {
+        let cmds = live_keys(self.cluster())
+            .into_iter()
+            .map(|k| {
+                let mut c = Cmd::new();
+                c.arg("SCARD").arg(k);
+                c
+            })
+            .collect();
+        let n: Vec<usize> = self.conn.each(cmds).await.map_err(unavailable)?;
+        Ok(n.into_iter().sum())
+    }
+
+    /// Every id the live set(s) list.
+    pub(super) async fn live_ids(&self) -> Result<Vec<String>, LogError> {
+        let cmds = live_keys(self.cluster())
+            .into_iter()
+            .map(|k| {
+                let mut c = Cmd::new();
+                c.arg("SMEMBERS").arg(k);
+                c
+            })
+            .collect();
+        let ids: Vec<Vec<String>> = self.conn.each(cmds).await.map_err(unavailable)?;
+        Ok(ids.into_iter().flatten().collect())
+    }
+
+    /// Maintenance on a cluster: `id` is listed live but its session hash
+    /// says `e` (`None`: no session). A create that never ran is unlisted;
+    /// an end whose listing was lost is filed in the ended index now.
+    pub(super) async fn reconcile(&self, id: &str, e: Option<&str>) -> Result<(), LogError> {
+        match e {
+            Some("0") => Ok(()),
+            Some(_) => self.list_ended(id, crate::types::now_ms()).await,
+            None => {
+                let _: i64 = redis::cmd("SREM")
+                    .arg(live_key(true, id))
+                    .arg(id)
+                    .query_async(&mut self.conn.clone())
+                    .await
+                    .map_err(unavailable)?;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Opening the log on one Redis server or on a Redis Cluster.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::conn::Conn;
+use super::scripts::Scripts;
+use super::{instance, tail, unavailable, RedisLog, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::{LogError, Retention};
+
+impl RedisLog {
+    /// Connects to `url`: `redis://HOST:PORT/DB` (one server) or
+    /// `redis-cluster://HOST:PORT[,HOST:PORT...]` (a Redis Cluster, any of
+    /// its nodes as seeds). `replicas` is how many replicas must acknowledge
+    /// each append (`WAIT`, on the session's master) before it counts as committed.
+    pub async fn connect(
+        url: &str,
+        retention: Retention,
+        replicas: usize,
+    ) -> Result<Self, LogError> {
+        Self::connect_with(
+            url,
+            retention,
+            replicas,
+            crate::memory::DEFAULT_SUB_CAPACITY,
+        )
+        .await
+    }
+
+    /// As [`RedisLog::connect`], with subscribers lagging after `capacity` unread events.
+    pub async fn connect_with(
+        url: &str,
+        retention: Retention,
+        replicas: usize,
+        capacity: usize,
+    ) -> Result<Self, LogError> {
+        let bad = |e: redis::RedisError| LogError::Storage(format!("{url}: {e}"));
+        let (conn, blocking, cluster) = if let Some(nodes) = url.strip_prefix("redis-cluster://") {
+            let seeds: Vec<String> = nodes
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("redis://{}", n.trim_end_matches('/')))
+                .collect();
+            // As for one server: fail fast while a slot has no master (a
+            // request answers 503 instead of queueing behind a failover).
+            let client = redis::cluster::ClusterClient::builder(seeds)
+                .retries(2)
+                .min_retry_wait(50)
+                .max_retry_wait(250)
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(RESPONSE_TIMEOUT)
+                .build()
+                .map_err(bad)?;
+            let conn = super::heal::Healing::open(client.clone())
+                .await
+                .map_err(unavailable)?;
+            (Conn::Cluster(conn), None, Some(client))
+        } else {
+            let client = redis::Client::open(url).map_err(bad)?;
+            // Fail fast while Redis is away (a request answers 503 within about a
+            // second instead of queueing behind a long reconnect), and notice a
+            // silent peer instead of waiting forever.
+            let config = ConnectionManagerConfig::new()
+                .set_number_of_retries(2)
+                .set_factor(50)
+                .set_max_delay(250)
+                .set_connection_timeout(CONNECT_TIMEOUT)
+                .set_response_timeout(RESPONSE_TIMEOUT);
+            let conn = ConnectionManager::new_with_config(client.clone(), config)
+                .await
+                .map_err(unavailable)?;
+            (Conn::Single(conn), Some(client), None)
+        };
+        let scripts = Scripts::new();
+        let closed = Arc::new(AtomicBool::new(false));
+        let heartbeat = instance::Heartbeat::start(conn.clone()).await?;
+        Ok(Self {
+            heartbeat,
+            tails: tail::Tails::new(
+                blocking,
+                cluster,
+                conn.clone(),
+                capacity,
+                closed.clone(),
+                replicas > 0,
+            ),
+            conn,
+            retention,
+            replicas,
+            closed,
+            scripts: Arc::new(scripts),
+            faults: Default::default(),
+        })
+    }
+}

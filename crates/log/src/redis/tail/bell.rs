@@ -1,0 +1,259 @@
+//! Wake-ups for the polling tail on a cluster, so that an idle followed
+//! stream costs a safety read per [`super::poll::SAFETY_POLL`] instead of a
+//! read per round.
+//!
+//! Each instance has one wake stream, `mcpr:wake:{NONCE}`. A shard that
+//! starts following a stream registers `WAKE|STREAM` in the session's
+//! follower set `mcpr:{SESSION}:f` (the session's slot). After an append is
+//! committed, the appending instance reads that set and adds the stream's key
+//! to each follower's wake stream (`XADD NOMKSTREAM`: a wake stream that
+//! expired with its instance is not recreated, and its registration is
+//! dropped). Each instance blocks on its own wake stream on a connection of
+//! its own and marks the named streams for an immediate read.
+//!
+//! Wake-ups only shorten the wait: every read is from the stream's own last
+//! seq, so a lost wake-up (an instance dying between its commit and the
+//! `XADD`, a failover) delays events until the next safety read, never
+//! skips them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::cluster::ClusterClient;
+use redis::Value;
+
+use super::super::conn::Conn;
+use super::Shard;
+
+/// How long a wake stream outlives its instance's last refresh.
+const TTL_MS: u64 = 600_000;
+/// How often the wake stream's expiry is pushed back.
+const REFRESH: Duration = Duration::from_secs(60);
+/// How long one blocking read of the wake stream waits.
+const BLOCK_MS: u64 = 1000;
+/// Entries a wake stream keeps (enough for a burst between two reads).
+const MAXLEN: usize = 4096;
+
+/// The follower set of the session whose keys start with `prefix` (`mcpr:{id}`).
+pub(in crate::redis) fn followers_key(prefix: &str) -> String {
+    format!("{prefix}:f")
+}
+
+/// This instance's wake stream and the task that reads it.
+pub(super) struct Bell {
+    /// `mcpr:wake:{NONCE}`.
+    pub key: String,
+    client: ClusterClient,
+    started: AtomicBool,
+    /// Set when the log's tails are dropped: the reading task ends.
+    stopped: AtomicBool,
+}
+
+impl Bell {
+    pub fn new(client: ClusterClient, nonce: u64) -> Self {
+        Self {
+            key: format!("mcpr:wake:{{{nonce:016x}}}"),
+            client,
+            started: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// Ends the reading task (within one blocking read).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    fn member(&self, stream: &str) -> String {
+        format!("{}|{stream}", self.key)
+    }
+
+    /// Registers this instance as a follower of `stream`, and starts
+    /// reading wake-ups if not yet.
+    pub async fn follow(
+        self: &Arc<Self>,
+        conn: &Conn,
+        stream: &str,
+        shards: &[Arc<Shard>],
+        closed: &Arc<AtomicBool>,
+    ) {
+        if !self.started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(
+                self.clone()
+                    .run(conn.clone(), shards.to_vec(), closed.clone()),
+            );
+        }
+        let Some(prefix) = prefix_of(stream) else {
+            return;
+        };
+        let _: Result<i64, _> = redis::cmd("SADD")
+            .arg(followers_key(&prefix))
+            .arg(self.member(stream))
+            .query_async(&mut conn.clone())
+            .await;
+    }
+
+    /// Drops this instance's registration for `stream` (best effort: a stale
+    /// one costs a wasted wake-up, which drops it).
+    pub async fn unfollow(&self, conn: &Conn, stream: &str) {
+        let Some(prefix) = prefix_of(stream) else {
+            return;
+        };
+        let _: Result<i64, _> = redis::cmd("SREM")
+            .arg(followers_key(&prefix))
+            .arg(self.member(stream))
+            .query_async(&mut conn.clone())
+            .await;
+    }
+
+    /// Reads wake-ups until the log closes, marking the named streams.
+    async fn run(self: Arc<Self>, conn: Conn, shards: Vec<Arc<Shard>>, closed: Arc<AtomicBool>) {
+        let mut last = "$".to_owned();
+        let mut refreshed: Option<Instant> = None;
+        let mut blocking = None;
+        while !closed.load(Ordering::Relaxed) && !self.stopped.load(Ordering::Relaxed) {
+            if refreshed.is_none_or(|t| t.elapsed() >= REFRESH) {
+                // The stream must exist for NOMKSTREAM wake-ups to land.
+                let ok: Result<Value, _> = redis::pipe()
+                    .cmd("XADD")
+                    .arg(&self.key)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(MAXLEN)
+                    .arg("*")
+                    .arg("k")
+                    .arg("")
+                    .cmd("PEXPIRE")
+                    .arg(&self.key)
+                    .arg(TTL_MS)
+                    .query_async(&mut conn.clone())
+                    .await;
+                if ok.is_ok() {
+                    refreshed = Some(Instant::now());
+                }
+            }
+            if blocking.is_none() {
+                blocking = self.client.get_async_connection().await.ok();
+            }
+            let Some(c) = blocking.as_mut() else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            let reply: Result<Value, _> = redis::cmd("XREAD")
+                .arg("COUNT")
+                .arg(MAXLEN)
+                .arg("BLOCK")
+                .arg(BLOCK_MS)
+                .arg("STREAMS")
+                .arg(&self.key)
+                .arg(&last)
+                .query_async(c)
+                .await;
+            let reply = match reply {
+                Ok(v) => v,
+                Err(e) => {
+                    // A failover of the wake stream's master: the safety
+                    // reads carry on meanwhile.
+                    tracing::debug!(error = %e, "wake stream unreadable");
+                    blocking = None;
+                    refreshed = None;
+                    last = "$".to_owned();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            for (_, entries) in super::reply::by_key(&reply) {
+                if let Some(id) = super::reply::last_id(entries) {
+                    last = id;
+                }
+                for stream in streams_named(entries) {
+                    let Some(session) = session_of(&stream) else {
+                        continue;
+                    };
+                    let shard = &shards[super::shard_index(session, shards.len())];
+                    if !shard.mark(&stream) {
+                        self.unfollow(&conn, &stream).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `mcpr:{SESSION}` of a stream key `mcpr:{SESSION}:ev:N`.
+fn prefix_of(stream: &str) -> Option<String> {
+    stream.split_once("}:").map(|(p, _)| format!("{p}}}"))
+}
+
+/// `SESSION` of a stream key `mcpr:{SESSION}:ev:N`.
+fn session_of(stream: &str) -> Option<&str> {
+    stream
+        .strip_prefix("mcpr:{")?
+        .split_once("}:")
+        .map(|(s, _)| s)
+}
+
+/// The stream keys named by wake entries (`k` fields).
+fn streams_named(entries: &Value) -> Vec<String> {
+    let Value::Array(items) = entries else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for item in items {
+        if let Value::Array(pair) = item {
+            if let Some(Value::Array(fields)) = pair.get(1) {
+                for kv in fields.chunks(2) {
+                    if let [Value::BulkString(k), Value::BulkString(v)] = kv {
+                        if k == b"k" && !v.is_empty() {
+                            out.push(String::from_utf8_lossy(v).into_owned());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// After a commit on `stream` (of the session whose keys start with
+/// `prefix`): wakes every instance that follows it.
+pub(in crate::redis) async fn ring(conn: Conn, prefix: String, stream: String) {
+    let fkey = followers_key(&prefix);
+    let Ok(members) = redis::cmd("SMEMBERS")
+        .arg(&fkey)
+        .query_async::<Vec<String>>(&mut conn.clone())
+        .await
+    else {
+        return;
+    };
+    for m in members {
+        let Some((wake, s)) = m.split_once('|') else {
+            continue;
+        };
+        if s != stream {
+            continue;
+        }
+        let added: Result<Option<String>, _> = redis::cmd("XADD")
+            .arg(wake)
+            .arg("NOMKSTREAM")
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(MAXLEN)
+            .arg("*")
+            .arg("k")
+            .arg(s)
+            .query_async(&mut conn.clone())
+            .await;
+        if let Ok(None) = added {
+            // Its instance is gone: forget the registration.
+            let _: Result<i64, _> = redis::cmd("SREM")
+                .arg(&fkey)
+                .arg(&m)
+                .query_async(&mut conn.clone())
+                .await;
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The tail on a cluster: non-blocking reads of the streams that were woken
+//! ([`bell`](super::bell)), plus a safety read of every followed stream per
+//! [`SAFETY_POLL`], instead of one blocking `XREAD`, which cannot span slots.
+//!
+//! A read is one `XRANGE key (last+1)-0 + COUNT 512` per stream, all sent at
+//! once; the cluster connection routes each to its slot's master (following
+//! `MOVED`/`ASK`) and pipelines those bound for one node, so a round costs
+//! one round trip per node, not per stream. A stream is read again at once
+//! when it was woken (an append was committed), is new, or filled its
+//! `COUNT`. The cost: an idle followed stream is one cheap command per
+//! [`SAFETY_POLL`] per instance following it (docs/capacity.md); a lost
+//! wake-up delays its events by at most [`SAFETY_POLL`], never skips them.
+//!
+//! A stream whose read fails (its slot's master is failing over) ends its
+//! readers loudly (`Unavailable`); they resume from their cursors, and the
+//! streams on healthy masters go on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, RedisResult, Value};
+
+use super::{reply, Shard, END_CHECK, MAX_HOLD_POLL};
+use crate::subscription::EndReason;
+use crate::{Event, Seq};
+
+/// How often every followed stream is read whether woken or not: the bound
+/// on the delay a lost wake-up causes.
+pub(super) const SAFETY_POLL: Duration = Duration::from_millis(1000);
+/// Entries read per stream per round.
+const COUNT: usize = 512;
+
+impl Shard {
+    /// Follows this shard's streams until none is left or the log closes.
+    pub(super) async fn poll(self: Arc<Self>) {
+        let mut checked = Instant::now();
+        let mut next_full = Instant::now();
+        let mut held_for = Duration::from_millis(1);
+        loop {
+            let Some(all) = self.followed() else { return };
+            let keys: Vec<(String, Seq)> = {
+                let mut st = self.lock();
+                let dirty = std::mem::take(&mut st.dirty);
+                if Instant::now() >= next_full {
+                    next_full = Instant::now() + SAFETY_POLL;
+                    all
+                } else {
+                    all.into_iter().filter(|(k, _)| dirty.contains(k)).collect()
+                }
+            };
+            if keys.is_empty() {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next_full.into()) => {}
+                    _ = self.notify.notified() => {}
+                }
+                continue;
+            }
+            let cmds: Vec<Cmd> = keys
+                .iter()
+                .map(|(k, last)| {
+                    let mut c = Cmd::new();
+                    c.arg("XRANGE")
+                        .arg(k)
+                        .arg(format!("{}-0", last + 1))
+                        .arg("+")
+                        .arg("COUNT")
+                        .arg(COUNT);
+                    c
+                })
+                .collect();
+            let replies: Vec<RedisResult<Value>> = match self.conn.each_result(cmds).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Redis tail lost; ending its readers");
+                    return self.end_everything(EndReason::Unavailable);
+                }
+            };
+            let mut batches: Vec<(String, Vec<Event>)> = Vec::new();
+            let mut failed = Vec::new();
+            let mut again = Vec::new();
+            for ((key, _), r) in keys.into_iter().zip(replies) {
+                match r
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| reply::entries(&v).map_err(|e| e.to_string()))
+                {
+                    Ok(events) if events.is_empty() => {}
+                    Ok(events) => {
+                        if events.len() >= COUNT {
+                            again.push(key.clone());
+                        }
+                        batches.push((key, events));
+                    }
+                    Err(e) => {
+                        tracing::warn!(stream = %key, error = %e,
+                            "Redis stream unreadable (failover?); ending its readers");
+                        failed.push(key);
+                    }
+                }
+            }
+            if !failed.is_empty() {
+                self.end_streams(&failed, EndReason::Unavailable);
+            }
+            let read: Vec<String> = batches.iter().map(|(k, _)| k.clone()).collect();
+            let held = match self.hand_on(batches).await {
+                Ok(held) => held,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Redis tail lost; ending its readers");
+                    return self.end_everything(EndReason::Unavailable);
+                }
+            };
+            if held {
+                // As for one server: not acknowledged by the replicas yet;
+                // the commit wakes them, this is the backstop.
+                tokio::time::sleep(held_for).await;
+                held_for = (held_for * 2).min(MAX_HOLD_POLL);
+                again.extend(read);
+            } else {
+                held_for = Duration::from_millis(1);
+            }
+            if !again.is_empty() {
+                self.lock().dirty.extend(again);
+            }
+            if checked.elapsed() >= END_CHECK {
+                checked = Instant::now();
+                self.end_ended_sessions().await;
+            }
+        }
+    }
+
+    /// Ends the readers of `keys` and stops following them.
+    fn end_streams(&self, keys: &[String], why: EndReason) {
+        let mut st = self.lock();
+        for k in keys {
+            if let Some(mut f) = st.streams.remove(k) {
+                f.end_all(why);
+            }
+        }
+    }
+}
