@@ -182,7 +182,7 @@ pub fn judge(calls: &[Emitted], delivered: &[(u64, String)], ended_loud: bool) -
 }
 
 /// Why an iteration could not be judged: the harness failed, not the server
-/// (as far as it can tell). Counted, printed, and it fails the safe mode.
+/// (as far as it can tell). Counted, printed, and it fails a judged mode (safe, rmcp).
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
     /// No session could be initialised.
@@ -225,6 +225,8 @@ pub struct Outcome {
     pub loud_end: bool,
     /// Every loud refusal the reader met on the way.
     pub loud: Vec<String>,
+    /// rmcp's empty 200s the reader met (see `Reader::empty_200s`).
+    pub empty_200s: u64,
     /// The fault injected, as carried out (`none`, `dropws`, `kill`, `...-not-reached`).
     pub fault: &'static str,
     /// ms to the 101, to the end of the replay, to the first live frame.
@@ -237,7 +239,7 @@ pub struct Outcome {
 /// `judged_iterations`, `loud_iterations` and `errors`.
 #[derive(Debug, Default)]
 pub struct Results {
-    /// `safe` or `legacy`.
+    /// `safe`, `legacy` or `rmcp`.
     pub mode: &'static str,
     /// Iterations that ran (judged, loud or harness error).
     pub iterations: usize,
@@ -265,6 +267,9 @@ pub struct Results {
     pub loud_failures: u64,
     /// Loud refusals by kind.
     pub loud_kinds: BTreeMap<String, u64>,
+    /// rmcp only: resumes answered 200 with no event and the end (a cursor
+    /// its store refused). Not loud; what they cost shows as silent gaps.
+    pub empty_200s: u64,
     /// Faults by kind, as carried out.
     pub faults: BTreeMap<String, u64>,
     /// Harness errors: iterations that could not be judged.
@@ -316,6 +321,7 @@ impl Results {
         self.reorders += v.reorders;
         self.mismatches += v.mismatches;
         self.loud_failures += o.loud.len() as u64;
+        self.empty_200s += o.empty_200s;
         for l in o.loud {
             *self.loud_kinds.entry(l).or_default() += 1;
         }
@@ -327,8 +333,8 @@ impl Results {
         o.detail.map(|d| format!("not clean: {d}"))
     }
 
-    /// Why this run fails (for the safe mode, which must have no silent
-    /// problem and judge every iteration); empty when it passes.
+    /// Why this run fails (for a judged mode, safe or rmcp, which must have
+    /// no silent problem and judge every iteration); empty when it passes.
     pub fn failures(&self) -> Vec<String> {
         let mut f = Vec::new();
         let mut count = |n: u64, what: &str| {

@@ -232,3 +232,21 @@ fn loud_iterations_are_counted_and_a_run_of_nothing_but_them_fails() {
     r.record(clean());
     assert!(r.failures().is_empty());
 }
+
+#[test]
+fn rmcp_empty_200s_are_counted_not_loud_and_what_they_withheld_is_a_silent_gap() {
+    // rmcp refused the resume with an empty 200 and the reader never got the
+    // tail: the iteration is judged in full (not loud), and the tail is lost.
+    let mut r = Results::new("rmcp");
+    let d = stream(&[(1, 3), (2, 3)]);
+    let verdict = judge(&calls(&[(3, Complete)]), &d, false);
+    r.record(Ok(Outcome {
+        verdict,
+        empty_200s: 2,
+        fault: "dropsse",
+        ..Default::default()
+    }));
+    assert_eq!((r.judged_iterations, r.loud_iterations), (1, 0));
+    assert_eq!((r.empty_200s, r.loud_failures), (2, 0));
+    assert_eq!(r.failures(), vec!["1 events lost silently"]);
+}

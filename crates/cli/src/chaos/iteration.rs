@@ -42,6 +42,10 @@ pub struct Shared {
     pub kills: Arc<Kills>,
     /// How many instances may be killed (0 for a remote server).
     pub killable: usize,
+    /// The server is rmcp's: event ids `SESSION/0/SEQ`.
+    pub rmcp: bool,
+    /// Readers never upgrade: every read, drop and resume is over SSE.
+    pub sse_only: bool,
 }
 
 /// One `emit` call: where it went, the kill generation of that instance
@@ -107,15 +111,17 @@ impl Ledger {
     }
 }
 
-/// Reads on from the reader's cursor, over SSE or WebSocket at random and on
-/// a random instance, until `done`, or `quiet_rounds` segments went quiet, or
-/// four refusals in a row. A loud refusal is not the end: the reader resumes
-/// from its cursor like any client would. Returns `End::Loud` only when the
-/// reader stopped on a refusal without being done.
+/// Reads on from the reader's cursor, over SSE or WebSocket at random (SSE
+/// only with `sse_only`) and on a random instance, until `done`, or
+/// `quiet_rounds` segments went quiet, or four refusals in a row. A loud
+/// refusal is not the end: the reader resumes from its cursor like any client
+/// would. Returns `End::Loud` only when the reader stopped on a refusal
+/// without being done.
 async fn catch_up(
     reader: &mut Reader,
     rng: &mut Rng,
     urls: &[String],
+    sse_only: bool,
     stop: &Stop,
     quiet_rounds: usize,
     done: impl Fn(&Reader) -> bool,
@@ -129,7 +135,7 @@ async fn catch_up(
         let from = reader.last();
         let before = reader.delivered.len();
         reader.url = urls[rng.range(0, urls.len() as u64 - 1) as usize].clone();
-        end = if rng.range(0, 1) == 0 {
+        end = if sse_only || rng.range(0, 1) == 0 {
             reader.sse(from, stop).await
         } else {
             reader.ws_until(from, None, false, stop).await
@@ -197,7 +203,8 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Rng) -> Result<Outcome, HarnessE
         .collect();
     // The sibling reader of the seed: reads the whole stream over SSE, concurrently.
     let sibling = {
-        let mut r = Reader::new(http.clone(), s.urls[pick(&mut rng)].clone(), sid.clone());
+        let mut r =
+            Reader::new(http.clone(), s.urls[pick(&mut rng)].clone(), sid.clone()).rmcp_ids(s.rmcp);
         tokio::spawn(async move { r.sse(0, &Stop::Idle).await })
     };
     let mut ledger = Ledger::default();
@@ -221,7 +228,8 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Rng) -> Result<Outcome, HarnessE
             }
         }
     };
-    let mut reader = Reader::new(http.clone(), s.urls[pick(&mut rng)].clone(), sid.clone());
+    let mut reader =
+        Reader::new(http.clone(), s.urls[pick(&mut rng)].clone(), sid.clone()).rmcp_ids(s.rmcp);
     let k = rng.range(1, e1) as usize;
     reader.sse(0, &Stop::After(k)).await;
     // `emit` races with the handshake.
@@ -239,15 +247,26 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Rng) -> Result<Outcome, HarnessE
     let drop_after = (roll >= 4).then(|| rng.range(1, 8) as usize);
     let prior = reader.last();
     reader.url = s.urls[pick(&mut rng)].clone();
-    let end = reader.ws(prior, drop_after, true).await;
+    // SSE only: the "upgrade" is a resume over SSE, dropped after as many events.
+    let end = if s.sse_only {
+        let stop = drop_after.map_or(Stop::Idle, Stop::After);
+        reader.sse(prior, &stop).await
+    } else {
+        reader.ws(prior, drop_after, true).await
+    };
+    let (drop, not_reached) = if s.sse_only {
+        ("dropsse", "dropsse-not-reached")
+    } else {
+        ("dropws", "dropws-not-reached")
+    };
     let fault = match (roll, end == End::Stopped) {
         (0..=3, _) => "none",
-        (4..=7, true) => "dropws",
-        (4..=7, false) => "dropws-not-reached",
+        (4..=7, true) => drop,
+        (4..=7, false) => not_reached,
         (_, true) if s.killable > 0 => "kill",
         (_, false) if s.killable > 0 => "kill-not-reached",
-        (_, true) => "dropws",
-        (_, false) => "dropws-not-reached",
+        (_, true) => drop,
+        (_, false) => not_reached,
     };
     if fault == "kill" {
         // The instance the reader was on, when there is only one; any otherwise.
@@ -260,7 +279,16 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Rng) -> Result<Outcome, HarnessE
     }
     // Resume until caught up: a reader never stops at a drop, nor at a refusal.
     if end != End::Quiet {
-        catch_up(&mut reader, &mut rng, &s.urls, &Stop::Idle, 1, |_| false).await;
+        catch_up(
+            &mut reader,
+            &mut rng,
+            &s.urls,
+            s.sse_only,
+            &Stop::Idle,
+            1,
+            |_| false,
+        )
+        .await;
     }
     if let Ok(Ok(_)) = racer.await {
         ledger.calls[racer_call].acked = true;
@@ -292,7 +320,7 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Rng) -> Result<Outcome, HarnessE
             }
         }
         let stop = Stop::At(emit_message(count, count));
-        let end = catch_up(&mut reader, &mut rng, &s.urls, &stop, 3, |r| {
+        let end = catch_up(&mut reader, &mut rng, &s.urls, s.sse_only, &stop, 3, |r| {
             !ledger.outstanding(r, &s.kills)
         })
         .await;
@@ -318,6 +346,7 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Rng) -> Result<Outcome, HarnessE
         verdict,
         loud_end,
         loud: reader.loud,
+        empty_200s: reader.empty_200s,
         fault,
         t: (reader.t_101, reader.t_replay, reader.t_live),
         detail,

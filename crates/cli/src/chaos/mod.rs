@@ -4,7 +4,11 @@
 //! the handshake, a reader that reads over SSE to a random point and upgrades
 //! with `Last-Event-ID`, and faults chosen at random (the WebSocket dropped
 //! mid-stream, a reconnect over SSE or WebSocket, and with `--spawn` the
-//! server killed with `kill -9` and restarted), then a final `emit`. The
+//! server killed with `kill -9` and restarted), then a final `emit`. With
+//! `--sse-only` the reader never upgrades: the "upgrade" is a resume over SSE,
+//! and every drop and reconnect is over SSE too. The rmcp mode
+//! (`--rmcp-url`, `--spawn-rmcp`) runs the same iterations, SSE only, against
+//! an rmcp server on mcp-resume-rmcp's stores, judged like the safe mode. The
 //! reader follows the protocol but does not check seqs itself, so what is
 //! measured is the server. The truth is the harness's own: every `emit` call
 //! numbers its events `1..=count` with a count no other call of the iteration
@@ -33,9 +37,11 @@ pub use run::Mode;
 mcp-resume chaos --spawn --compare-legacy --report chaos.json --chart chaos.svg\n  \
 mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n  \
 mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n  \
-mcp-resume chaos --spawn --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001 --redis-replicas 1 --instances 3\n\n\
-Exit codes: 0 the safe mode judged every iteration (no harness error) and found no silent gap,\n\
-duplicate, reorder or mismatch; 1 otherwise, or an error; 2 bad usage.")]
+mcp-resume chaos --spawn --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001 --redis-replicas 1 --instances 3\n  \
+mcp-resume chaos --spawn --sse-only --spawn-rmcp target/release/examples/rmcp_durable\n\n\
+Exit codes: 0 every judged mode (safe, and rmcp when run; not legacy) judged every iteration\n\
+(no harness error) and found no silent gap, duplicate, reorder or mismatch; 1 otherwise, or an\n\
+error; 2 bad usage.")]
 pub struct ChaosArgs {
     /// A server to test (its MCP endpoint). Omit with --spawn.
     url: Option<String>,
@@ -70,6 +76,21 @@ pub struct ChaosArgs {
     /// kills one of them: the failover case.
     #[arg(long, default_value_t = 1, requires = "spawn")]
     instances: usize,
+
+    /// Readers never upgrade to WebSocket: every read, drop and resume is over SSE.
+    #[arg(long)]
+    sse_only: bool,
+
+    /// Also run the same iterations, SSE only, against an rmcp server on
+    /// mcp-resume-rmcp's stores at this URL (event ids `SESSION/0/SEQ`).
+    #[arg(long, value_name = "URL", conflicts_with = "spawn_rmcp")]
+    rmcp_url: Option<String>,
+
+    /// Also run the same iterations, SSE only, against a spawned
+    /// `rmcp_durable` (mcp-resume-rmcp's example, at BIN): a private copy on
+    /// a temporary disk log; the kill -9 fault applies.
+    #[arg(long, value_name = "BIN")]
+    spawn_rmcp: Option<PathBuf>,
 
     /// Iterations per mode.
     #[arg(long, default_value_t = 200)]
@@ -121,6 +142,7 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
         } else {
             args.instances
         },
+        sse_only: args.sse_only,
     };
     if args.instances > 1
         && !args
@@ -154,6 +176,14 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
         };
         results.push(run::run(Mode::Legacy, legacy_target, &opts).await?);
     }
+    let rmcp_target = match (&args.rmcp_url, &args.spawn_rmcp) {
+        (Some(u), _) => Some(target::Target::remote(u)),
+        (None, Some(bin)) => Some(target::Target::spawn_rmcp(bin)?),
+        (None, None) => None,
+    };
+    if let Some(t) = rmcp_target {
+        results.push(run::run(Mode::Rmcp, t, &opts).await?);
+    }
     report::print_table(&results);
     if let Some(p) = &args.report {
         report::write_json(p, &results, &opts)
@@ -162,13 +192,22 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
     if let Some(p) = &args.chart {
         report::write_svg(p, &results).map_err(|e| format!("writing {}: {e}", p.display()))?;
     }
-    let failures = results[0].failures();
-    if !failures.is_empty() {
-        eprintln!(
-            "mcp-resume chaos: the safe mode fails: {}",
-            failures.join(", ")
-        );
-        return Ok(ExitCode::FAILURE);
+    // The exit code judges every mode but legacy, each on its own.
+    let mut failed = false;
+    for r in results.iter().filter(|r| r.mode != Mode::Legacy.name()) {
+        let failures = r.failures();
+        if !failures.is_empty() {
+            eprintln!(
+                "mcp-resume chaos: the {} mode fails: {}",
+                r.mode,
+                failures.join(", ")
+            );
+            failed = true;
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

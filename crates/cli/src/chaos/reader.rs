@@ -1,6 +1,8 @@
 //! The reader under test: reads the session stream over SSE or WebSocket
 //! from a cursor, follows the protocol (echo, replay, ack) and records what
 //! it delivered, without checking seqs itself; the accounting judges that.
+//! Against an rmcp server (mcp-resume-rmcp) it reads over SSE only, with
+//! event ids `SESSION/0/SEQ`.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,12 @@ pub struct Reader {
     pub t_replay: Option<f64>,
     /// ms from connect to the first live frame, of the timed upgrade.
     pub t_live: Option<f64>,
+    /// Resumes answered 200 with a body that ended at once, no event in it:
+    /// rmcp's answer to a cursor its store refused. Not loud: the reader
+    /// resumes again, and what it never gets is a silent gap.
+    pub empty_200s: u64,
+    /// Event ids are mcp-resume-rmcp's `SESSION/0/SEQ`, not plain seqs.
+    rmcp_ids: bool,
 }
 
 /// When a segment stops reading on purpose.
@@ -76,7 +84,41 @@ impl Reader {
             t_101: None,
             t_replay: None,
             t_live: None,
+            empty_200s: 0,
+            rmcp_ids: false,
         }
+    }
+
+    /// Reads with mcp-resume-rmcp's event ids, `SESSION/0/SEQ` (stream 0,
+    /// the standalone stream), when `on`.
+    pub fn rmcp_ids(mut self, on: bool) -> Self {
+        self.rmcp_ids = on;
+        self
+    }
+
+    /// The `Last-Event-ID` that resumes after `seq`.
+    fn event_id(&self, seq: u64) -> String {
+        if self.rmcp_ids {
+            format!("{}/0/{seq}", self.sid)
+        } else {
+            seq.to_string()
+        }
+    }
+
+    /// The seq an event id names. `None` without a number (the event is
+    /// skipped, as any client would); with rmcp ids, an id of another
+    /// session or stream is seq 0, which the accounting counts as a mismatch.
+    fn seq_of(&self, id: &str) -> Option<u64> {
+        if !self.rmcp_ids {
+            return id.parse().ok();
+        }
+        let (prefix, seq) = id.rsplit_once('/')?;
+        let seq = seq.parse().ok()?;
+        Some(if prefix == format!("{}/0", self.sid) {
+            seq
+        } else {
+            0
+        })
     }
 
     /// The cursor: the seq of the last event delivered (0 before any).
@@ -93,7 +135,7 @@ impl Reader {
                 .get(&self.url)
                 .header("accept", "text/event-stream")
                 .header("mcp-session-id", &self.sid)
-                .header("last-event-id", from.to_string())
+                .header("last-event-id", self.event_id(from))
                 .send()
                 .await
             {
@@ -118,6 +160,11 @@ impl Reader {
         loop {
             let chunk = match tokio::time::timeout(IDLE, body.next()).await {
                 Ok(Some(Ok(c))) => c,
+                Ok(None) if self.rmcp_ids && n == 0 => {
+                    // rmcp's answer to a refused cursor: 200, no event, the end.
+                    self.empty_200s += 1;
+                    return End::Dropped;
+                }
                 Ok(_) => return End::Dropped,
                 Err(_) => return End::Quiet,
             };
@@ -125,7 +172,7 @@ impl Reader {
                 if ev.data.is_empty() {
                     continue;
                 }
-                let Some(seq) = ev.id.and_then(|i| i.parse().ok()) else {
+                let Some(seq) = ev.id.as_deref().and_then(|i| self.seq_of(i)) else {
                     continue;
                 };
                 n += 1;
@@ -273,5 +320,33 @@ impl Reader {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(rmcp: bool) -> Reader {
+        Reader::new(reqwest::Client::new(), String::new(), "abc".into()).rmcp_ids(rmcp)
+    }
+
+    #[test]
+    fn plain_ids_are_seqs() {
+        let r = reader(false);
+        assert_eq!((r.event_id(7), r.seq_of("7")), ("7".into(), Some(7)));
+        assert_eq!(r.seq_of("abc/0/7"), None);
+    }
+
+    #[test]
+    fn rmcp_ids_name_the_session_and_stream_0_and_any_other_is_seq_0() {
+        let r = reader(true);
+        assert_eq!(r.event_id(7), "abc/0/7");
+        assert_eq!(r.seq_of("abc/0/7"), Some(7));
+        // Another session's or another stream's event: a mismatch, not skipped.
+        assert_eq!(r.seq_of("xyz/0/7"), Some(0));
+        assert_eq!(r.seq_of("abc/1/7"), Some(0));
+        assert_eq!(r.seq_of("7"), None);
+        assert_eq!(r.seq_of("abc/0/x"), None);
     }
 }

@@ -61,11 +61,12 @@ pub fn print_table(results: &[Results]) {
     row("content mismatches", &|r| r.mismatches.to_string());
     row("loud failures (allowed)", &|r| r.loud_failures.to_string());
     row("undelivered, loudly", &|r| r.loud_undelivered.to_string());
+    row("empty 200s (rmcp, not loud)", &|r| r.empty_200s.to_string());
     row("101 p50 ms", &|r| fmt_ms(pct(&r.t_101, 0.5)));
     row("replay done p50 ms", &|r| fmt_ms(pct(&r.t_replay, 0.5)));
     row("first live frame p50 ms", &|r| fmt_ms(pct(&r.t_live, 0.5)));
     row("first live frame p99 ms", &|r| fmt_ms(pct(&r.t_live, 0.99)));
-    if results.len() == 2 {
+    if results.len() >= 2 && results[0].mode == "safe" && results[1].mode == "legacy" {
         let d = |p| {
             pct(&results[0].t_live, p)
                 .zip(pct(&results[1].t_live, p))
@@ -111,6 +112,7 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
                 "content_mismatches": r.mismatches,
                 "loud_failures": r.loud_failures,
                 "loud_kinds": r.loud_kinds,
+                "empty_200s": r.empty_200s,
                 "faults": r.faults,
                 "harness_errors": r.errors,
                 "harness_error_kinds": r.error_kinds,
@@ -131,6 +133,7 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
         "store": opts.store,
         "truth": "emit numbering (each call's own count, k = 1..=count)",
         "instances": opts.instances,
+        "sse_only": opts.sse_only,
         "modes": modes,
     });
     std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default())
@@ -140,7 +143,7 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
 /// first live frame) per mode, and the silent gap counts.
 pub fn write_svg(path: &Path, results: &[Results]) -> std::io::Result<()> {
     let (w, h, pad) = (760.0, 420.0, 50.0);
-    let colors = ["#2a7ab0", "#d0452f"];
+    let colors = ["#2a7ab0", "#d0452f", "#3c9a4a"];
     let max_ms = results
         .iter()
         .flat_map(|r| pct(&r.t_live, 0.99))
@@ -204,7 +207,7 @@ pub fn write_svg(path: &Path, results: &[Results]) -> std::io::Result<()> {
                 h - pad - bh,
                 bw,
                 bh,
-                colors[m % 2]
+                colors[m % colors.len()]
             );
         }
     }
@@ -224,7 +227,7 @@ pub fn write_svg(path: &Path, results: &[Results]) -> std::io::Result<()> {
             s,
             r#"<rect x="{x}" y="{:.1}" width="40" height="{bh:.1}" fill="{}"/>"#,
             h - pad - bh,
-            colors[m % 2]
+            colors[m % colors.len()]
         );
         let _ = write!(
             s,
@@ -245,7 +248,7 @@ pub fn write_svg(path: &Path, results: &[Results]) -> std::io::Result<()> {
             r#"<text x="{}" y="{}" fill="{}">{}: p50 {} ms, p99 {} ms, n={}</text>"#,
             pad + 10.0,
             pad + 16.0 * (m as f64 + 1.0),
-            colors[m % 2],
+            colors[m % colors.len()],
             r.mode,
             fmt_ms(pct(&r.t_live, 0.5)),
             fmt_ms(pct(&r.t_live, 0.99)),

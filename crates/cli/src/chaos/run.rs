@@ -9,13 +9,16 @@ use super::accounting::{HarnessError, Results};
 use super::iteration::{iteration, Rng, Shared};
 use super::target::Target;
 
-/// Which upgrade the server under test does.
+/// Which server is under test, and which upgrade it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Echo, replay and gate (docs/protocol.md 5).
     Safe,
     /// `--unsafe-legacy-upgrade` (docs/protocol.md 9).
     Legacy,
+    /// An rmcp server on mcp-resume-rmcp's stores (`rmcp_durable`): SSE only,
+    /// its event ids are `SESSION/0/SEQ`. Judged like the safe mode.
+    Rmcp,
 }
 
 impl Mode {
@@ -24,6 +27,7 @@ impl Mode {
         match self {
             Mode::Safe => "safe",
             Mode::Legacy => "legacy",
+            Mode::Rmcp => "rmcp",
         }
     }
 }
@@ -44,6 +48,9 @@ pub struct Options {
     pub store: String,
     /// How many instances share the store.
     pub instances: usize,
+    /// Readers never upgrade: every read, drop and resume is over SSE
+    /// (always so in the rmcp mode).
+    pub sse_only: bool,
 }
 
 /// Runs `opts.iterations` iterations against `target` in `mode`.
@@ -53,6 +60,8 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
         killable: target.killable(),
         kills: target.kills(),
         target: Arc::new(Mutex::new(target)),
+        rmcp: mode == Mode::Rmcp,
+        sse_only: opts.sse_only || mode == Mode::Rmcp,
     });
     let mut res = Results::new(mode.name());
     let bar = if opts.quiet {
@@ -92,8 +101,8 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
             }
         }
         bar.set_message(format!(
-            "silent gaps {} dup {} loud {} not judged {}",
-            res.silent_gaps, res.duplicates, res.loud_failures, res.errors
+            "silent gaps {} dup {} loud {} empty 200 {} not judged {}",
+            res.silent_gaps, res.duplicates, res.loud_failures, res.empty_200s, res.errors
         ));
         bar.inc(1);
     }

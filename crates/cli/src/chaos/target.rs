@@ -1,5 +1,6 @@
-//! The servers under test: someone else's URL, or our own spawned `serve`
-//! instances (one on a temporary disk log, or several on one Redis).
+//! The servers under test: someone else's URL, our own spawned `serve`
+//! instances (one on a temporary disk log, or several on one Redis), or a
+//! spawned `rmcp_durable` (mcp-resume-rmcp's example) on a temporary disk log.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -55,15 +56,27 @@ pub struct SpawnOptions {
     pub instances: usize,
 }
 
+/// Which server the spawned processes run.
+enum Server {
+    /// `mcp-resume serve`, `--unsafe-legacy-upgrade` or not, on `store`
+    /// (`None`: the disk log in the data directory).
+    Serve {
+        legacy: bool,
+        store: Option<String>,
+        /// `--redis-replicas` (with a Redis store).
+        redis_replicas: usize,
+    },
+    /// `rmcp_durable --store disk:DIR/rmcp-log`.
+    Rmcp,
+}
+
 /// Where iterations run, and whether they may kill it.
 pub struct Target {
     /// Every instance's MCP endpoint; iterations spread their requests over them.
     pub urls: Vec<String>,
     spawned: Vec<Spawned>,
     kills: Arc<Kills>,
-    store: Option<String>,
-    redis_replicas: usize,
-    legacy: bool,
+    server: Server,
     dir: Option<tempfile::TempDir>,
     exe: PathBuf,
 }
@@ -89,32 +102,47 @@ fn private_exe(dir: &Path) -> Result<PathBuf, String> {
     Ok(to)
 }
 
-fn start(
-    exe: &Path,
-    addr: &str,
-    dir: &Path,
-    legacy: bool,
-    store: Option<&str>,
-    redis_replicas: usize,
-) -> Result<(Child, String), String> {
+/// A private copy of the `rmcp_durable` at `bin` in `dir`, for the same reason.
+fn private_rmcp(bin: &Path, dir: &Path) -> Result<PathBuf, String> {
+    let to = dir.join("rmcp_durable-under-test");
+    std::fs::copy(bin, &to).map_err(|e| format!("copying {}: {e}", bin.display()))?;
+    Ok(to)
+}
+
+fn start(exe: &Path, addr: &str, dir: &Path, server: &Server) -> Result<(Child, String), String> {
     let mut cmd = Command::new(exe);
-    cmd.args(["serve", "--listen", addr, "--data-dir"])
-        .arg(dir)
-        .env("RUST_LOG", "error");
-    if let Some(s) = store {
-        cmd.args(["--store", s]);
-        if redis_replicas > 0 {
-            cmd.args(["--redis-replicas", &redis_replicas.to_string()]);
+    match server {
+        Server::Serve {
+            legacy,
+            store,
+            redis_replicas,
+        } => {
+            cmd.args(["serve", "--listen", addr, "--data-dir"]).arg(dir);
+            if let Some(s) = store {
+                cmd.args(["--store", s]);
+                if *redis_replicas > 0 {
+                    cmd.args(["--redis-replicas", &redis_replicas.to_string()]);
+                }
+            }
+            if *legacy {
+                cmd.arg("--unsafe-legacy-upgrade");
+            }
+        }
+        Server::Rmcp => {
+            let store = format!("disk:{}", dir.join("rmcp-log").display());
+            cmd.args(["--listen", addr, "--store", &store]);
         }
     }
-    if legacy {
-        cmd.arg("--unsafe-legacy-upgrade");
-    }
+    let name = match server {
+        Server::Serve { .. } => "serve",
+        Server::Rmcp => "rmcp_durable",
+    };
     let mut child = cmd
+        .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| format!("spawning serve: {e}"))?;
+        .map_err(|e| format!("spawning {name}: {e}"))?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().ok_or("no stdout")?)
         .read_line(&mut line)
@@ -124,7 +152,7 @@ fn start(
         None => {
             let _ = child.kill();
             let _ = child.wait();
-            Err(format!("serve did not start on {addr}"))
+            Err(format!("{name} did not start on {addr}"))
         }
     }
 }
@@ -136,12 +164,34 @@ impl Target {
             urls: vec![url.to_owned()],
             spawned: Vec::new(),
             kills: Arc::new(Kills::new(1)),
-            store: None,
-            redis_replicas: 0,
-            legacy: false,
+            // Never started: nothing is spawned for a remote server.
+            server: Server::Serve {
+                legacy: false,
+                store: None,
+                redis_replicas: 0,
+            },
             dir: None,
             exe: PathBuf::new(),
         }
+    }
+
+    /// One `rmcp_durable` (a private copy of the binary at `bin`) on a disk
+    /// log in a temporary directory; killable, and restarted on the same
+    /// address and log.
+    pub fn spawn_rmcp(bin: &Path) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let exe = private_rmcp(bin, dir.path())?;
+        let mut t = Self {
+            urls: Vec::new(),
+            spawned: Vec::new(),
+            kills: Arc::new(Kills::new(1)),
+            server: Server::Rmcp,
+            dir: None,
+            exe,
+        };
+        t.start_instance(dir.path())?;
+        t.dir = Some(dir);
+        Ok(t)
     }
 
     /// Our own `serve` instances on free ports, sharing one store.
@@ -152,32 +202,33 @@ impl Target {
             urls: Vec::new(),
             spawned: Vec::new(),
             kills: Arc::new(Kills::new(opts.instances)),
-            store: opts.store.clone(),
-            redis_replicas: opts.redis_replicas,
-            legacy: opts.legacy,
+            server: Server::Serve {
+                legacy: opts.legacy,
+                store: opts.store.clone(),
+                redis_replicas: opts.redis_replicas,
+            },
             dir: None,
             exe,
         };
         for _ in 0..opts.instances.max(1) {
-            let (child, url) = start(
-                &t.exe,
-                "127.0.0.1:0",
-                dir.path(),
-                opts.legacy,
-                t.store.as_deref(),
-                t.redis_replicas,
-            )?;
-            let addr = url
-                .trim_start_matches("http://")
-                .split('/')
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            t.urls.push(url);
-            t.spawned.push(Spawned { child, addr });
+            t.start_instance(dir.path())?;
         }
         t.dir = Some(dir);
         Ok(t)
+    }
+
+    /// Starts one more instance on a free port.
+    fn start_instance(&mut self, dir: &Path) -> Result<(), String> {
+        let (child, url) = start(&self.exe, "127.0.0.1:0", dir, &self.server)?;
+        let addr = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        self.urls.push(url);
+        self.spawned.push(Spawned { child, addr });
+        Ok(())
     }
 
     /// The kill generations of the instances, shared with the iterations.
@@ -208,20 +259,13 @@ impl Target {
         let _ = s.child.kill();
         let _ = s.child.wait();
         for _ in 0..100 {
-            if let Ok((child, _)) = start(
-                &self.exe,
-                &s.addr,
-                dir.path(),
-                self.legacy,
-                self.store.as_deref(),
-                self.redis_replicas,
-            ) {
+            if let Ok((child, _)) = start(&self.exe, &s.addr, dir.path(), &self.server) {
                 s.child = child;
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Err(format!("could not restart serve on {}", s.addr))
+        Err(format!("could not restart the server on {}", s.addr))
     }
 }
 
