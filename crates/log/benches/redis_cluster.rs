@@ -141,6 +141,11 @@ fn main() {
             log.create_session(&format!("idle{i}"), Bytes::new()).await.unwrap();
         }
         let per_session = (used_memory(&cluster) - before) as f64 / n as f64;
+        // Maintenance walks every live session (idle expiry, age retention).
+        let long = Duration::from_secs(3600);
+        let t = Instant::now();
+        log.maintain(long, long).await.unwrap();
+        let maintain_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
         let events = 200_000;
         let sessions: Vec<String> = (0..100).map(|i| format!("idle{i}")).collect();
         let before = used_memory(&cluster);
@@ -165,6 +170,10 @@ fn main() {
         println!("| --- | ---: |");
         println!("| per idle session ({n} sessions: session hash, stream-0 hash, live-set entry) | {per_session:.0} |");
         println!("| per event (256-byte message, {events} events in 100 streams) | {per_event:.0} |");
+        println!();
+        println!(
+            "maintenance (one pass, {n} idle sessions, one instance): {maintain_us:.1} us per session"
+        );
 
         // The polling tail: idle followed streams, then delivery latency.
         let reader = Arc::new(

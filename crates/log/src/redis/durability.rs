@@ -1,6 +1,7 @@
 //! What backs "committed" on the Redis the log runs on, read at start-up.
 
-use super::RedisLog;
+use super::{prefix, unavailable, RedisLog};
+use crate::LogError;
 
 impl RedisLog {
     /// What backs "committed" on this Redis, in words, and a warning when it
@@ -67,5 +68,34 @@ impl RedisLog {
             None
         };
         (words, warning)
+    }
+
+    /// `"1"` when an acknowledged append is committed at once (no replicas to wait for).
+    pub(super) fn commit_at_ack(&self) -> &'static str {
+        if self.replicas == 0 {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
+    /// Waits until `--redis-replicas` replicas of the server holding
+    /// session `id` (its slot's master on a cluster) have every write so far.
+    pub(super) async fn wait_replicas(&self, id: &str) -> Result<(), LogError> {
+        if self.replicas == 0 {
+            return Ok(());
+        }
+        let acked = self
+            .conn
+            .wait(&format!("{}:s", prefix(id)), self.replicas, 1000)
+            .await
+            .map_err(unavailable)?;
+        if (acked as usize) < self.replicas {
+            return Err(LogError::Unavailable(format!(
+                "only {acked} of {} replicas acknowledged",
+                self.replicas
+            )));
+        }
+        Ok(())
     }
 }

@@ -136,35 +136,6 @@ impl RedisLog {
         Ok(())
     }
 
-    /// `"1"` when an acknowledged append is committed at once (no replicas to wait for).
-    fn commit_at_ack(&self) -> &'static str {
-        if self.replicas == 0 {
-            "1"
-        } else {
-            "0"
-        }
-    }
-
-    /// Waits until `--redis-replicas` replicas of the server holding
-    /// session `id` (its slot's master on a cluster) have every write so far.
-    async fn wait_replicas(&self, id: &str) -> Result<(), LogError> {
-        if self.replicas == 0 {
-            return Ok(());
-        }
-        let acked = self
-            .conn
-            .wait(&format!("{}:s", prefix(id)), self.replicas, 1000)
-            .await
-            .map_err(unavailable)?;
-        if (acked as usize) < self.replicas {
-            return Err(LogError::Unavailable(format!(
-                "only {acked} of {} replicas acknowledged",
-                self.replicas
-            )));
-        }
-        Ok(())
-    }
-
     async fn trim_to(&self, id: &str, stream: StreamKey, floor: Seq) -> Result<(), LogError> {
         let p = prefix(id);
         let n = stream.number();
