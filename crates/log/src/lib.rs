@@ -12,11 +12,14 @@
 //! `hub` that fans committed events out to subscribers.
 #![deny(missing_docs)]
 
+#[cfg(feature = "disk")]
 mod disk;
 mod error;
 mod hub;
 mod memory;
+#[cfg(feature = "redis")]
 mod redis;
+#[cfg(any(feature = "disk", feature = "redis"))]
 mod retention;
 mod subscription;
 mod types;
@@ -26,9 +29,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+#[cfg(feature = "disk")]
 pub use disk::DiskLog;
 pub use error::LogError;
 pub use memory::MemoryLog;
+#[cfg(feature = "redis")]
 pub use redis::RedisLog;
 pub use subscription::Subscription;
 pub use types::{Bounds, Event, PinId, Retention, Seq, SessionInfo, StreamKey};

@@ -13,6 +13,7 @@ pub(crate) enum EndReason {
     SessionEnded,
     Closed,
     /// The backend went away under the tail (Redis down): resume elsewhere or later.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     Unavailable,
 }
 
