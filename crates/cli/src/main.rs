@@ -20,7 +20,13 @@ where continuity cannot be proven the server refuses loudly (409, 426, a close c
 Start a server:   mcp-resume serve\n\
 Try it:           curl -si -X POST http://127.0.0.1:8080/mcp -H 'content-type: application/json' \\\n\
                     -H 'accept: application/json, text/event-stream' \\\n\
-                    -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"curl\",\"version\":\"1\"}}}'"
+                    -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"curl\",\"version\":\"1\"}}}'",
+    after_help = "Examples:\n  \
+mcp-resume serve                                        # 127.0.0.1:8080/mcp, durable log in the data dir\n  \
+mcp-resume call http://127.0.0.1:8080/mcp echo '{\"text\":\"hi\"}'\n  \
+mcp-resume tail http://127.0.0.1:8080/mcp --ws          # the session stream, resumed and checked\n  \
+mcp-resume chaos --spawn --compare-legacy               # count silent gaps across upgrades and kills\n\n\
+Each command's --help has more examples."
 )]
 struct Cli {
     #[command(subcommand)]
