@@ -8,89 +8,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{root, Serve};
-
-struct SdkClient {
-    child: std::process::Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl SdkClient {
-    fn spawn(program: &str, args: &[String]) -> Self {
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot run {program}: {e}; run scripts/test to install the SDK clients")
-            });
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for a line satisfying `pred`; returns it.
-    fn wait_for(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            match self.lines.recv_timeout(Duration::from_millis(200)) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if pred(&line) {
-                        return line;
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
-                    "the SDK client exited waiting for {what}; saw {:?}",
-                    self.seen
-                ),
-            }
-        }
-        panic!("timed out waiting for {what}; saw {:?}", self.seen);
-    }
-
-    fn send(&mut self, cmd: &str) {
-        writeln!(self.child.stdin.as_mut().unwrap(), "{cmd}").unwrap();
-    }
-
-    /// `i` of every `EVENT count i` seen so far for this `count`.
-    fn events(&self, count: u64) -> Vec<u64> {
-        self.seen
-            .iter()
-            .filter_map(|l| l.strip_prefix("EVENT "))
-            .filter_map(|rest| rest.split_once(' '))
-            .filter(|(c, _)| c.parse::<u64>().ok() == Some(count))
-            .map(|(_, i)| i.parse().unwrap())
-            .collect()
-    }
-}
-
-impl Drop for SdkClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use mcp_resume_testkit::SdkClient;
 
 /// How many of `emit count`'s events the session stream holds, read back over SSE.
 fn committed(url: &str, session: &str, count: u64) -> u64 {
@@ -163,10 +84,7 @@ fn scenario(program: &str, script: &str) {
     if !client.seen.contains(&last) {
         client.wait_for("the rest of the first emit", |l| l == last);
     }
-    std::thread::sleep(Duration::from_millis(300));
-    while let Ok(l) = client.lines.try_recv() {
-        client.seen.push(l);
-    }
+    client.drain_for(Duration::from_millis(300));
     assert_eq!(
         client.events(60),
         (1..=m).collect::<Vec<_>>(),

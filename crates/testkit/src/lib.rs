@@ -8,6 +8,8 @@ mod cluster;
 mod jwt;
 #[cfg(feature = "jwt")]
 pub use jwt::TestIssuer;
+mod sdk;
+pub use sdk::SdkClient;
 #[cfg(feature = "tls")]
 mod tls;
 pub use cluster::{RedisCluster, NODE_TIMEOUT_MS};
