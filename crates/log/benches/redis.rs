@@ -19,7 +19,7 @@ use mcp_resume_log::{Log, RedisLog, StreamKey};
 
 mod common;
 
-use common::{payload, pct, retention};
+use common::{pct, retention, timed_appends};
 
 const S: StreamKey = StreamKey::Session;
 
@@ -34,36 +34,10 @@ fn now_ns() -> u128 {
 async fn append_row(url: &str, round: usize, writers: usize, per: usize, batch: usize) {
     let log: Arc<dyn Log> = Arc::new(RedisLog::connect(url, retention(), 0).await.unwrap());
     let ids: Vec<String> = (0..writers).map(|s| format!("a{round}w{s}")).collect();
-    for id in &ids {
-        log.create_session(id, Bytes::new()).await.unwrap();
-    }
-    let start = Instant::now();
-    let tasks: Vec<_> = ids
-        .into_iter()
-        .map(|id| {
-            let log = log.clone();
-            tokio::spawn(async move {
-                let p = payload();
-                let mut lat = Vec::new();
-                let mut n = 0;
-                while n < per {
-                    let t = Instant::now();
-                    log.append(&id, S, vec![p.clone(); batch]).await.unwrap();
-                    lat.push(t.elapsed());
-                    n += batch;
-                }
-                lat
-            })
-        })
-        .collect();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let (mut lat, rate) = timed_appends(log, &ids, per, batch).await;
     println!(
         "| {writers:>7} | {batch:>5} | {:>12.0} | {:>9.3} | {:>9.3} |",
-        (writers * per) as f64 / secs,
+        rate,
         pct(&mut lat, 0.5),
         pct(&mut lat, 0.99)
     );

@@ -21,7 +21,7 @@ use mcp_resume_testkit::RedisCluster;
 
 mod common;
 
-use common::{payload, pct, retention};
+use common::{payload, pct, retention, timed_appends};
 
 const S: StreamKey = StreamKey::Session;
 
@@ -38,34 +38,7 @@ fn ids(cluster: &RedisCluster, tag: &str, n: usize) -> Vec<(String, u16)> {
 
 /// Appends from `writers` sessions, each `per` events in batches of `batch`; events/s.
 async fn append_rate(log: &Arc<RedisLog>, ids: &[String], per: usize, batch: usize) -> (f64, f64) {
-    for id in ids {
-        log.create_session(id, Bytes::new()).await.unwrap();
-    }
-    let start = Instant::now();
-    let tasks: Vec<_> = ids
-        .iter()
-        .cloned()
-        .map(|id| {
-            let log = log.clone();
-            tokio::spawn(async move {
-                let p = payload();
-                let mut lat = Vec::new();
-                let mut n = 0;
-                while n < per {
-                    let t = Instant::now();
-                    log.append(&id, S, vec![p.clone(); batch]).await.unwrap();
-                    lat.push(t.elapsed());
-                    n += batch;
-                }
-                lat
-            })
-        })
-        .collect();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let rate = (ids.len() * per) as f64 / start.elapsed().as_secs_f64();
+    let (mut lat, rate) = timed_appends(log.clone(), ids, per, batch).await;
     (rate, pct(&mut lat, 0.5))
 }
 
