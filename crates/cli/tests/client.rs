@@ -218,15 +218,7 @@ fn tail_prints_json_lines_resumes_from_its_cursor_file_and_exits_with_distinct_c
         ],
     );
     assert!(out.status.success(), "{out:?}");
-    let seqs: Vec<u64> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
+    let seqs = common::tail_seqs(&out.stdout);
     assert_eq!(seqs, (9..=20).collect::<Vec<_>>());
     // Distinct exit codes.
     assert_eq!(

@@ -78,15 +78,7 @@ fn call_and_tail_with_cacert_work_against_serve_with_tls() {
         ca,
     ]);
     assert!(out.status.success(), "{out:?}");
-    let seqs: Vec<u64> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
+    let seqs = common::tail_seqs(&out.stdout);
     assert_eq!(seqs, vec![1, 2, 3, 4, 5]);
 }
 

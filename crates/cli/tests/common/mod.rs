@@ -125,3 +125,15 @@ pub async fn read_until(reader: &mut mcp_resume_client::SessionReader, until: u6
     }
     seqs
 }
+
+/// The `seq` of every line `mcp-resume tail` printed (one JSON object a line).
+pub fn tail_seqs(stdout: &[u8]) -> Vec<u64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect()
+}
