@@ -45,7 +45,11 @@ pub(super) struct Bell {
     /// `mcpr:wake:{NONCE}`.
     pub key: String,
     client: ClusterClient,
-    started: AtomicBool,
+    /// Set once the wake stream exists and its reading task runs. A
+    /// registration must never be visible before its wake stream exists: a
+    /// commit in between would find no stream, take the instance for dead
+    /// and drop the registration, leaving only the safety reads.
+    started: tokio::sync::OnceCell<()>,
     /// Set when the log's tails are dropped: the reading task ends.
     stopped: AtomicBool,
 }
@@ -55,7 +59,7 @@ impl Bell {
         Self {
             key: format!("mcpr:wake:{{{nonce:016x}}}"),
             client,
-            started: AtomicBool::new(false),
+            started: tokio::sync::OnceCell::new(),
             stopped: AtomicBool::new(false),
         }
     }
@@ -78,12 +82,17 @@ impl Bell {
         shards: &[Arc<Shard>],
         closed: &Arc<AtomicBool>,
     ) {
-        if !self.started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(
-                self.clone()
-                    .run(conn.clone(), shards.to_vec(), closed.clone()),
-            );
-        }
+        self.started
+            .get_or_init(|| async {
+                let last = self.create(conn).await.unwrap_or_else(|| "$".to_owned());
+                tokio::spawn(self.clone().run(
+                    conn.clone(),
+                    shards.to_vec(),
+                    closed.clone(),
+                    last,
+                ));
+            })
+            .await;
         let Some(prefix) = prefix_of(stream) else {
             return;
         };
@@ -107,30 +116,46 @@ impl Bell {
             .await;
     }
 
-    /// Reads wake-ups until the log closes, marking the named streams.
-    async fn run(self: Arc<Self>, conn: Conn, shards: Vec<Arc<Shard>>, closed: Arc<AtomicBool>) {
-        let mut last = "$".to_owned();
-        let mut refreshed: Option<Instant> = None;
+    /// Creates (or refreshes) the wake stream and pushes back its expiry:
+    /// the stream must exist for `NOMKSTREAM` wake-ups to land. Returns the
+    /// id of the entry it added, from which a read misses no later wake-up.
+    async fn create(&self, conn: &Conn) -> Option<String> {
+        let (id, _): (String, i64) = redis::pipe()
+            .cmd("XADD")
+            .arg(&self.key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(MAXLEN)
+            .arg("*")
+            .arg("k")
+            .arg("")
+            .cmd("PEXPIRE")
+            .arg(&self.key)
+            .arg(TTL_MS)
+            .query_async(&mut conn.clone())
+            .await
+            .ok()?;
+        Some(id)
+    }
+
+    /// Reads wake-ups after `last` until the log closes, marking the named
+    /// streams.
+    async fn run(
+        self: Arc<Self>,
+        conn: Conn,
+        shards: Vec<Arc<Shard>>,
+        closed: Arc<AtomicBool>,
+        mut last: String,
+    ) {
+        let mut refreshed = (last != "$").then(Instant::now);
         let mut blocking = None;
         while !closed.load(Ordering::Relaxed) && !self.stopped.load(Ordering::Relaxed) {
             if refreshed.is_none_or(|t| t.elapsed() >= REFRESH) {
-                // The stream must exist for NOMKSTREAM wake-ups to land.
-                let ok: Result<Value, _> = redis::pipe()
-                    .cmd("XADD")
-                    .arg(&self.key)
-                    .arg("MAXLEN")
-                    .arg("~")
-                    .arg(MAXLEN)
-                    .arg("*")
-                    .arg("k")
-                    .arg("")
-                    .cmd("PEXPIRE")
-                    .arg(&self.key)
-                    .arg(TTL_MS)
-                    .query_async(&mut conn.clone())
-                    .await;
-                if ok.is_ok() {
+                if let Some(id) = self.create(&conn).await {
                     refreshed = Some(Instant::now());
+                    if last == "$" {
+                        last = id;
+                    }
                 }
             }
             if blocking.is_none() {
@@ -158,6 +183,8 @@ impl Bell {
                     tracing::debug!(error = %e, "wake stream unreadable");
                     blocking = None;
                     refreshed = None;
+                    // Re-read from the new stream's first entry (the safety
+                    // reads cover what a failover lost meanwhile).
                     last = "$".to_owned();
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
