@@ -25,6 +25,7 @@
 //!
 //! [`Log`]: mcp_resume_log::Log
 
+pub mod backend;
 mod error;
 pub mod event_id;
 mod event_store;
@@ -32,6 +33,7 @@ mod manager;
 mod owner;
 mod session_store;
 
+pub use backend::RmcpBackend;
 pub use error::StoreError;
 pub use event_store::LogEventStore;
 pub use manager::{DurableSessionManager, ManagerError};

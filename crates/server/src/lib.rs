@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod backend;
 mod config;
 mod cors;
 pub mod demo;
@@ -36,6 +37,7 @@ pub mod listen;
 mod mcp;
 mod metrics;
 mod orphans;
+mod route;
 mod session;
 mod sse;
 mod state;
@@ -66,6 +68,23 @@ pub struct McpServer {
 impl McpServer {
     /// A server over `log` offering `tools`.
     pub fn new(log: Arc<dyn Log>, tools: ToolRegistry, config: ServerConfig) -> Self {
+        Self::build(log, tools, None, config)
+    }
+
+    /// A server over `log` whose sessions are served by `backend` (for
+    /// example an rmcp `ServerHandler` through `mcp-resume-rmcp`): every
+    /// MCP message goes to the session's backend, and everything it sends
+    /// is committed to the log before any client sees it.
+    pub fn with_backend(log: Arc<dyn Log>, backend: Arc<dyn backend::Backend>, config: ServerConfig) -> Self {
+        Self::build(log, ToolRegistry::new(), Some(backend), config)
+    }
+
+    fn build(
+        log: Arc<dyn Log>,
+        tools: ToolRegistry,
+        backend: Option<Arc<dyn backend::Backend>>,
+        config: ServerConfig,
+    ) -> Self {
         let (stop, shutdown) = watch::channel(false);
         let state = AppState {
             log,
@@ -77,6 +96,8 @@ impl McpServer {
             background: Default::default(),
             metrics: Default::default(),
             orphan_lock: Arc::new(Mutex::new(())),
+            backend,
+            routes: Default::default(),
         };
         Self { state, stop }
     }
@@ -177,6 +198,7 @@ impl McpServer {
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "maintenance failed"),
                 }
+                state.routes.sweep(&state).await;
             }
         })
     }
@@ -218,6 +240,7 @@ impl McpServer {
         self.shutdown();
         maintenance.abort();
         self.drain().await;
+        self.state.routes.close_all();
         self.state
             .log
             .close()

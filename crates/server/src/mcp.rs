@@ -70,6 +70,9 @@ pub async fn handle_request(
 /// Handles a message that arrived over a WebSocket: a request's response goes
 /// into the session stream (docs/protocol.md 5.3); notifications and responses need nothing.
 pub async fn handle_socket_message(state: &AppState, session: &str, message: &Value) {
+    if state.backend.is_some() {
+        return crate::http::socket_message(state, session, message.clone()).await;
+    }
     let reply = match Incoming::classify(message) {
         Ok(Incoming::Request { id, method, params }) => {
             handle_request(state, session, StreamKey::Session, &id, &method, &params).await

@@ -35,6 +35,11 @@ pub struct SessionRecord {
     /// token's principal); any other principal is told the session does not exist.
     #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// The client's `initialize` params, kept for a session served by a
+    /// [`Backend`](crate::backend::Backend): any instance restores the
+    /// session's backend from them (its peer's capabilities and info).
+    #[serde(rename = "i", default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<serde_json::Value>,
 }
 
 /// The MCP revision whose sessions may still send JSON-RPC batches (they

@@ -37,6 +37,10 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     /// Serialises the ending of orphaned calls (rare), so each ends once.
     pub(crate) orphan_lock: Arc<Mutex<()>>,
+    /// What serves MCP for each session, when not the built-in tools.
+    pub(crate) backend: Option<Arc<dyn crate::backend::Backend>>,
+    /// The routes of the sessions whose backend runs on this instance.
+    pub(crate) routes: Arc<crate::route::Routes>,
 }
 
 impl AppState {

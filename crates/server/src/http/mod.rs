@@ -3,6 +3,9 @@
 
 mod guard;
 mod post;
+mod relay;
+
+pub(crate) use relay::socket_message;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
@@ -93,7 +96,9 @@ pub async fn delete(
         ));
     };
     live_session(&state, &session, &headers, &principal, false).await?;
-    match state.log.end_session(&session).await {
+    let ended = state.log.end_session(&session).await;
+    state.routes.close(&session);
+    match ended {
         Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
         Err(LogError::NoSession(id)) => Err(ApiError::NoSession(id)),
         Err(e) => Err(e.into()),

@@ -73,6 +73,16 @@ pub async fn post(
     };
     if let Incoming::Request { id, method, params } = &msg {
         if method == "initialize" {
+            if state.backend.is_some() {
+                if session.is_some() {
+                    return Ok(jsonrpc_error(
+                        StatusCode::BAD_REQUEST,
+                        jsonrpc::INVALID_REQUEST,
+                        "initialize must not carry Mcp-Session-Id",
+                    ));
+                }
+                return super::relay::initialize(&state, principal, acc.json, value).await;
+            }
             return initialize(&state, session, principal, acc.json, id, params).await;
         }
     }
@@ -83,6 +93,9 @@ pub async fn post(
         ));
     };
     live_session(&state, &session, &headers, &principal, false).await?;
+    if state.backend.is_some() {
+        return super::relay::message(&state, session, acc, value).await;
+    }
     match msg {
         Incoming::Request { id, method, params } => {
             let streaming = method == "tools/call"
@@ -137,6 +150,7 @@ async fn initialize(
         protocol_version: version.to_owned(),
         dynamic_tools: Vec::new(),
         principal,
+        init: None,
     };
     state.log.create_session(&sid, record.encode()).await?;
     let mut resp = answer(
@@ -227,6 +241,14 @@ async fn batch(
             format!("JSON-RPC batches were removed in MCP 2025-06-18; this session speaks {version}: send one message per POST"),
         ));
     }
+    if state.backend.is_some() {
+        let replies = super::relay::batch(state, &session, items).await?;
+        return Ok(if replies.is_empty() {
+            StatusCode::ACCEPTED.into_response()
+        } else {
+            answer(accepts(headers).json, &replies)
+        });
+    }
     let mut replies = Vec::new();
     for item in items {
         match Incoming::classify(item) {
@@ -251,7 +273,7 @@ async fn batch(
 /// `application/json` when the client accepts it (`json`), else as an SSE body
 /// of one event per response, for a client whose `Accept` allows only
 /// `text/event-stream`.
-fn answer(json: bool, replies: &[Value]) -> Response {
+pub(super) fn answer(json: bool, replies: &[Value]) -> Response {
     if json {
         return match replies {
             [one] => axum::Json(one).into_response(),

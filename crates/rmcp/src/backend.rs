@@ -1,0 +1,210 @@
+//! An rmcp `ServerHandler` as the [`Backend`] of `mcp-resume-server`: the
+//! official SDK's handlers (its `#[tool_router]`, `#[prompt_router]`, typed
+//! `Parameters<T>`, its `Peer` for sampling and elicitation) served on
+//! mcp-resume's transport, where every message is committed to the log
+//! before any client can see it and every stream resumes on any instance.
+//!
+//! Each session runs rmcp's own service loop over a [`Transport`] whose
+//! `send` enqueues the message in the session's ordered commit queue at
+//! call time and resolves once it is committed: a handler's
+//! `peer.notify_progress(..).await` returns when the log has the event. A
+//! server-to-client request carries rmcp's `OriginatingRequestId`, so it
+//! travels on the request stream of the call that made it.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use mcp_resume_log::{Log, MemoryLog, Retention};
+//! # use mcp_resume_server::{McpServer, ServerConfig};
+//! # #[derive(Clone)] struct MyServer;
+//! # impl rmcp::ServerHandler for MyServer {}
+//! use mcp_resume_rmcp::RmcpBackend;
+//! let log: Arc<dyn Log> = Arc::new(MemoryLog::new(Retention::default()));
+//! let server = McpServer::with_backend(log, Arc::new(RmcpBackend::new(|| MyServer)), ServerConfig::default());
+//! ```
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use mcp_resume_server::backend::{
+    Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox,
+};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetExtensions,
+    InitializeRequestParams, JsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage, ServerResult,
+};
+use rmcp::service::{NotificationContext, OriginatingRequestId, RequestContext, Service};
+use rmcp::transport::Transport;
+use rmcp::RoleServer;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Serves every session with a handler made by `factory` (called once per
+/// session, and again when a session is restored on another instance or
+/// after a restart).
+pub struct RmcpBackend<F> {
+    factory: F,
+}
+
+impl<F, S> RmcpBackend<F>
+where
+    F: Fn() -> S + Send + Sync + 'static,
+    S: Service<RoleServer>,
+{
+    /// A backend whose sessions are served by handlers from `factory`.
+    pub fn new(factory: F) -> Self {
+        Self { factory }
+    }
+}
+
+impl<F, S> Backend for RmcpBackend<F>
+where
+    F: Fn() -> S + Send + Sync + 'static,
+    S: Service<RoleServer>,
+{
+    fn open(
+        &self,
+        session: &str,
+        outbox: Outbox,
+        restore: Option<Value>,
+    ) -> Result<Box<dyn BackendSession>, BackendError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let port = Port { rx, outbox };
+        let ct = CancellationToken::new();
+        let handler = Guarded((self.factory)());
+        let id = session.to_owned();
+        match restore {
+            None => {
+                let ct = ct.clone();
+                tokio::spawn(async move {
+                    match rmcp::service::serve_server_with_ct(handler, port, ct).await {
+                        Ok(running) => {
+                            let _ = running.waiting().await;
+                        }
+                        Err(e) => tracing::debug!(session = %id, error = %e, "rmcp session did not start"),
+                    }
+                });
+            }
+            Some(params) => {
+                let params: InitializeRequestParams = serde_json::from_value(params)
+                    .map_err(|e| BackendError(format!("unreadable initialize params: {e}")))?;
+                let running =
+                    rmcp::service::serve_directly_with_ct(handler, port, Some(params), ct.clone());
+                tokio::spawn(async move {
+                    let _ = running.waiting().await;
+                    tracing::debug!(session = %id, "restored rmcp session ended");
+                });
+            }
+        }
+        Ok(Box::new(RmcpSession { tx, ct }))
+    }
+}
+
+/// One session's rmcp service, as the transport sees it.
+struct RmcpSession {
+    tx: mpsc::UnboundedSender<ClientJsonRpcMessage>,
+    ct: CancellationToken,
+}
+
+impl BackendSession for RmcpSession {
+    fn deliver(&self, message: Value) -> Result<(), DeliverError> {
+        let typed: ClientJsonRpcMessage =
+            serde_json::from_value(message).map_err(|e| DeliverError::Invalid(e.to_string()))?;
+        self.tx.send(typed).map_err(|_| DeliverError::Closed)
+    }
+
+    fn close(&self) {
+        self.ct.cancel();
+    }
+}
+
+impl Drop for RmcpSession {
+    fn drop(&mut self) {
+        self.ct.cancel();
+    }
+}
+
+/// rmcp's side of the seam: client messages in, server messages out to the
+/// session's commit queue.
+struct Port {
+    rx: mpsc::UnboundedReceiver<ClientJsonRpcMessage>,
+    outbox: Outbox,
+}
+
+/// A message rmcp sent could not be committed.
+#[derive(Debug, thiserror::Error)]
+#[error("not committed: {0}")]
+pub struct PortError(#[source] mcp_resume_log::LogError);
+
+impl Transport<RoleServer> for Port {
+    type Error = PortError;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let related = match &item {
+            JsonRpcMessage::Request(r) => r
+                .request
+                .extensions()
+                .get::<OriginatingRequestId>()
+                .and_then(|o| serde_json::to_value(&o.0).ok()),
+            _ => None,
+        };
+        let message = serde_json::to_value(&item).unwrap_or(Value::Null);
+        // Enqueued now, in rmcp's order; the future only waits for the commit.
+        let sent = self.outbox.send(Outbound { message, related });
+        async move { sent.await.map_err(PortError) }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<ClientJsonRpcMessage>> + Send {
+        self.rx.recv()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.rx.close();
+        Ok(())
+    }
+}
+
+/// A handler whose panic ends its call with a JSON-RPC error instead of no
+/// answer at all (rmcp runs each request in a task of its own and would
+/// leave the call unanswered).
+struct Guarded<S>(S);
+
+impl<S: Service<RoleServer>> Service<RoleServer> for Guarded<S> {
+    async fn handle_request(
+        &self,
+        request: ClientRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ServerResult, ErrorData> {
+        match AssertUnwindSafe(self.0.handle_request(request, context))
+            .catch_unwind()
+            .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(ErrorData::internal_error(
+                "the handler of this call failed without answering; it may be retried",
+                None,
+            )),
+        }
+    }
+
+    fn handle_notification(
+        &self,
+        notification: ClientNotification,
+        context: NotificationContext<RoleServer>,
+    ) -> impl Future<Output = Result<(), ErrorData>> + Send + '_ {
+        self.0.handle_notification(notification, context)
+    }
+
+    fn get_info(&self) -> <RoleServer as rmcp::service::ServiceRole>::Info {
+        self.0.get_info()
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        self.0.supported_protocol_versions()
+    }
+}

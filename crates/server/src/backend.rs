@@ -1,0 +1,112 @@
+//! The seam between the transport and whatever serves MCP: a session's
+//! *backend* is anything that speaks MCP JSON-RPC (an in-process handler such
+//! as an rmcp `ServerHandler`, later a child process over stdio or an
+//! upstream HTTP server).
+//!
+//! The transport owns everything the client sees: it commits what the
+//! backend sends to the log, on the right stream, before any client can read
+//! it, and routes the client's messages (requests, notifications, responses
+//! to server requests) to the session's backend. A backend only reads
+//! messages ([`BackendSession::deliver`]) and writes them ([`Outbox::send`]).
+//!
+//! Routing of what a backend sends (docs/protocol.md 3.4):
+//! - a response goes where its request's answer is awaited: the POST that
+//!   waits for JSON, or the call's request stream `R`, which it ends;
+//! - a server-to-client request whose [`Outbound::related`] names a call
+//!   answered on `R`, and a `notifications/progress` whose `progressToken` a
+//!   call registered, go onto that `R`;
+//! - everything else goes onto the session stream.
+
+use std::future::Future;
+
+use mcp_resume_log::LogError;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+/// Starts the backend of each session: one [`BackendSession`] per session
+/// live on this instance.
+pub trait Backend: Send + Sync + 'static {
+    /// Starts the backend of session `session`; what it sends goes to
+    /// `outbox`. With `restore`, the session was initialized before (another
+    /// instance, an earlier process, a parked session): `restore` holds the
+    /// client's `initialize` params, and the backend must serve the session
+    /// as initialized without running its `initialize` again.
+    fn open(
+        &self,
+        session: &str,
+        outbox: Outbox,
+        restore: Option<Value>,
+    ) -> Result<Box<dyn BackendSession>, BackendError>;
+}
+
+/// One session's running backend.
+pub trait BackendSession: Send + Sync {
+    /// Hands one client message (a request, notification, or response to a
+    /// server request, ids already translated) to the backend. Refusing it
+    /// (`Invalid`) makes the transport answer the client with an error, so
+    /// nothing that cannot be handled is ever queued.
+    fn deliver(&self, message: Value) -> Result<(), DeliverError>;
+
+    /// Ends the session's backend: running handlers are cancelled.
+    fn close(&self);
+}
+
+/// Why a backend could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("the session's backend could not start: {0}")]
+pub struct BackendError(pub String);
+
+/// Why a message was not delivered.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeliverError {
+    /// The message is not one the backend understands (its params do not
+    /// fit the method): answered with `-32602`.
+    #[error("{0}")]
+    Invalid(String),
+    /// The backend of this session has stopped.
+    #[error("the session's backend has stopped")]
+    Closed,
+}
+
+/// One message a backend sends, with what the transport cannot read from
+/// the JSON itself.
+#[derive(Debug)]
+pub struct Outbound {
+    /// The JSON-RPC message.
+    pub message: Value,
+    /// For a server-to-client request: the id of the client request whose
+    /// handler sent it, if known (rmcp's `OriginatingRequestId`), so that it
+    /// travels on that call's request stream.
+    pub related: Option<Value>,
+}
+
+/// An outgoing message in the session's commit queue.
+pub(crate) struct Queued {
+    pub(crate) out: Outbound,
+    pub(crate) ack: oneshot::Sender<Result<(), LogError>>,
+}
+
+/// Where a session's backend sends its messages. Sends are ordered by call
+/// time: [`Outbox::send`] enqueues before it returns, and its future
+/// resolves once the message is committed (or handed to a waiting POST), so
+/// a backend that awaits a send knows the client can see it.
+#[derive(Clone)]
+pub struct Outbox {
+    pub(crate) tx: mpsc::UnboundedSender<Queued>,
+}
+
+impl Outbox {
+    /// Queues `out` and returns a future that resolves when it is committed.
+    pub fn send(&self, out: Outbound) -> impl Future<Output = Result<(), LogError>> + Send + 'static {
+        let (ack, done) = oneshot::channel();
+        let queued = self.tx.send(Queued { out, ack });
+        async move {
+            if queued.is_err() {
+                return Err(LogError::Unavailable("the session's route has ended".into()));
+            }
+            done.await
+                .unwrap_or_else(|_| Err(LogError::Unavailable("the session's route has ended".into())))
+        }
+    }
+}

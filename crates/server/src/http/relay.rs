@@ -1,0 +1,322 @@
+//! `POST P` for a server with a [`Backend`](crate::backend::Backend): every
+//! message goes to the session's backend through its route, and what comes
+//! back is answered as JSON or committed to a request stream.
+//!
+//! - `initialize` creates the session in the log (with the client's params,
+//!   so that any instance can restore the backend later) and waits for the
+//!   backend's answer as JSON;
+//! - a `tools/call` (or any request from a client that accepts only SSE) is
+//!   answered on a request stream `R` opened before the call is delivered,
+//!   which also carries the call's progress and server-to-client requests;
+//! - other requests are answered as JSON;
+//! - a response to a server request is translated back to the backend's id
+//!   and delivered; one nobody waits for is logged and dropped (202);
+//! - `notifications/cancelled` ends the cancelled call's stream with an
+//!   error (a request stream always ends with a response) before the
+//!   backend stops the handler.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use mcp_resume_log::StreamKey;
+use mcp_resume_proto::headers as h;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use super::guard::{Accepts, Principal};
+use super::post::answer;
+use crate::backend::DeliverError;
+use crate::error::ApiError;
+use crate::jsonrpc;
+use crate::route::table::Dest;
+use crate::route::{self, SessionRoute};
+use crate::session::{new_session_id, SessionRecord};
+use crate::state::AppState;
+use crate::{mcp, sse};
+
+/// `initialize` through the backend.
+pub(super) async fn initialize(
+    state: &AppState,
+    principal: Principal,
+    json: bool,
+    message: Value,
+) -> Result<Response, ApiError> {
+    if state.log.live_sessions().await >= state.config.max_sessions {
+        return Err(ApiError::TooMany(format!(
+            "the server holds its maximum of {} sessions; end one (DELETE) or retry later",
+            state.config.max_sessions
+        )));
+    }
+    let params = message.get("params").cloned().unwrap_or(Value::Null);
+    let id = message["id"].clone();
+    let sid = new_session_id();
+    let record = SessionRecord {
+        protocol_version: mcp::negotiate(&params).to_owned(),
+        dynamic_tools: Vec::new(),
+        principal,
+        init: Some(params.clone()),
+    };
+    state.log.create_session(&sid, record.encode()).await?;
+    let route = state
+        .routes
+        .open(state, &sid, None)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let reply = call_json(state, &sid, &route, message, &id, &params).await;
+    let Some(result) = reply.get("result") else {
+        // The backend refused: no session is left behind.
+        state.routes.close(&sid);
+        let _ = state.log.end_session(&sid).await;
+        return Ok(answer(json, &[reply]));
+    };
+    if let Some(v) = result.get("protocolVersion").and_then(Value::as_str) {
+        if v != record.protocol_version {
+            state
+                .update_record(&sid, |r| {
+                    r.protocol_version = v.to_owned();
+                    true
+                })
+                .await?;
+        }
+    }
+    let mut resp = answer(json, &[reply]);
+    resp.headers_mut().insert(
+        h::MCP_SESSION_ID,
+        HeaderValue::from_str(&sid).map_err(|e| ApiError::Internal(e.to_string()))?,
+    );
+    tracing::debug!(session = %sid, "session initialized by the backend");
+    Ok(resp)
+}
+
+/// The route of a live `session`, restoring its backend on this instance
+/// if it has none.
+pub(crate) async fn route_for(
+    state: &AppState,
+    session: &str,
+) -> Result<Arc<SessionRoute>, ApiError> {
+    if let Some(r) = state.routes.get(session) {
+        return Ok(r);
+    }
+    let rec = state.record(session).await?;
+    let Some(init) = rec.init else {
+        return Err(ApiError::Internal(
+            "this session was not created through the server's backend".into(),
+        ));
+    };
+    state
+        .routes
+        .open(state, session, Some(init))
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Any message but `initialize` on a live session.
+pub(super) async fn message(
+    state: &AppState,
+    session: String,
+    acc: Accepts,
+    message: Value,
+) -> Result<Response, ApiError> {
+    let route = route_for(state, &session).await?;
+    let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+    let id = message.get("id").cloned();
+    match (method, id) {
+        (Some(method), Some(id)) => {
+            let params = message.get("params").cloned().unwrap_or(Value::Null);
+            if acc.sse && (method == "tools/call" || !acc.json) {
+                call_stream(state, session, &route, message, &id, &params).await
+            } else {
+                let reply = call_json(state, &session, &route, message, &id, &params).await;
+                Ok(axum::Json(reply).into_response())
+            }
+        }
+        (Some(method), None) => {
+            if method == "notifications/cancelled" {
+                cancelled(state, &session, &route, &message).await;
+            }
+            // A notification the backend cannot read is dropped: nobody
+            // waits for an answer to it.
+            if let Err(e) = route.deliver(message) {
+                tracing::debug!(%session, error = %e, "a notification was not delivered");
+            }
+            Ok(StatusCode::ACCEPTED.into_response())
+        }
+        (None, _) => {
+            match route.client_response(message) {
+                Some(m) => {
+                    if let Err(e) = route.deliver(m) {
+                        tracing::warn!(%session, error = %e, "a response to a server request was not delivered");
+                    }
+                }
+                None => tracing::warn!(
+                    %session,
+                    "a response to a server request nobody awaits (unknown, answered already, or asked by another instance) is dropped"
+                ),
+            }
+            Ok(StatusCode::ACCEPTED.into_response())
+        }
+    }
+}
+
+/// A request answered as JSON: registered, delivered, awaited.
+async fn call_json(
+    state: &AppState,
+    session: &str,
+    route: &SessionRoute,
+    message: Value,
+    id: &Value,
+    params: &Value,
+) -> Value {
+    let (tx, rx) = oneshot::channel();
+    if !route.register(id, params, Dest::Json(tx)) {
+        return in_flight(id);
+    }
+    deliver(state, session, route, message, id).await;
+    rx.await.unwrap_or_else(|_| {
+        jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, "the call ended without an answer")
+    })
+}
+
+/// A request answered on a request stream of its own.
+async fn call_stream(
+    state: &AppState,
+    session: String,
+    route: &SessionRoute,
+    message: Value,
+    id: &Value,
+    params: &Value,
+) -> Result<Response, ApiError> {
+    let r = state
+        .log
+        .open_request_stream(&session, crate::orphans::record(id, state.log.instance()))
+        .await?;
+    if r > state.config.max_request_streams {
+        return Err(ApiError::TooMany(format!(
+            "this session opened its maximum of {} request streams; start a new session",
+            state.config.max_request_streams
+        )));
+    }
+    let stream = StreamKey::Request(r);
+    let (bounds, sub) = state.log.subscribe(&session, stream).await?;
+    if !route.register(id, params, Dest::Stream(stream)) {
+        state.append(&session, stream, &in_flight(id)).await?;
+    } else {
+        deliver(state, &session, route, message, id).await;
+    }
+    Ok(sse::respond(state.clone(), session, stream, 0, bounds.head, sub))
+}
+
+/// Hands a registered request to the backend; one it refuses is answered
+/// with an error where the call is answered.
+async fn deliver(state: &AppState, session: &str, route: &SessionRoute, message: Value, id: &Value) {
+    let reply = match route.deliver(message) {
+        Ok(()) => return,
+        Err(DeliverError::Invalid(why)) => jsonrpc::error(id, jsonrpc::INVALID_PARAMS, why),
+        Err(e) => jsonrpc::error_with_data(
+            id,
+            jsonrpc::INTERNAL_ERROR,
+            format!("{e}; it may be retried"),
+            json!({"reason": "backend-stopped"}),
+        ),
+    };
+    if let Some(dest) = route.forget(id) {
+        route::answer(state, session, dest, reply).await;
+    }
+}
+
+/// The client cancelled a call: its answer is an error now (a request
+/// stream must end with a response), and the backend's late one is dropped.
+async fn cancelled(state: &AppState, session: &str, route: &SessionRoute, message: &Value) {
+    let Some(id) = message.get("params").and_then(|p| p.get("requestId")) else {
+        return;
+    };
+    if let Some(dest) = route.forget(id) {
+        let reply = jsonrpc::error_with_data(
+            id,
+            jsonrpc::INTERNAL_ERROR,
+            "the client cancelled this call",
+            json!({"reason": "cancelled"}),
+        );
+        route::answer(state, session, dest, reply).await;
+    }
+}
+
+fn in_flight(id: &Value) -> Value {
+    jsonrpc::error(
+        id,
+        jsonrpc::INVALID_REQUEST,
+        format!("a call with id {id} is already in flight in this session"),
+    )
+}
+
+/// A message that arrived over a WebSocket: a request is answered on the
+/// session stream (docs/protocol.md 5.3).
+pub(crate) async fn socket_message(state: &AppState, session: &str, message: Value) {
+    let route = match route_for(state, session).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(%session, error = %e, "a WebSocket message has no backend");
+            return;
+        }
+    };
+    let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+    match (method, message.get("id").cloned()) {
+        (Some(_), Some(id)) => {
+            let params = message.get("params").cloned().unwrap_or(Value::Null);
+            if !route.register(&id, &params, Dest::Stream(StreamKey::Session)) {
+                let _ = state.append(session, StreamKey::Session, &in_flight(&id)).await;
+                return;
+            }
+            deliver(state, session, &route, message, &id).await;
+        }
+        (Some(method), None) => {
+            if method == "notifications/cancelled" {
+                cancelled(state, session, &route, &message).await;
+            }
+            let _ = route.deliver(message);
+        }
+        (None, _) => {
+            if let Some(m) = route.client_response(message) {
+                let _ = route.deliver(m);
+            }
+        }
+    }
+}
+
+/// A 2025-03-26 batch through the backend: every request answered as JSON.
+pub(super) async fn batch(
+    state: &AppState,
+    session: &str,
+    items: &[Value],
+) -> Result<Vec<Value>, ApiError> {
+    let route = route_for(state, session).await?;
+    let mut waiting = Vec::new();
+    let mut replies = Vec::new();
+    for item in items {
+        match jsonrpc::Incoming::classify(item) {
+            Ok(jsonrpc::Incoming::Request { id, params, .. }) => {
+                let (tx, rx) = oneshot::channel();
+                if !route.register(&id, &params, Dest::Json(tx)) {
+                    replies.push(in_flight(&id));
+                    continue;
+                }
+                deliver(state, session, &route, item.clone(), &id).await;
+                waiting.push((id, rx));
+            }
+            Ok(jsonrpc::Incoming::Response) => {
+                if let Some(m) = route.client_response(item.clone()) {
+                    let _ = route.deliver(m);
+                }
+            }
+            Ok(jsonrpc::Incoming::Notification) => {
+                let _ = route.deliver(item.clone());
+            }
+            Err(why) => replies.push(jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why)),
+        }
+    }
+    for (id, rx) in waiting {
+        replies.push(rx.await.unwrap_or_else(|_| {
+            jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the call ended without an answer")
+        }));
+    }
+    Ok(replies)
+}

@@ -1,0 +1,262 @@
+//! The transport's half of the [`backend`](crate::backend) seam: one route
+//! per session live on this instance, holding the session's backend, its
+//! routing table and its commit queue.
+//!
+//! What the backend sends is committed in the order it was sent, by one
+//! task per session that takes everything queued, routes it
+//! ([`table::Table::route`]), commits runs of messages bound for one stream
+//! in one append, and acknowledges each. When the backend stops, every call
+//! still in flight is answered with an error: a caller never waits forever.
+
+pub(crate) mod table;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mcp_resume_log::{LogError, StreamKey};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Queued};
+use crate::jsonrpc;
+use crate::state::AppState;
+use table::{Dest, Routed, Table};
+
+/// Most queued messages committed in one pass.
+const BATCH: usize = 256;
+/// A route with nothing in flight for this long is parked (its backend
+/// closed); the next message restores it from the session's record.
+pub(crate) const PARK_AFTER: Duration = Duration::from_secs(120);
+
+/// The routes of the sessions live on this instance.
+#[derive(Default)]
+pub(crate) struct Routes {
+    map: Mutex<HashMap<String, Arc<SessionRoute>>>,
+}
+
+/// One session's route.
+pub(crate) struct SessionRoute {
+    backend: Box<dyn BackendSession>,
+    table: Arc<Mutex<Table>>,
+    used: Mutex<Instant>,
+}
+
+impl Routes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<SessionRoute>>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The route of `session` on this instance, if it has one.
+    pub(crate) fn get(&self, session: &str) -> Option<Arc<SessionRoute>> {
+        let r = self.lock().get(session).cloned()?;
+        *r.used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        Some(r)
+    }
+
+    /// The route of `session`, starting its backend if this instance has
+    /// none; `restore` holds the client's `initialize` params when the
+    /// session was initialized before (on another instance, by an earlier
+    /// process, or before it was parked).
+    pub(crate) fn open(
+        &self,
+        state: &AppState,
+        session: &str,
+        restore: Option<Value>,
+    ) -> Result<Arc<SessionRoute>, BackendError> {
+        let mut map = self.lock();
+        if let Some(r) = map.get(session) {
+            return Ok(r.clone());
+        }
+        let Some(backend) = state.backend.as_ref() else {
+            return Err(BackendError("this server has no backend".into()));
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let prefix = format!("mr.{}.", &crate::session::new_session_id()[..12]);
+        let table = Arc::new(Mutex::new(Table::new(prefix)));
+        let session_backend = backend.open(session, Outbox { tx }, restore)?;
+        let route = Arc::new(SessionRoute {
+            backend: session_backend,
+            table: table.clone(),
+            used: Mutex::new(Instant::now()),
+        });
+        map.insert(session.to_owned(), route.clone());
+        tokio::spawn(commit_loop(state.clone(), session.to_owned(), table, rx));
+        Ok(route)
+    }
+
+    /// Whether this instance holds a route for `session`.
+    pub(crate) fn has(&self, session: &str) -> bool {
+        self.lock().contains_key(session)
+    }
+
+    /// Closes the route of `session` (it ended, or it is parked).
+    pub(crate) fn close(&self, session: &str) {
+        if let Some(r) = self.lock().remove(session) {
+            r.backend.close();
+        }
+    }
+
+    /// Closes every route (the server stops).
+    pub(crate) fn close_all(&self) {
+        for (_, r) in self.lock().drain() {
+            r.backend.close();
+        }
+    }
+
+    /// Parks routes with nothing in flight for [`PARK_AFTER`], and closes
+    /// those whose session ended; run by maintenance.
+    pub(crate) async fn sweep(&self, state: &AppState) {
+        let ids: Vec<String> = self.lock().keys().cloned().collect();
+        for id in ids {
+            let ended = matches!(
+                state.log.session(&id).await,
+                Err(LogError::NoSession(_) | LogError::SessionEnded)
+            );
+            let parked = {
+                let map = self.lock();
+                map.get(&id).is_some_and(|r| {
+                    r.lock_table().idle()
+                        && r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= PARK_AFTER
+                })
+            };
+            if ended || parked {
+                self.close(&id);
+            }
+        }
+    }
+}
+
+impl SessionRoute {
+    fn lock_table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers client request `id` to be answered at `dest`; `false` when
+    /// a call with that id is already in flight.
+    pub(crate) fn register(&self, id: &Value, params: &Value, dest: Dest) -> bool {
+        self.lock_table().register(id, params, dest).is_ok()
+    }
+
+    /// Forgets call `id`; where it was to be answered.
+    pub(crate) fn forget(&self, id: &Value) -> Option<Dest> {
+        self.lock_table().forget(id)
+    }
+
+    /// The client's response to a server request, translated for the
+    /// backend; `None` when none waits for it.
+    pub(crate) fn client_response(&self, message: Value) -> Option<Value> {
+        self.lock_table().client_response(message)
+    }
+
+    /// Hands a client message to the backend.
+    pub(crate) fn deliver(&self, message: Value) -> Result<(), DeliverError> {
+        self.backend.deliver(message)
+    }
+}
+
+/// Commits what a session's backend sends, in order, until the backend
+/// stops; then answers every call still in flight with an error.
+async fn commit_loop(
+    state: AppState,
+    session: String,
+    table: Arc<Mutex<Table>>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+) {
+    let mut queued = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut queued, BATCH).await > 0 {
+        // Route everything first (under the lock, no I/O), then commit runs
+        // bound for one stream together, in order.
+        let mut runs: Vec<(StreamKey, Vec<Bytes>, Vec<oneshot::Sender<Result<(), LogError>>>)> =
+            Vec::new();
+        {
+            let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+            for q in queued.drain(..) {
+                match t.route(q.out) {
+                    Routed::Commit(k, m) => {
+                        let bytes = Bytes::from(serde_json::to_vec(&m).unwrap_or_default());
+                        match runs.last_mut() {
+                            Some((last, b, acks)) if *last == k => {
+                                b.push(bytes);
+                                acks.push(q.ack);
+                            }
+                            _ => runs.push((k, vec![bytes], vec![q.ack])),
+                        }
+                    }
+                    Routed::Answer(tx, m) => {
+                        let _ = tx.send(m);
+                        let _ = q.ack.send(Ok(()));
+                    }
+                    Routed::Drop(m) => {
+                        tracing::debug!(%session, id = %m["id"], "a response nothing waits for (its call was cancelled) is dropped");
+                        let _ = q.ack.send(Ok(()));
+                    }
+                }
+            }
+        }
+        for (k, messages, acks) in runs {
+            let result = commit_with_retry(&state, &session, k, messages).await;
+            if let Err(e) = &result {
+                tracing::warn!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
+            }
+            for ack in acks {
+                let _ = ack.send(result.clone().map(|_| ()));
+            }
+        }
+    }
+    // The backend stopped (closed, parked, or its task ended): nothing will
+    // answer what is in flight, so the transport does.
+    let pending = table.lock().unwrap_or_else(|e| e.into_inner()).drain();
+    for (id, dest) in pending {
+        let reply = jsonrpc::error_with_data(
+            &id,
+            jsonrpc::INTERNAL_ERROR,
+            "the session's backend stopped while this call ran; it may be retried",
+            json!({"reason": "backend-stopped"}),
+        );
+        answer(&state, &session, dest, reply).await;
+    }
+    if state.routes.has(&session) {
+        // Its backend ended by itself: the next message starts a new one.
+        let mut map = state.routes.lock();
+        if map
+            .get(&session)
+            .is_some_and(|r| Arc::ptr_eq(&r.table, &table))
+        {
+            map.remove(&session);
+        }
+    }
+}
+
+/// Commits, retrying once after a moment: a response that is never
+/// committed would leave its request stream open.
+async fn commit_with_retry(
+    state: &AppState,
+    session: &str,
+    k: StreamKey,
+    messages: Vec<Bytes>,
+) -> Result<u64, LogError> {
+    match state.commit(session, k, messages.clone()).await {
+        Err(LogError::Unavailable(_) | LogError::Storage(_)) => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            state.commit(session, k, messages).await
+        }
+        other => other,
+    }
+}
+
+/// Delivers an answer the transport itself gives to a call: to the waiting
+/// POST, or committed to its stream.
+pub(crate) async fn answer(state: &AppState, session: &str, dest: Dest, reply: Value) {
+    match dest {
+        Dest::Json(tx) => {
+            let _ = tx.send(reply);
+        }
+        Dest::Stream(k) => {
+            if let Err(e) = state.append(session, k, &reply).await {
+                tracing::warn!(%session, stream = ?k, error = %e, "could not commit an answer");
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The routing table of one session: where each in-flight call is answered,
+//! which progress tokens belong to which call, and the server-to-client
+//! requests awaiting the client's response. No I/O: [`Table::route`] decides
+//! where a message goes; the caller commits it.
+
+use std::collections::HashMap;
+
+use mcp_resume_log::StreamKey;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::backend::Outbound;
+
+/// Where a call's answer goes.
+pub(crate) enum Dest {
+    /// A POST waits for it as JSON (nothing is committed).
+    Json(oneshot::Sender<Value>),
+    /// Committed to this stream: the call's request stream `R`, or the
+    /// session stream for a call that came over a WebSocket.
+    Stream(StreamKey),
+}
+
+impl Dest {
+    /// The stream that messages related to the call travel on: a call
+    /// answered as JSON has none of its own, so they go to the session stream.
+    fn stream(&self) -> StreamKey {
+        match self {
+            Dest::Json(_) => StreamKey::Session,
+            Dest::Stream(k) => *k,
+        }
+    }
+}
+
+/// What to do with one outgoing message.
+pub(crate) enum Routed {
+    /// Commit it to this stream.
+    Commit(StreamKey, Value),
+    /// Hand it to the POST that waits for it.
+    Answer(oneshot::Sender<Value>, Value),
+    /// Nothing waits for it (the response of a call the client cancelled).
+    Drop(Value),
+}
+
+struct Call {
+    dest: Dest,
+    token: Option<String>,
+}
+
+/// A server-to-client request awaiting the client's response.
+struct Asked {
+    /// The id the backend gave it (rmcp's ids restart at 0 in every session
+    /// incarnation, so they never go on the wire).
+    backend_id: Value,
+    stream: StreamKey,
+}
+
+/// One session's routing state on this instance.
+pub(crate) struct Table {
+    calls: HashMap<String, Call>,
+    tokens: HashMap<String, String>,
+    asked: HashMap<String, Asked>,
+    /// Wire ids of server requests are `PREFIX` + a counter: unique across
+    /// instances and incarnations, so a late response never completes a
+    /// newer request.
+    prefix: String,
+    next: u64,
+}
+
+/// The key of a JSON-RPC id (or progress token): its JSON text, so `1` and
+/// `"1"` differ as JSON-RPC says they do.
+pub(crate) fn key(id: &Value) -> String {
+    id.to_string()
+}
+
+impl Table {
+    /// An empty table whose server requests get ids starting with `prefix`.
+    pub(crate) fn new(prefix: String) -> Self {
+        Self {
+            calls: HashMap::new(),
+            tokens: HashMap::new(),
+            asked: HashMap::new(),
+            prefix,
+            next: 0,
+        }
+    }
+
+    /// Whether nothing is in flight: no call, no server request.
+    pub(crate) fn idle(&self) -> bool {
+        self.calls.is_empty() && self.asked.is_empty()
+    }
+
+    /// Registers client request `id` (with its `params`, for a progress
+    /// token); `Err` gives `dest` back when a call with that id is in flight.
+    pub(crate) fn register(&mut self, id: &Value, params: &Value, dest: Dest) -> Result<(), Dest> {
+        let k = key(id);
+        if self.calls.contains_key(&k) {
+            return Err(dest);
+        }
+        let token = params
+            .get("_meta")
+            .and_then(|m| m.get("progressToken"))
+            .map(key);
+        if let Some(t) = &token {
+            self.tokens.insert(t.clone(), k.clone());
+        }
+        self.calls.insert(k, Call { dest, token });
+        Ok(())
+    }
+
+    /// Forgets call `id` (the client cancelled it, or it could not be
+    /// delivered) and returns where it was answered.
+    pub(crate) fn forget(&mut self, id: &Value) -> Option<Dest> {
+        let call = self.calls.remove(&key(id))?;
+        if let Some(t) = call.token {
+            self.tokens.remove(&t);
+        }
+        Some(call.dest)
+    }
+
+    /// Every call in flight, removed (the backend stopped: each needs an
+    /// error answer).
+    pub(crate) fn drain(&mut self) -> Vec<(Value, Dest)> {
+        self.tokens.clear();
+        self.asked.clear();
+        self.calls
+            .drain()
+            .map(|(k, c)| (serde_json::from_str(&k).unwrap_or(Value::Null), c.dest))
+            .collect()
+    }
+
+    /// The client's response to a server request: its id translated back to
+    /// the backend's; `None` when no such request waits (unknown, or already
+    /// answered).
+    pub(crate) fn client_response(&mut self, mut message: Value) -> Option<Value> {
+        let wire = message.get("id")?.as_str()?.to_owned();
+        let asked = self.asked.remove(&wire)?;
+        message["id"] = asked.backend_id;
+        Some(message)
+    }
+
+    /// Decides where one outgoing message goes, translating the ids of
+    /// server requests.
+    pub(crate) fn route(&mut self, out: Outbound) -> Routed {
+        let Outbound {
+            mut message,
+            related,
+        } = out;
+        let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+        match (method.as_deref(), message.get("id").cloned()) {
+            // A server-to-client request.
+            (Some(_), Some(backend_id)) => {
+                let stream = related
+                    .and_then(|r| self.calls.get(&key(&r)))
+                    .map_or(StreamKey::Session, |c| c.dest.stream());
+                let wire = format!("{}{}", self.prefix, self.next);
+                self.next += 1;
+                message["id"] = Value::String(wire.clone());
+                self.asked.insert(wire, Asked { backend_id, stream });
+                Routed::Commit(stream, message)
+            }
+            (Some("notifications/progress"), None) => {
+                let stream = message
+                    .get("params")
+                    .and_then(|p| p.get("progressToken"))
+                    .and_then(|t| self.tokens.get(&key(t)))
+                    .and_then(|c| self.calls.get(c))
+                    .map_or(StreamKey::Session, |c| c.dest.stream());
+                Routed::Commit(stream, message)
+            }
+            (Some("notifications/cancelled"), None) => {
+                // The backend gave up a server request: translate its id and
+                // send the cancel where the request went.
+                let backend_id = message
+                    .get("params")
+                    .and_then(|p| p.get("requestId"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let found = self
+                    .asked
+                    .iter()
+                    .find(|(_, a)| a.backend_id == backend_id)
+                    .map(|(w, a)| (w.clone(), a.stream));
+                match found {
+                    Some((wire, stream)) => {
+                        self.asked.remove(&wire);
+                        message["params"]["requestId"] = Value::String(wire);
+                        Routed::Commit(stream, message)
+                    }
+                    None => Routed::Commit(StreamKey::Session, message),
+                }
+            }
+            (Some(_), None) => Routed::Commit(StreamKey::Session, message),
+            // A response or error: to its call.
+            (None, id) => match id.and_then(|id| self.forget(&id)) {
+                Some(Dest::Json(tx)) => Routed::Answer(tx, message),
+                Some(Dest::Stream(k)) => Routed::Commit(k, message),
+                None => Routed::Drop(message),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn out(message: Value, related: Option<Value>) -> Outbound {
+        Outbound { message, related }
+    }
+
+    fn committed(r: Routed) -> (StreamKey, Value) {
+        match r {
+            Routed::Commit(k, m) => (k, m),
+            _ => panic!("expected a commit"),
+        }
+    }
+
+    #[test]
+    fn a_calls_messages_follow_it_and_its_response_ends_it() {
+        let mut t = Table::new("w.".into());
+        let params = json!({"name": "x", "_meta": {"progressToken": "p1"}});
+        assert!(t.register(&json!(7), &params, Dest::Stream(StreamKey::Request(3))).is_ok());
+        // A second call with the same id is refused while the first runs.
+        assert!(t.register(&json!(7), &json!({}), Dest::Stream(StreamKey::Session)).is_err());
+        let p = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p1", "progress": 1}});
+        assert_eq!(committed(t.route(out(p, None))).0, StreamKey::Request(3));
+        let ask = json!({"jsonrpc": "2.0", "id": 0, "method": "sampling/createMessage", "params": {}});
+        let (k, m) = committed(t.route(out(ask, Some(json!(7)))));
+        assert_eq!(k, StreamKey::Request(3));
+        assert_eq!(m["id"], json!("w.0"));
+        // Unrelated notifications go to the session stream.
+        let log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
+        assert_eq!(committed(t.route(out(log, None))).0, StreamKey::Session);
+        // The client's answer is translated back, once.
+        let answer = json!({"jsonrpc": "2.0", "id": "w.0", "result": {}});
+        assert_eq!(t.client_response(answer.clone()).unwrap()["id"], json!(0));
+        assert!(t.client_response(answer).is_none());
+        let resp = json!({"jsonrpc": "2.0", "id": 7, "result": {}});
+        assert_eq!(committed(t.route(out(resp.clone(), None))).0, StreamKey::Request(3));
+        assert!(t.idle());
+        // A second response for the same call has nowhere to go.
+        assert!(matches!(t.route(out(resp, None)), Routed::Drop(_)));
+    }
+
+    #[test]
+    fn ids_and_tokens_are_told_apart_by_type() {
+        let mut t = Table::new("w.".into());
+        let (tx, _rx) = oneshot::channel();
+        t.register(&json!("1"), &json!({}), Dest::Json(tx)).ok().unwrap();
+        let resp = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+        assert!(matches!(t.route(out(resp, None)), Routed::Drop(_)));
+        let resp = json!({"jsonrpc": "2.0", "id": "1", "result": {}});
+        assert!(matches!(t.route(out(resp, None)), Routed::Answer(..)));
+    }
+
+    #[test]
+    fn a_backend_cancel_of_its_request_is_translated_and_follows_it() {
+        let mut t = Table::new("w.".into());
+        t.register(&json!(1), &json!({}), Dest::Stream(StreamKey::Request(1))).ok().unwrap();
+        let ask = json!({"jsonrpc": "2.0", "id": 5, "method": "elicitation/create", "params": {}});
+        t.route(out(ask, Some(json!(1))));
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}});
+        let (k, m) = committed(t.route(out(cancel, None)));
+        assert_eq!(k, StreamKey::Request(1));
+        assert_eq!(m["params"]["requestId"], json!("w.0"));
+        assert!(t.client_response(json!({"jsonrpc": "2.0", "id": "w.0", "result": {}})).is_none());
+    }
+}
