@@ -116,6 +116,11 @@ pub(super) async fn message(
     acc: Accepts,
     message: Value,
 ) -> Result<Response, ApiError> {
+    if message.get("method").is_none() {
+        // An answer to a server request: no backend needs starting for it.
+        client_answer(state, &session, message).await;
+        return Ok(StatusCode::ACCEPTED.into_response());
+    }
     let route = route_for(state, &session).await?;
     let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
     let id = message.get("id").cloned();
@@ -141,19 +146,35 @@ pub(super) async fn message(
             Ok(StatusCode::ACCEPTED.into_response())
         }
         (None, _) => {
-            match route.client_response(message) {
-                Some(m) => {
-                    if let Err(e) = route.deliver(m) {
-                        tracing::warn!(%session, error = %e, "a response to a server request was not delivered");
-                    }
-                }
-                None => tracing::warn!(
-                    %session,
-                    "a response to a server request nobody awaits (unknown, answered already, or asked by another instance) is dropped"
-                ),
-            }
+            client_answer(state, &session, message).await;
             Ok(StatusCode::ACCEPTED.into_response())
         }
+    }
+}
+
+/// The client's response to a server request: delivered to the route that
+/// sent the request if it is on this instance, else forwarded through the
+/// log to the instance that did (route::inbox). One that nobody awaits is
+/// logged and dropped.
+async fn client_answer(state: &AppState, session: &str, message: Value) {
+    let wire = message.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let wire = wire.as_str();
+    let local = state.routes.peek(session).filter(|r| r.owns(wire));
+    match local {
+        Some(route) => match route.client_response(message) {
+            Some(m) => {
+                if let Err(e) = route.deliver(m) {
+                    tracing::warn!(%session, error = %e, "a response to a server request was not delivered");
+                }
+            }
+            None => tracing::warn!(%session, id = wire, "a response to a server request answered already is dropped"),
+        },
+        None if wire.starts_with(crate::route::WIRE_PREFIX) => {
+            if let Err(e) = crate::route::inbox::forward(state, session, &message).await {
+                tracing::warn!(%session, id = wire, error = %e, "could not forward a response to the instance that asked");
+            }
+        }
+        None => tracing::warn!(%session, id = %message["id"], "a response to a request this server never sent is dropped"),
     }
 }
 
@@ -251,6 +272,9 @@ fn in_flight(id: &Value) -> Value {
 /// A message that arrived over a WebSocket: a request is answered on the
 /// session stream (docs/protocol.md 5.3).
 pub(crate) async fn socket_message(state: &AppState, session: &str, message: Value) {
+    if message.get("method").is_none() {
+        return client_answer(state, session, message).await;
+    }
     let route = match route_for(state, session).await {
         Ok(r) => r,
         Err(e) => {
@@ -274,11 +298,7 @@ pub(crate) async fn socket_message(state: &AppState, session: &str, message: Val
             }
             let _ = route.deliver(message);
         }
-        (None, _) => {
-            if let Some(m) = route.client_response(message) {
-                let _ = route.deliver(m);
-            }
-        }
+        (None, _) => client_answer(state, session, message).await,
     }
 }
 
@@ -302,11 +322,7 @@ pub(super) async fn batch(
                 deliver(state, session, &route, item.clone(), &id).await;
                 waiting.push((id, rx));
             }
-            Ok(jsonrpc::Incoming::Response) => {
-                if let Some(m) = route.client_response(item.clone()) {
-                    let _ = route.deliver(m);
-                }
-            }
+            Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await,
             Ok(jsonrpc::Incoming::Notification) => {
                 let _ = route.deliver(item.clone());
             }

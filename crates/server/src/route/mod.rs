@@ -8,6 +8,7 @@
 //! in one append, and acknowledges each. When the backend stops, every call
 //! still in flight is answered with an error: a caller never waits forever.
 
+pub(crate) mod inbox;
 pub(crate) mod table;
 
 use std::collections::HashMap;
@@ -24,6 +25,9 @@ use crate::jsonrpc;
 use crate::state::AppState;
 use table::{Dest, Routed, Table};
 
+/// How the wire ids of server requests start (then a per-route nonce and a
+/// counter): an answer with such an id that no route here sent is forwarded.
+pub(crate) const WIRE_PREFIX: &str = "mr.";
 /// Most queued messages committed in one pass.
 const BATCH: usize = 256;
 /// A route with nothing in flight for this long is parked (its backend
@@ -55,6 +59,11 @@ impl Routes {
         Some(r)
     }
 
+    /// The route of `session` on this instance, without counting it as used.
+    pub(crate) fn peek(&self, session: &str) -> Option<Arc<SessionRoute>> {
+        self.lock().get(session).cloned()
+    }
+
     /// The route of `session`, starting its backend if this instance has
     /// none; `restore` holds the client's `initialize` params when the
     /// session was initialized before (on another instance, by an earlier
@@ -73,7 +82,7 @@ impl Routes {
             return Err(BackendError("this server has no backend".into()));
         };
         let (tx, rx) = mpsc::unbounded_channel();
-        let prefix = format!("mr.{}.", &crate::session::new_session_id()[..12]);
+        let prefix = format!("{WIRE_PREFIX}{}.", &crate::session::new_session_id()[..12]);
         let table = Arc::new(Mutex::new(Table::new(prefix)));
         let session_backend = backend.open(session, Outbox { tx }, restore)?;
         let route = Arc::new(SessionRoute {
@@ -129,7 +138,7 @@ impl Routes {
 }
 
 impl SessionRoute {
-    fn lock_table(&self) -> MutexGuard<'_, Table> {
+    pub(crate) fn lock_table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -148,6 +157,11 @@ impl SessionRoute {
     /// backend; `None` when none waits for it.
     pub(crate) fn client_response(&self, message: Value) -> Option<Value> {
         self.lock_table().client_response(message)
+    }
+
+    /// Whether `wire` names a server request this route sent.
+    pub(crate) fn owns(&self, wire: &str) -> bool {
+        self.lock_table().sent(wire)
     }
 
     /// Hands a client message to the backend.
@@ -170,6 +184,7 @@ async fn commit_loop(
         // bound for one stream together, in order.
         let mut runs: Vec<(StreamKey, Vec<Bytes>, Vec<oneshot::Sender<Result<(), LogError>>>)> =
             Vec::new();
+        let mut watch = false;
         {
             let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
             for q in queued.drain(..) {
@@ -194,6 +209,17 @@ async fn commit_loop(
                     }
                 }
             }
+            if t.asking() && !t.watching {
+                t.watching = true;
+                watch = true;
+            }
+        }
+        if watch {
+            // Answers forwarded from other instances open request streams
+            // after this count: taken before the request is committed, so
+            // none can come earlier.
+            let seen = state.log.request_streams(&session).await.unwrap_or(0);
+            tokio::spawn(inbox::watch(state.clone(), session.clone(), seen));
         }
         for (k, messages, acks) in runs {
             let result = commit_with_retry(&state, &session, k, messages).await;

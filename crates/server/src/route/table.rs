@@ -64,6 +64,9 @@ pub(crate) struct Table {
     /// newer request.
     prefix: String,
     next: u64,
+    /// Whether a task watches the log for answers to this table's server
+    /// requests that reached another instance ([`super::inbox`]).
+    pub(crate) watching: bool,
 }
 
 /// The key of a JSON-RPC id (or progress token): its JSON text, so `1` and
@@ -81,12 +84,26 @@ impl Table {
             asked: HashMap::new(),
             prefix,
             next: 0,
+            watching: false,
         }
     }
 
     /// Whether nothing is in flight: no call, no server request.
     pub(crate) fn idle(&self) -> bool {
         self.calls.is_empty() && self.asked.is_empty()
+    }
+
+    /// Whether server requests await the client's response.
+    pub(crate) fn asking(&self) -> bool {
+        !self.asked.is_empty()
+    }
+
+    /// Whether `wire` is the id of a server request this table sent (pending
+    /// or not): an answer to it needs no forwarding.
+    pub(crate) fn sent(&self, wire: &str) -> bool {
+        wire.strip_prefix(&self.prefix)
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|n| n < self.next)
     }
 
     /// Registers client request `id` (with its `params`, for a progress

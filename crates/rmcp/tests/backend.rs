@@ -1,0 +1,281 @@
+//! An rmcp `ServerHandler` served on mcp-resume's transport
+//! (`McpServer::with_backend` + `RmcpBackend`), over 127.0.0.1: server
+//! requests ride the call's request stream, the client's answer reaches the
+//! waiting handler from any instance, a dropped stream resumes, and nothing
+//! leaves a caller waiting (cancel, panic).
+
+// Sampling is what the issue asks for; rmcp 3.11 marks it deprecated (SEP-2577).
+#![allow(deprecated)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_resume_log::{Log, MemoryLog, RedisLog, Retention};
+use mcp_resume_proto::sse::SseParser;
+use mcp_resume_rmcp::RmcpBackend;
+use mcp_resume_server::{McpServer, ServerConfig};
+use mcp_resume_testkit::RedisServer;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateMessageRequestParams,
+    ListToolsResult, PaginatedRequestParams, Role, SamplingMessage, ServerCapabilities,
+    ServerConfig as Info, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{json, Value};
+
+/// Tools: `ask` samples the client, `slow` runs until cancelled, `panic` panics.
+#[derive(Clone)]
+struct Host;
+
+impl ServerHandler for Host {
+    fn get_info(&self) -> Info {
+        Info::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = Arc::new(serde_json::Map::new());
+        Ok(ListToolsResult::with_all_items(
+            ["ask", "slow", "panic"]
+                .into_iter()
+                .map(|n| Tool::new(n, n, schema.clone()))
+                .collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        match request.name.as_ref() {
+            "ask" => {
+                let asked = CreateMessageRequestParams::new(
+                    vec![SamplingMessage::new(Role::User, "what is 6 x 7?")],
+                    10,
+                );
+                let got = context
+                    .peer
+                    .create_message(asked)
+                    .await
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let text = serde_json::to_value(&got.message.content).unwrap_or_default();
+                Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                    "sampled: {text}"
+                ))])
+                .into())
+            }
+            "slow" => {
+                context.ct.cancelled().await;
+                Ok(CallToolResult::success(vec![ContentBlock::text("cancelled")]).into())
+            }
+            "panic" => panic!("this handler fails"),
+            other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+        }
+    }
+}
+
+/// Serves `Host` on `log` at 127.0.0.1; returns the endpoint URL.
+async fn serve(log: Arc<dyn Log>) -> String {
+    let server = McpServer::with_backend(log, Arc::new(RmcpBackend::new(|| Host)), ServerConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(server.serve(listener, std::future::pending()));
+    url
+}
+
+fn post(http: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+    let mut rb = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .json(&body);
+    if let Some(s) = sid {
+        rb = rb.header("mcp-session-id", s);
+    }
+    rb
+}
+
+/// `initialize` (declaring sampling) and `notifications/initialized`.
+async fn init(http: &reqwest::Client, url: &str) -> String {
+    let resp = post(http, url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
+        "clientInfo": {"name": "test", "version": "0"}}}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
+    let resp = post(http, url, Some(&sid), json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    sid
+}
+
+/// Reads SSE events (id, JSON) from `resp` until `stop` says so.
+async fn read_until(
+    resp: &mut reqwest::Response,
+    mut stop: impl FnMut(&Value) -> bool,
+) -> Vec<(String, Value)> {
+    let mut parser = SseParser::new();
+    let mut got = Vec::new();
+    loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("stuck after {got:?}"))
+            .unwrap();
+        let Some(chunk) = chunk else {
+            panic!("the stream ended after {got:?}");
+        };
+        for e in parser.feed(&chunk) {
+            if e.data.is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&e.data).unwrap();
+            let done = stop(&v);
+            got.push((e.id.unwrap_or_default(), v));
+            if done {
+                return got;
+            }
+        }
+    }
+}
+
+/// The elicitation/sampling round trip of the issue: the client drops the
+/// request stream while the server's request is pending, POSTs its answer
+/// (to `answer_url`), resumes the stream from its cursor (at `resume_url`)
+/// and gets the tool's result.
+async fn durable_round_trip(call_url: &str, answer_url: &str, resume_url: &str) {
+    let http = reqwest::Client::new();
+    let sid = init(&http, call_url).await;
+    let mut resp = post(&http, call_url, Some(&sid), json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "ask", "arguments": {}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let seen = read_until(&mut resp, |v| v["method"] == "sampling/createMessage").await;
+    let (cursor, ask) = seen.last().unwrap().clone();
+    assert!(cursor.contains('/'), "on the call's request stream: {cursor}");
+    drop(resp);
+    let wire = ask["id"].clone();
+    assert!(wire.is_string(), "the transport's own id: {wire}");
+    let answer = json!({"jsonrpc": "2.0", "id": wire, "result": {
+        "role": "assistant", "content": {"type": "text", "text": "42"},
+        "model": "test-model", "stopReason": "endTurn"}});
+    let r = post(&http, answer_url, Some(&sid), answer).send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    let mut resumed = http
+        .get(resume_url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .header("last-event-id", &cursor)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 200);
+    let rest = read_until(&mut resumed, |v| v["id"] == 7).await;
+    let (_, result) = rest.last().unwrap();
+    let text = result["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("42"), "{result}");
+    // A second answer to the same request is dropped, loudly in the log only.
+    let again = json!({"jsonrpc": "2.0", "id": ask["id"], "result": {}});
+    assert_eq!(post(&http, answer_url, Some(&sid), again).send().await.unwrap().status(), 202);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_request_survives_a_dropped_stream_on_one_instance() {
+    let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;
+    durable_round_trip(&url, &url, &url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_reaches_the_handler_from_another_instance_on_redis() {
+    let redis = RedisServer::start();
+    let connect = || async {
+        let log: Arc<dyn Log> = Arc::new(RedisLog::connect(&redis.url, Retention::default(), 0).await.unwrap());
+        log
+    };
+    let a = serve(connect().await).await;
+    let b = serve(connect().await).await;
+    // Called on A; answered and resumed on B.
+    durable_round_trip(&a, &b, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_initialized_on_one_instance_is_served_by_another() {
+    let redis = RedisServer::start();
+    let a_log: Arc<dyn Log> = Arc::new(RedisLog::connect(&redis.url, Retention::default(), 0).await.unwrap());
+    let b_log: Arc<dyn Log> = Arc::new(RedisLog::connect(&redis.url, Retention::default(), 0).await.unwrap());
+    let (a, b) = (serve(a_log).await, serve(b_log).await);
+    let http = reqwest::Client::new();
+    let sid = init(&http, &a).await;
+    let list: Value = post(&http, &b, Some(&sid), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["result"]["tools"].as_array().map(Vec::len), Some(3), "{list}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_call_ends_its_stream_with_an_error() {
+    let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;
+    let http = reqwest::Client::new();
+    let sid = init(&http, &url).await;
+    let mut resp = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": "s1", "method": "tools/call", "params": {"name": "slow", "arguments": {}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s1", "reason": "changed my mind"}});
+    assert_eq!(post(&http, &url, Some(&sid), cancel).send().await.unwrap().status(), 202);
+    let got = read_until(&mut resp, |v| v["id"] == "s1").await;
+    let (_, last) = got.last().unwrap();
+    assert_eq!(last["error"]["data"]["reason"], "cancelled", "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_answers_with_an_error() {
+    let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;
+    let http = reqwest::Client::new();
+    let sid = init(&http, &url).await;
+    let resp = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "panic", "arguments": {}}}))
+        .send();
+    let mut resp = tokio::time::timeout(Duration::from_secs(10), resp).await.unwrap().unwrap();
+    let got = read_until(&mut resp, |v| v["id"] == 3).await;
+    assert_eq!(got.last().unwrap().1["error"]["code"], -32603);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_nobody_awaits_is_accepted_and_dropped() {
+    let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;
+    let http = reqwest::Client::new();
+    let sid = init(&http, &url).await;
+    for id in [json!(12), json!("mr.000000000000.0"), json!("nope")] {
+        let r = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": id, "result": {}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+    }
+    // The session still works.
+    let pong: Value = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pong["result"], json!({}));
+}
