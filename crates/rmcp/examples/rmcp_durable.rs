@@ -10,10 +10,12 @@
 // deprecated (SEP-2577); it is still the message the issue and clients expect.
 #![allow(deprecated)]
 
-use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use clap::Parser;
-use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
+
+#[path = "common/store.rs"]
+mod store;
 use mcp_resume_rmcp::{DurableSessionManager, LogSessionStore};
 use rmcp::{
     model::{
@@ -151,29 +153,6 @@ impl ServerHandler for Demo {
     }
 }
 
-/// Opens the log `--store` names, as `mcp-resume serve` does.
-async fn open_log(args: &Args) -> Result<Arc<dyn Log>, String> {
-    let retention = Retention::default();
-    let s = args.store.as_str();
-    if s == "memory" {
-        return Ok(Arc::new(MemoryLog::new(retention)));
-    }
-    if s.starts_with("redis://") {
-        let log = RedisLog::connect(s, retention, args.redis_replicas)
-            .await
-            .map_err(|e| format!("connecting to {s}: {e}"))?;
-        return Ok(Arc::new(log));
-    }
-    match s.strip_prefix("disk:") {
-        Some(p) if !p.is_empty() => DiskLog::open(PathBuf::from(p), retention)
-            .map(|l| Arc::new(l) as Arc<dyn Log>)
-            .map_err(|e| format!("opening the log at {p}: {e}")),
-        _ => Err(format!(
-            "--store {s:?}: expected memory, disk:DIR or redis://HOST:PORT/DB"
-        )),
-    }
-}
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
@@ -183,7 +162,7 @@ async fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let log = match open_log(&args).await {
+    let log = match store::open_log(&args.store, args.redis_replicas).await {
         Ok(log) => log,
         Err(e) => {
             eprintln!("rmcp_durable: {e}");

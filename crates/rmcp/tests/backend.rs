@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_resume_log::{Log, MemoryLog, RedisLog, Retention};
-use mcp_resume_proto::sse::SseParser;
 use mcp_resume_rmcp::RmcpBackend;
 use mcp_resume_server::{McpServer, ServerConfig};
 use mcp_resume_testkit::RedisServer;
@@ -23,6 +22,9 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
+
+mod common;
+use common::mcp_http::{init, post, read_until};
 
 /// Tools: `ask` samples the client, `slow` runs until cancelled, `panic` panics.
 #[derive(Clone)]
@@ -86,67 +88,6 @@ async fn serve(log: Arc<dyn Log>) -> String {
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(server.serve(listener, std::future::pending()));
     url
-}
-
-fn post(http: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwest::RequestBuilder {
-    let mut rb = http
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .json(&body);
-    if let Some(s) = sid {
-        rb = rb.header("mcp-session-id", s);
-    }
-    rb
-}
-
-/// `initialize` (declaring sampling) and `notifications/initialized`.
-async fn init(http: &reqwest::Client, url: &str) -> String {
-    let resp = post(http, url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
-        "clientInfo": {"name": "test", "version": "0"}}}))
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
-    let body: Value = resp.json().await.unwrap();
-    assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
-    let resp = post(http, url, Some(&sid), json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
-    sid
-}
-
-/// Reads SSE events (id, JSON) from `resp` until `stop` says so.
-async fn read_until(
-    resp: &mut reqwest::Response,
-    mut stop: impl FnMut(&Value) -> bool,
-) -> Vec<(String, Value)> {
-    let mut parser = SseParser::new();
-    let mut got = Vec::new();
-    loop {
-        let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
-            .await
-            .unwrap_or_else(|_| panic!("stuck after {got:?}"))
-            .unwrap();
-        let Some(chunk) = chunk else {
-            panic!("the stream ended after {got:?}");
-        };
-        for e in parser.feed(&chunk) {
-            if e.data.is_empty() {
-                continue;
-            }
-            let v: Value = serde_json::from_str(&e.data).unwrap();
-            let done = stop(&v);
-            got.push((e.id.unwrap_or_default(), v));
-            if done {
-                return got;
-            }
-        }
-    }
 }
 
 /// The elicitation/sampling round trip of the issue: the client drops the

@@ -3,12 +3,14 @@
 
 #![allow(dead_code)]
 
+pub mod mcp_http;
 pub mod proc;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
+#[allow(unused_imports)]
 pub use mcp_resume_testkit::{rt, RedisServer};
 
 /// One backend, reopenable when it is durable.
@@ -114,12 +116,17 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
     ]
 }
 
-/// The `rmcp_durable` example next to this test binary (cargo builds the
-/// examples of the package before its tests).
+/// The `rmcp_durable` example next to this test binary.
 pub fn example_binary() -> PathBuf {
+    example("rmcp_durable")
+}
+
+/// The example `name` next to this test binary (cargo builds the examples
+/// of the package before its tests).
+pub fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let bin = dir.join("examples").join("rmcp_durable");
+    let bin = dir.join("examples").join(name);
     assert!(
         bin.exists(),
         "{} is missing: build it with cargo test -p mcp-resume-rmcp (examples are built with the tests)",

@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::example_binary;
+use super::{example, example_binary};
+use std::path::Path;
 
 /// One `rmcp_durable` process.
 pub struct Instance {
@@ -22,13 +23,23 @@ pub struct Instance {
 impl Instance {
     /// Starts one on a free port with `--store store` and waits for its line.
     pub fn spawn(store: &str) -> Self {
-        let mut child = Command::new(example_binary())
+        Self::spawn_bin(&example_binary(), store)
+    }
+
+    /// Starts the example `name` (which takes `--listen` and `--store` and
+    /// prints `listening on URL`, as `rmcp_durable` does).
+    pub fn spawn_example(name: &str, store: &str) -> Self {
+        Self::spawn_bin(&example(name), store)
+    }
+
+    fn spawn_bin(bin: &Path, store: &str) -> Self {
+        let mut child = Command::new(bin)
             .args(["--listen", "127.0.0.1:0", "--store", store])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn rmcp_durable");
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)

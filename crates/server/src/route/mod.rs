@@ -170,6 +170,10 @@ impl SessionRoute {
     }
 }
 
+/// Messages bound for one stream, committed in one append, and the acks of
+/// their sends.
+type Run = (StreamKey, Vec<Bytes>, Vec<oneshot::Sender<Result<(), LogError>>>);
+
 /// Commits what a session's backend sends, in order, until the backend
 /// stops; then answers every call still in flight with an error.
 async fn commit_loop(
@@ -182,8 +186,7 @@ async fn commit_loop(
     while rx.recv_many(&mut queued, BATCH).await > 0 {
         // Route everything first (under the lock, no I/O), then commit runs
         // bound for one stream together, in order.
-        let mut runs: Vec<(StreamKey, Vec<Bytes>, Vec<oneshot::Sender<Result<(), LogError>>>)> =
-            Vec::new();
+        let mut runs: Vec<Run> = Vec::new();
         let mut watch = false;
         {
             let mut t = table.lock().unwrap_or_else(|e| e.into_inner());

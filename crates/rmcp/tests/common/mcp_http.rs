@@ -1,0 +1,70 @@
+//! A minimal MCP client over reqwest for the tests: POSTs, `initialize`,
+//! and SSE events read until a condition holds.
+
+use std::time::Duration;
+
+use mcp_resume_proto::sse::SseParser;
+use serde_json::{json, Value};
+
+/// A POST of `body` to `url` accepting JSON and SSE, with the session id if any.
+pub fn post(http: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+    let mut rb = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .json(&body);
+    if let Some(s) = sid {
+        rb = rb.header("mcp-session-id", s);
+    }
+    rb
+}
+
+/// `initialize` (declaring sampling and elicitation) and `notifications/initialized`.
+pub async fn init(http: &reqwest::Client, url: &str) -> String {
+    let resp = post(http, url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}, "elicitation": {}},
+        "clientInfo": {"name": "test", "version": "0"}}}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
+    let resp = post(http, url, Some(&sid), json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    sid
+}
+
+/// Reads SSE events (id, JSON) from `resp` until `stop` says so.
+pub async fn read_until(
+    resp: &mut reqwest::Response,
+    mut stop: impl FnMut(&Value) -> bool,
+) -> Vec<(String, Value)> {
+    let mut parser = SseParser::new();
+    let mut got = Vec::new();
+    loop {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("stuck after {got:?}"))
+            .unwrap();
+        let Some(chunk) = chunk else {
+            panic!("the stream ended after {got:?}");
+        };
+        for e in parser.feed(&chunk) {
+            if e.data.is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&e.data).unwrap();
+            let done = stop(&v);
+            got.push((e.id.unwrap_or_default(), v));
+            if done {
+                return got;
+            }
+        }
+    }
+}
+

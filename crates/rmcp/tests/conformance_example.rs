@@ -1,0 +1,99 @@
+//! The `conformance` example (the suite's fixtures written with rmcp's
+//! macros, served on mcp-resume's transport) as separate processes: the
+//! official SDK clients answer its sampling and elicitation from their own
+//! handlers, and a `kill -9` while a tool awaits the client ends the call
+//! with an error after the restart instead of leaving it open.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+mod common;
+use common::mcp_http::{init, post, read_until};
+use common::proc::{Instance, SdkClient};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs an SDK client's `ask` script against the example and checks both
+/// answers reached the tools.
+fn sdk_asks(program: &str, script: &str, who: &str) {
+    let server = Instance::spawn_example("conformance", "memory");
+    let mut client = SdkClient::spawn(program, &[script.to_owned(), server.url.clone()]);
+    let sampled = client.wait_for("SAMPLED", |l| l.starts_with("SAMPLED"));
+    assert!(sampled.contains(&format!("{who}-sampler-says-42")), "{sampled}");
+    let elicited = client.wait_for("ELICITED", |l| l.starts_with("ELICITED"));
+    assert!(elicited.contains(&format!("{who}-user")), "{elicited}");
+}
+
+#[test]
+fn typescript_sdk_client_answers_sampling_and_elicitation() {
+    let root = root();
+    assert!(
+        root.join("interop/node/node_modules/@modelcontextprotocol/sdk").exists(),
+        "the TypeScript SDK is not installed: run scripts/test (cd interop/node && npm ci)"
+    );
+    sdk_asks("node", root.join("interop/node/ask.mjs").to_str().unwrap(), "node");
+}
+
+#[test]
+fn python_sdk_client_answers_sampling_and_elicitation() {
+    let root = root();
+    let python = root.join("interop/python/.venv/bin/python");
+    assert!(
+        python.exists(),
+        "the Python SDK is not installed: run scripts/test (interop/python/.venv)"
+    );
+    sdk_asks(
+        python.to_str().unwrap(),
+        root.join("interop/python/ask.py").to_str().unwrap(),
+        "python",
+    );
+}
+
+#[test]
+fn a_kill_9_while_a_tool_awaits_elicitation_ends_the_call_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("disk:{}", dir.path().join("log").display());
+    let mut first = Instance::spawn_example("conformance", &store);
+    let rt = common::rt();
+    let (sid, cursor) = rt.block_on(async {
+        let http = reqwest::Client::new();
+        let sid = init(&http, &first.url).await;
+        let mut resp = post(&http, &first.url, Some(&sid), json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "test_elicitation", "arguments": {"message": "who are you?"}}}))
+        .send()
+        .await
+        .unwrap();
+        let seen = read_until(&mut resp, |v| v["method"] == "elicitation/create").await;
+        (sid, seen.last().unwrap().0.clone())
+    });
+    first.kill9();
+    let second = Instance::spawn_example("conformance", &store);
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let mut resumed = http
+            .get(&second.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sid)
+            .header("last-event-id", &cursor)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resumed.status(), 200);
+        let rest = read_until(&mut resumed, |v: &Value| v["id"] == 5).await;
+        let (_, last) = rest.last().unwrap();
+        assert_eq!(last["error"]["code"], -32603, "{last}");
+        assert_eq!(last["error"]["data"]["reason"], "server-restarted", "{last}");
+        // The session itself lives on: the restarted instance restores its backend.
+        let pong: Value = post(&http, &second.url, Some(&sid), json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(pong["result"]["tools"].as_array().is_some_and(|t| t.len() >= 12), "{pong}");
+    });
+}
