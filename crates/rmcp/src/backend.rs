@@ -83,7 +83,9 @@ where
                         Ok(running) => {
                             let _ = running.waiting().await;
                         }
-                        Err(e) => tracing::debug!(session = %id, error = %e, "rmcp session did not start"),
+                        Err(e) => {
+                            tracing::debug!(session = %id, error = %e, "rmcp session did not start")
+                        }
                     }
                 });
             }

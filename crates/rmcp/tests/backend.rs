@@ -15,9 +15,9 @@ use mcp_resume_rmcp::RmcpBackend;
 use mcp_resume_server::{McpServer, ServerConfig};
 use mcp_resume_testkit::RedisServer;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CreateMessageRequestParams,
-    ListToolsResult, PaginatedRequestParams, Role, SamplingMessage, ServerCapabilities,
-    ServerConfig as Info, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    CreateMessageRequestParams, ListToolsResult, PaginatedRequestParams, Role, SamplingMessage,
+    ServerCapabilities, ServerConfig as Info, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -66,10 +66,10 @@ impl ServerHandler for Host {
                     .await
                     .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
                 let text = serde_json::to_value(&got.message.content).unwrap_or_default();
-                Ok(CallToolResult::success(vec![ContentBlock::text(format!(
-                    "sampled: {text}"
-                ))])
-                .into())
+                Ok(
+                    CallToolResult::success(vec![ContentBlock::text(format!("sampled: {text}"))])
+                        .into(),
+                )
             }
             "slow" => {
                 context.ct.cancelled().await;
@@ -83,7 +83,11 @@ impl ServerHandler for Host {
 
 /// Serves `Host` on `log` at 127.0.0.1; returns the endpoint URL.
 async fn serve(log: Arc<dyn Log>) -> String {
-    let server = McpServer::with_backend(log, Arc::new(RmcpBackend::new(|| Host)), ServerConfig::default());
+    let server = McpServer::with_backend(
+        log,
+        Arc::new(RmcpBackend::new(|| Host)),
+        ServerConfig::default(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(server.serve(listener, std::future::pending()));
@@ -104,14 +108,20 @@ async fn durable_round_trip(call_url: &str, answer_url: &str, resume_url: &str) 
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let seen = read_until(&mut resp, |v| v["method"] == "sampling/createMessage").await;
     let (cursor, ask) = seen.last().unwrap().clone();
-    assert!(cursor.contains('/'), "on the call's request stream: {cursor}");
+    assert!(
+        cursor.contains('/'),
+        "on the call's request stream: {cursor}"
+    );
     drop(resp);
     let wire = ask["id"].clone();
     assert!(wire.is_string(), "the transport's own id: {wire}");
     let answer = json!({"jsonrpc": "2.0", "id": wire, "result": {
         "role": "assistant", "content": {"type": "text", "text": "42"},
         "model": "test-model", "stopReason": "endTurn"}});
-    let r = post(&http, answer_url, Some(&sid), answer).send().await.unwrap();
+    let r = post(&http, answer_url, Some(&sid), answer)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 202);
     let mut resumed = http
         .get(resume_url)
@@ -124,11 +134,20 @@ async fn durable_round_trip(call_url: &str, answer_url: &str, resume_url: &str) 
     assert_eq!(resumed.status(), 200);
     let rest = read_until(&mut resumed, |v| v["id"] == 7).await;
     let (_, result) = rest.last().unwrap();
-    let text = result["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    let text = result["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
     assert!(text.contains("42"), "{result}");
     // A second answer to the same request is dropped, loudly in the log only.
     let again = json!({"jsonrpc": "2.0", "id": ask["id"], "result": {}});
-    assert_eq!(post(&http, answer_url, Some(&sid), again).send().await.unwrap().status(), 202);
+    assert_eq!(
+        post(&http, answer_url, Some(&sid), again)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,7 +160,11 @@ async fn a_server_request_survives_a_dropped_stream_on_one_instance() {
 async fn the_answer_reaches_the_handler_from_another_instance_on_redis() {
     let redis = RedisServer::start();
     let connect = || async {
-        let log: Arc<dyn Log> = Arc::new(RedisLog::connect(&redis.url, Retention::default(), 0).await.unwrap());
+        let log: Arc<dyn Log> = Arc::new(
+            RedisLog::connect(&redis.url, Retention::default(), 0)
+                .await
+                .unwrap(),
+        );
         log
     };
     let a = serve(connect().await).await;
@@ -153,20 +176,37 @@ async fn the_answer_reaches_the_handler_from_another_instance_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_initialized_on_one_instance_is_served_by_another() {
     let redis = RedisServer::start();
-    let a_log: Arc<dyn Log> = Arc::new(RedisLog::connect(&redis.url, Retention::default(), 0).await.unwrap());
-    let b_log: Arc<dyn Log> = Arc::new(RedisLog::connect(&redis.url, Retention::default(), 0).await.unwrap());
+    let a_log: Arc<dyn Log> = Arc::new(
+        RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap(),
+    );
+    let b_log: Arc<dyn Log> = Arc::new(
+        RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap(),
+    );
     let (a, b) = (serve(a_log).await, serve(b_log).await);
     let http = reqwest::Client::new();
     let sid = init(&http, &a).await;
-    let list: Value = post(&http, &b, Some(&sid), json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
-        .header("mcp-protocol-version", "2025-11-25")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(list["result"]["tools"].as_array().map(Vec::len), Some(3), "{list}");
+    let list: Value = post(
+        &http,
+        &b,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    )
+    .header("mcp-protocol-version", "2025-11-25")
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        list["result"]["tools"].as_array().map(Vec::len),
+        Some(3),
+        "{list}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,7 +220,14 @@ async fn a_cancelled_call_ends_its_stream_with_an_error() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s1", "reason": "changed my mind"}});
-    assert_eq!(post(&http, &url, Some(&sid), cancel).send().await.unwrap().status(), 202);
+    assert_eq!(
+        post(&http, &url, Some(&sid), cancel)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        202
+    );
     let got = read_until(&mut resp, |v| v["id"] == "s1").await;
     let (_, last) = got.last().unwrap();
     assert_eq!(last["error"]["data"]["reason"], "cancelled", "{last}");
@@ -193,7 +240,10 @@ async fn a_panicking_handler_answers_with_an_error() {
     let sid = init(&http, &url).await;
     let resp = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "panic", "arguments": {}}}))
         .send();
-    let mut resp = tokio::time::timeout(Duration::from_secs(10), resp).await.unwrap().unwrap();
+    let mut resp = tokio::time::timeout(Duration::from_secs(10), resp)
+        .await
+        .unwrap()
+        .unwrap();
     let got = read_until(&mut resp, |v| v["id"] == 3).await;
     assert_eq!(got.last().unwrap().1["error"]["code"], -32603);
 }
@@ -204,19 +254,29 @@ async fn an_answer_nobody_awaits_is_accepted_and_dropped() {
     let http = reqwest::Client::new();
     let sid = init(&http, &url).await;
     for id in [json!(12), json!("mr.000000000000.0"), json!("nope")] {
-        let r = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": id, "result": {}}))
-            .send()
-            .await
-            .unwrap();
+        let r = post(
+            &http,
+            &url,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+        )
+        .send()
+        .await
+        .unwrap();
         assert_eq!(r.status(), 202);
     }
     // The session still works.
-    let pong: Value = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let pong: Value = post(
+        &http,
+        &url,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
     assert_eq!(pong["result"], json!({}));
 }

@@ -22,7 +22,10 @@ fn sdk_asks(program: &str, script: &str, who: &str) {
     let server = Instance::spawn_example("conformance", "memory");
     let mut client = SdkClient::spawn(program, &[script.to_owned(), server.url.clone()]);
     let sampled = client.wait_for("SAMPLED", |l| l.starts_with("SAMPLED"));
-    assert!(sampled.contains(&format!("{who}-sampler-says-42")), "{sampled}");
+    assert!(
+        sampled.contains(&format!("{who}-sampler-says-42")),
+        "{sampled}"
+    );
     let elicited = client.wait_for("ELICITED", |l| l.starts_with("ELICITED"));
     assert!(elicited.contains(&format!("{who}-user")), "{elicited}");
 }
@@ -31,10 +34,15 @@ fn sdk_asks(program: &str, script: &str, who: &str) {
 fn typescript_sdk_client_answers_sampling_and_elicitation() {
     let root = root();
     assert!(
-        root.join("interop/node/node_modules/@modelcontextprotocol/sdk").exists(),
+        root.join("interop/node/node_modules/@modelcontextprotocol/sdk")
+            .exists(),
         "the TypeScript SDK is not installed: run scripts/test (cd interop/node && npm ci)"
     );
-    sdk_asks("node", root.join("interop/node/ask.mjs").to_str().unwrap(), "node");
+    sdk_asks(
+        "node",
+        root.join("interop/node/ask.mjs").to_str().unwrap(),
+        "node",
+    );
 }
 
 #[test]
@@ -61,8 +69,13 @@ fn a_kill_9_while_a_tool_awaits_elicitation_ends_the_call_after_the_restart() {
     let (sid, cursor) = rt.block_on(async {
         let http = reqwest::Client::new();
         let sid = init(&http, &first.url).await;
-        let mut resp = post(&http, &first.url, Some(&sid), json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-            "params": {"name": "test_elicitation", "arguments": {"message": "who are you?"}}}))
+        let mut resp = post(
+            &http,
+            &first.url,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "test_elicitation", "arguments": {"message": "who are you?"}}}),
+        )
         .send()
         .await
         .unwrap();
@@ -85,15 +98,28 @@ fn a_kill_9_while_a_tool_awaits_elicitation_ends_the_call_after_the_restart() {
         let rest = read_until(&mut resumed, |v: &Value| v["id"] == 5).await;
         let (_, last) = rest.last().unwrap();
         assert_eq!(last["error"]["code"], -32603, "{last}");
-        assert_eq!(last["error"]["data"]["reason"], "server-restarted", "{last}");
+        assert_eq!(
+            last["error"]["data"]["reason"], "server-restarted",
+            "{last}"
+        );
         // The session itself lives on: the restarted instance restores its backend.
-        let pong: Value = post(&http, &second.url, Some(&sid), json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert!(pong["result"]["tools"].as_array().is_some_and(|t| t.len() >= 12), "{pong}");
+        let pong: Value = post(
+            &http,
+            &second.url,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        assert!(
+            pong["result"]["tools"]
+                .as_array()
+                .is_some_and(|t| t.len() >= 12),
+            "{pong}"
+        );
     });
 }

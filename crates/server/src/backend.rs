@@ -98,15 +98,23 @@ pub struct Outbox {
 
 impl Outbox {
     /// Queues `out` and returns a future that resolves when it is committed.
-    pub fn send(&self, out: Outbound) -> impl Future<Output = Result<(), LogError>> + Send + 'static {
+    pub fn send(
+        &self,
+        out: Outbound,
+    ) -> impl Future<Output = Result<(), LogError>> + Send + 'static {
         let (ack, done) = oneshot::channel();
         let queued = self.tx.send(Queued { out, ack });
         async move {
             if queued.is_err() {
-                return Err(LogError::Unavailable("the session's route has ended".into()));
+                return Err(LogError::Unavailable(
+                    "the session's route has ended".into(),
+                ));
             }
-            done.await
-                .unwrap_or_else(|_| Err(LogError::Unavailable("the session's route has ended".into())))
+            done.await.unwrap_or_else(|_| {
+                Err(LogError::Unavailable(
+                    "the session's route has ended".into(),
+                ))
+            })
         }
     }
 }

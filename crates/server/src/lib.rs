@@ -75,7 +75,11 @@ impl McpServer {
     /// example an rmcp `ServerHandler` through `mcp-resume-rmcp`): every
     /// MCP message goes to the session's backend, and everything it sends
     /// is committed to the log before any client sees it.
-    pub fn with_backend(log: Arc<dyn Log>, backend: Arc<dyn backend::Backend>, config: ServerConfig) -> Self {
+    pub fn with_backend(
+        log: Arc<dyn Log>,
+        backend: Arc<dyn backend::Backend>,
+        config: ServerConfig,
+    ) -> Self {
         Self::build(log, ToolRegistry::new(), Some(backend), config)
     }
 

@@ -7,7 +7,12 @@ use mcp_resume_proto::sse::SseParser;
 use serde_json::{json, Value};
 
 /// A POST of `body` to `url` accepting JSON and SSE, with the session id if any.
-pub fn post(http: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+pub fn post(
+    http: &reqwest::Client,
+    url: &str,
+    sid: Option<&str>,
+    body: Value,
+) -> reqwest::RequestBuilder {
     let mut rb = http
         .post(url)
         .header("accept", "application/json, text/event-stream")
@@ -21,20 +26,33 @@ pub fn post(http: &reqwest::Client, url: &str, sid: Option<&str>, body: Value) -
 
 /// `initialize` (declaring sampling and elicitation) and `notifications/initialized`.
 pub async fn init(http: &reqwest::Client, url: &str) -> String {
-    let resp = post(http, url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    let resp = post(
+        http,
+        url,
+        None,
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {"sampling": {}, "elicitation": {}},
-        "clientInfo": {"name": "test", "version": "0"}}}))
+        "clientInfo": {"name": "test", "version": "0"}}}),
+    )
     .send()
     .await
     .unwrap();
     assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let sid = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
-    let resp = post(http, url, Some(&sid), json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .send()
-        .await
-        .unwrap();
+    let resp = post(
+        http,
+        url,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .send()
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 202);
     sid
 }
@@ -67,4 +85,3 @@ pub async fn read_until(
         }
     }
 }
-

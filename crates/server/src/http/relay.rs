@@ -122,7 +122,10 @@ pub(super) async fn message(
         return Ok(StatusCode::ACCEPTED.into_response());
     }
     let route = route_for(state, &session).await?;
-    let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let id = message.get("id").cloned();
     match (method, id) {
         (Some(method), Some(id)) => {
@@ -157,7 +160,11 @@ pub(super) async fn message(
 /// log to the instance that did (route::inbox). One that nobody awaits is
 /// logged and dropped.
 async fn client_answer(state: &AppState, session: &str, message: Value) {
-    let wire = message.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let wire = message
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let wire = wire.as_str();
     let local = state.routes.peek(session).filter(|r| r.owns(wire));
     match local {
@@ -167,14 +174,18 @@ async fn client_answer(state: &AppState, session: &str, message: Value) {
                     tracing::warn!(%session, error = %e, "a response to a server request was not delivered");
                 }
             }
-            None => tracing::warn!(%session, id = wire, "a response to a server request answered already is dropped"),
+            None => {
+                tracing::warn!(%session, id = wire, "a response to a server request answered already is dropped")
+            }
         },
         None if wire.starts_with(crate::route::WIRE_PREFIX) => {
             if let Err(e) = crate::route::inbox::forward(state, session, &message).await {
                 tracing::warn!(%session, id = wire, error = %e, "could not forward a response to the instance that asked");
             }
         }
-        None => tracing::warn!(%session, id = %message["id"], "a response to a request this server never sent is dropped"),
+        None => {
+            tracing::warn!(%session, id = %message["id"], "a response to a request this server never sent is dropped")
+        }
     }
 }
 
@@ -193,7 +204,11 @@ async fn call_json(
     }
     deliver(state, session, route, message, id).await;
     rx.await.unwrap_or_else(|_| {
-        jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, "the call ended without an answer")
+        jsonrpc::error(
+            id,
+            jsonrpc::INTERNAL_ERROR,
+            "the call ended without an answer",
+        )
     })
 }
 
@@ -223,12 +238,25 @@ async fn call_stream(
     } else {
         deliver(state, &session, route, message, id).await;
     }
-    Ok(sse::respond(state.clone(), session, stream, 0, bounds.head, sub))
+    Ok(sse::respond(
+        state.clone(),
+        session,
+        stream,
+        0,
+        bounds.head,
+        sub,
+    ))
 }
 
 /// Hands a registered request to the backend; one it refuses is answered
 /// with an error where the call is answered.
-async fn deliver(state: &AppState, session: &str, route: &SessionRoute, message: Value, id: &Value) {
+async fn deliver(
+    state: &AppState,
+    session: &str,
+    route: &SessionRoute,
+    message: Value,
+    id: &Value,
+) {
     let reply = match route.deliver(message) {
         Ok(()) => return,
         Err(DeliverError::Invalid(why)) => jsonrpc::error(id, jsonrpc::INVALID_PARAMS, why),
@@ -282,12 +310,17 @@ pub(crate) async fn socket_message(state: &AppState, session: &str, message: Val
             return;
         }
     };
-    let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     match (method, message.get("id").cloned()) {
         (Some(_), Some(id)) => {
             let params = message.get("params").cloned().unwrap_or(Value::Null);
             if !route.register(&id, &params, Dest::Stream(StreamKey::Session)) {
-                let _ = state.append(session, StreamKey::Session, &in_flight(&id)).await;
+                let _ = state
+                    .append(session, StreamKey::Session, &in_flight(&id))
+                    .await;
                 return;
             }
             deliver(state, session, &route, message, &id).await;
@@ -331,7 +364,11 @@ pub(super) async fn batch(
     }
     for (id, rx) in waiting {
         replies.push(rx.await.unwrap_or_else(|_| {
-            jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the call ended without an answer")
+            jsonrpc::error(
+                &id,
+                jsonrpc::INTERNAL_ERROR,
+                "the call ended without an answer",
+            )
         }));
     }
     Ok(replies)

@@ -25,7 +25,11 @@ pub(crate) const POLL: Duration = Duration::from_millis(100);
 
 /// Forwards `answer` (a client's response to a server request this instance
 /// did not send) to the instance that did, through the log.
-pub(crate) async fn forward(state: &AppState, session: &str, answer: &Value) -> Result<(), LogError> {
+pub(crate) async fn forward(
+    state: &AppState,
+    session: &str,
+    answer: &Value,
+) -> Result<(), LogError> {
     let meta = Bytes::from(json!({"answer": answer, "owner": state.log.instance()}).to_string());
     state.log.open_request_stream(session, meta).await?;
     Ok(())

@@ -172,7 +172,11 @@ impl SessionRoute {
 
 /// Messages bound for one stream, committed in one append, and the acks of
 /// their sends.
-type Run = (StreamKey, Vec<Bytes>, Vec<oneshot::Sender<Result<(), LogError>>>);
+type Run = (
+    StreamKey,
+    Vec<Bytes>,
+    Vec<oneshot::Sender<Result<(), LogError>>>,
+);
 
 /// Commits what a session's backend sends, in order, until the backend
 /// stops; then answers every call still in flight with an error.

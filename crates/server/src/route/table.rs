@@ -162,7 +162,10 @@ impl Table {
             mut message,
             related,
         } = out;
-        let method = message.get("method").and_then(Value::as_str).map(str::to_owned);
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         match (method.as_deref(), message.get("id").cloned()) {
             // A server-to-client request.
             (Some(_), Some(backend_id)) => {
@@ -237,12 +240,17 @@ mod tests {
     fn a_calls_messages_follow_it_and_its_response_ends_it() {
         let mut t = Table::new("w.".into());
         let params = json!({"name": "x", "_meta": {"progressToken": "p1"}});
-        assert!(t.register(&json!(7), &params, Dest::Stream(StreamKey::Request(3))).is_ok());
+        assert!(t
+            .register(&json!(7), &params, Dest::Stream(StreamKey::Request(3)))
+            .is_ok());
         // A second call with the same id is refused while the first runs.
-        assert!(t.register(&json!(7), &json!({}), Dest::Stream(StreamKey::Session)).is_err());
+        assert!(t
+            .register(&json!(7), &json!({}), Dest::Stream(StreamKey::Session))
+            .is_err());
         let p = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p1", "progress": 1}});
         assert_eq!(committed(t.route(out(p, None))).0, StreamKey::Request(3));
-        let ask = json!({"jsonrpc": "2.0", "id": 0, "method": "sampling/createMessage", "params": {}});
+        let ask =
+            json!({"jsonrpc": "2.0", "id": 0, "method": "sampling/createMessage", "params": {}});
         let (k, m) = committed(t.route(out(ask, Some(json!(7)))));
         assert_eq!(k, StreamKey::Request(3));
         assert_eq!(m["id"], json!("w.0"));
@@ -254,7 +262,10 @@ mod tests {
         assert_eq!(t.client_response(answer.clone()).unwrap()["id"], json!(0));
         assert!(t.client_response(answer).is_none());
         let resp = json!({"jsonrpc": "2.0", "id": 7, "result": {}});
-        assert_eq!(committed(t.route(out(resp.clone(), None))).0, StreamKey::Request(3));
+        assert_eq!(
+            committed(t.route(out(resp.clone(), None))).0,
+            StreamKey::Request(3)
+        );
         assert!(t.idle());
         // A second response for the same call has nowhere to go.
         assert!(matches!(t.route(out(resp, None)), Routed::Drop(_)));
@@ -264,7 +275,9 @@ mod tests {
     fn ids_and_tokens_are_told_apart_by_type() {
         let mut t = Table::new("w.".into());
         let (tx, _rx) = oneshot::channel();
-        t.register(&json!("1"), &json!({}), Dest::Json(tx)).ok().unwrap();
+        t.register(&json!("1"), &json!({}), Dest::Json(tx))
+            .ok()
+            .unwrap();
         let resp = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
         assert!(matches!(t.route(out(resp, None)), Routed::Drop(_)));
         let resp = json!({"jsonrpc": "2.0", "id": "1", "result": {}});
@@ -274,13 +287,17 @@ mod tests {
     #[test]
     fn a_backend_cancel_of_its_request_is_translated_and_follows_it() {
         let mut t = Table::new("w.".into());
-        t.register(&json!(1), &json!({}), Dest::Stream(StreamKey::Request(1))).ok().unwrap();
+        t.register(&json!(1), &json!({}), Dest::Stream(StreamKey::Request(1)))
+            .ok()
+            .unwrap();
         let ask = json!({"jsonrpc": "2.0", "id": 5, "method": "elicitation/create", "params": {}});
         t.route(out(ask, Some(json!(1))));
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}});
         let (k, m) = committed(t.route(out(cancel, None)));
         assert_eq!(k, StreamKey::Request(1));
         assert_eq!(m["params"]["requestId"], json!("w.0"));
-        assert!(t.client_response(json!({"jsonrpc": "2.0", "id": "w.0", "result": {}})).is_none());
+        assert!(t
+            .client_response(json!({"jsonrpc": "2.0", "id": "w.0", "result": {}}))
+            .is_none());
     }
 }

@@ -85,12 +85,10 @@ impl Bell {
         self.started
             .get_or_init(|| async {
                 let last = self.create(conn).await.unwrap_or_else(|| "$".to_owned());
-                tokio::spawn(self.clone().run(
-                    conn.clone(),
-                    shards.to_vec(),
-                    closed.clone(),
-                    last,
-                ));
+                tokio::spawn(
+                    self.clone()
+                        .run(conn.clone(), shards.to_vec(), closed.clone(), last),
+                );
             })
             .await;
         let Some(prefix) = prefix_of(stream) else {
