@@ -16,8 +16,9 @@ use mcp_resume_server::{McpServer, ServerConfig};
 use mcp_resume_testkit::RedisServer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    CreateMessageRequestParams, ListToolsResult, PaginatedRequestParams, Role, SamplingMessage,
-    ServerCapabilities, ServerConfig as Info, Tool,
+    CreateMessageRequestParams, ListToolsResult, PaginatedRequestParams,
+    ResourceUpdatedNotificationParam, Role, SamplingMessage, ServerCapabilities,
+    ServerConfig as Info, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -42,7 +43,7 @@ impl ServerHandler for Host {
     ) -> Result<ListToolsResult, ErrorData> {
         let schema = Arc::new(serde_json::Map::new());
         Ok(ListToolsResult::with_all_items(
-            ["ask", "slow", "panic"]
+            ["ask", "slow", "panic", "notify"]
                 .into_iter()
                 .map(|n| Tool::new(n, n, schema.clone()))
                 .collect(),
@@ -76,6 +77,19 @@ impl ServerHandler for Host {
                 Ok(CallToolResult::success(vec![ContentBlock::text("cancelled")]).into())
             }
             "panic" => panic!("this handler fails"),
+            "notify" => {
+                // Unrelated to any call: they go to the session stream.
+                let peer = &context.peer;
+                let failed =
+                    |e: rmcp::service::ServiceError| ErrorData::internal_error(e.to_string(), None);
+                peer.notify_tool_list_changed().await.map_err(failed)?;
+                peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(
+                    "test://watched",
+                ))
+                .await
+                .map_err(failed)?;
+                Ok(CallToolResult::structured(json!({"notified": 2})).into())
+            }
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }
     }
@@ -204,7 +218,7 @@ async fn a_session_initialized_on_one_instance_is_served_by_another() {
     .unwrap();
     assert_eq!(
         list["result"]["tools"].as_array().map(Vec::len),
-        Some(3),
+        Some(4),
         "{list}"
     );
 }
@@ -279,4 +293,48 @@ async fn an_answer_nobody_awaits_is_accepted_and_dropped() {
     .await
     .unwrap();
     assert_eq!(pong["result"], json!({}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_outside_a_call_reach_the_session_stream_committed_first() {
+    let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;
+    let http = reqwest::Client::new();
+    let sid = init(&http, &url).await;
+    // The handler's sends were awaited, so both are committed before its
+    // response exists; none of them rides the call's own stream.
+    let mut call = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "notify", "arguments": {}}}))
+        .send()
+        .await
+        .unwrap();
+    let on_call = read_until(&mut call, |v| v["id"] == 9).await;
+    assert_eq!(
+        on_call.len(),
+        1,
+        "only the response on the call's stream: {on_call:?}"
+    );
+    let done = &on_call[0].1;
+    assert_eq!(done["result"]["structuredContent"]["notified"], 2, "{done}");
+    let mut stream = http
+        .get(&url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    let got = read_until(&mut stream, |v| {
+        v["method"] == "notifications/resources/updated"
+    })
+    .await;
+    let methods: Vec<&str> = got
+        .iter()
+        .filter_map(|(_, v)| v["method"].as_str())
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "notifications/tools/list_changed",
+            "notifications/resources/updated"
+        ]
+    );
+    assert_eq!(got.last().unwrap().0, "2", "session stream ids");
 }
