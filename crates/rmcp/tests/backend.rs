@@ -338,3 +338,48 @@ async fn notifications_outside_a_call_reach_the_session_stream_committed_first()
     );
     assert_eq!(got.last().unwrap().0, "2", "session stream ids");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_03_26_batch_is_answered_by_the_backend_in_one_array() {
+    let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;
+    let http = reqwest::Client::new();
+    let resp = post(&http, &url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}}))
+    .send()
+    .await
+    .unwrap();
+    let sid = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let init: Value = resp.json().await.unwrap();
+    assert_eq!(init["result"]["protocolVersion"], "2025-03-26", "{init}");
+    let batch = json!([
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": "a", "method": "ping"},
+        {"jsonrpc": "2.0", "id": "b", "method": "tools/list"},
+    ]);
+    let replies: Value = http
+        .post(&url)
+        .header("accept", "application/json")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid)
+        .json(&batch)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&Value> = replies
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["id"])
+        .collect();
+    assert_eq!(ids, [&json!("a"), &json!("b")], "{replies}");
+    assert_eq!(
+        replies[1]["result"]["tools"].as_array().map(Vec::len),
+        Some(4)
+    );
+}

@@ -123,3 +123,30 @@ fn a_kill_9_while_a_tool_awaits_elicitation_ends_the_call_after_the_restart() {
         );
     });
 }
+
+#[test]
+fn typed_arguments_that_do_not_fit_fail_the_tool_with_the_validation_message() {
+    let server = Instance::spawn_example("conformance", "memory");
+    common::rt().block_on(async {
+        let http = reqwest::Client::new();
+        let sid = init(&http, &server.url).await;
+        let resp = http
+            .post(&server.url)
+            .header("accept", "application/json")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &sid)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "test_sampling", "arguments": {"prompt": 42}}}))
+            .send()
+            .await
+            .unwrap();
+        let reply: Value = resp.json().await.unwrap();
+        // MCP 2025-11-25 (SEP-1303): input validation fails the tool, not
+        // the request, so the model sees why and can correct itself.
+        assert_eq!(reply["result"]["isError"], true, "{reply}");
+        let message = reply["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(message.contains("expected a string"), "{reply}");
+    });
+}
