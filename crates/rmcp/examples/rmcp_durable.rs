@@ -2,8 +2,12 @@
 //! events and sessions live in an mcp-resume log, with the demo tools `echo`
 //! and `emit`. Two instances on one Redis serve the same sessions.
 //!
+//! With `--transport mcp-resume` the same handler runs on mcp-resume's own
+//! transport instead (`McpServer::with_backend` + `RmcpBackend`): the way to
+//! compare the two transports, and the cost of hosting rmcp, on one handler.
+//!
 //! ```sh
-//! rmcp_durable --listen 127.0.0.1:0 --store memory|disk:DIR|redis://HOST:PORT/DB
+//! rmcp_durable --listen 127.0.0.1:0 --store memory|disk:DIR|redis://HOST:PORT/DB [--transport rmcp|mcp-resume]
 //! ```
 
 // The demo's `emit` sends `notifications/message`, which rmcp 3.11 marks
@@ -17,6 +21,7 @@ use clap::Parser;
 #[path = "common/store.rs"]
 mod store;
 use mcp_resume_rmcp::{DurableSessionManager, LogSessionStore};
+use mcp_resume_server::{McpServer, ServerConfig as McpConfig};
 use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
@@ -44,6 +49,10 @@ struct Args {
     /// Replicas that must acknowledge each Redis append (WAIT).
     #[arg(long, default_value_t = 0)]
     redis_replicas: usize,
+    /// `rmcp`: rmcp's own StreamableHttpService with the log as its stores;
+    /// `mcp-resume`: mcp-resume's transport hosting the same handler.
+    #[arg(long, default_value = "rmcp", value_parser = ["rmcp", "mcp-resume"])]
+    transport: String,
 }
 
 /// The demo tools.
@@ -182,14 +191,6 @@ async fn main() -> std::process::ExitCode {
             }
         }
     });
-    let mut config = StreamableHttpServerConfig::default();
-    config.session_store = Some(Arc::new(LogSessionStore::new(log.clone())));
-    let service = StreamableHttpService::new(
-        || Ok(Demo),
-        Arc::new(DurableSessionManager::new(log.clone())),
-        config,
-    );
-    let app = axum::Router::new().nest_service("/mcp", service);
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -208,6 +209,25 @@ async fn main() -> std::process::ExitCode {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
+    if args.transport == "mcp-resume" {
+        let backend = Arc::new(mcp_resume_rmcp::RmcpBackend::new(|| Demo));
+        let server = McpServer::with_backend(log, backend, McpConfig::default());
+        return match server.serve(listener, shutdown).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rmcp_durable: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    let mut config = StreamableHttpServerConfig::default();
+    config.session_store = Some(Arc::new(LogSessionStore::new(log.clone())));
+    let service = StreamableHttpService::new(
+        || Ok(Demo),
+        Arc::new(DurableSessionManager::new(log.clone())),
+        config,
+    );
+    let app = axum::Router::new().nest_service("/mcp", service);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;
