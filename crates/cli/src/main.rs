@@ -2,6 +2,7 @@
 
 mod chaos;
 mod client_cmds;
+mod gateway;
 mod serve;
 
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ struct Cli {
 enum Command {
     /// Run an MCP server with the demo tools on a durable log.
     Serve(Box<serve::ServeArgs>),
+    /// Put any stdio MCP server behind the durable transport: one child process per session.
+    Gateway(Box<gateway::GatewayArgs>),
     /// Call one tool and print its result.
     Call(client_cmds::CallArgs),
     /// Print the session stream, one JSON object per line, resuming and checking every seq.
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         match cli.command {
             Command::Serve(args) => serve::run(*args).await,
+            Command::Gateway(args) => gateway::run(*args).await,
             Command::Call(args) => client_cmds::call(args).await,
             Command::Tail(args) => client_cmds::tail(args).await,
             Command::Chaos(args) => chaos::chaos(args).await,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
 use mcp_resume_server::auth::{AuthConfig, Authenticator, JwksSource, OAuthConfig};
+use mcp_resume_server::backend::Backend;
 use mcp_resume_server::{demo::demo_tools, tls_config, ConnLimits, McpServer, ServerConfig};
 
 #[derive(Args, Debug)]
@@ -264,8 +265,17 @@ fn error_chain(e: impl std::error::Error) -> String {
     out
 }
 
-/// Runs the server until SIGTERM or Ctrl-C.
+/// Runs the server with the demo tools until SIGTERM or Ctrl-C.
 pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
+    run_with(args, None).await
+}
+
+/// Runs the server until SIGTERM or Ctrl-C, its sessions served by
+/// `backend` (the gateway's child processes) or, without one, the demo tools.
+pub async fn run_with(
+    args: ServeArgs,
+    backend: Option<Arc<dyn Backend>>,
+) -> Result<ExitCode, String> {
     if !args.base_path.starts_with('/') || args.base_path.len() < 2 {
         return Err(format!(
             "--base-path {:?} must start with / and name a path",
@@ -352,7 +362,10 @@ pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let server = McpServer::new(log, demo_tools(), config);
+    let server = match backend {
+        Some(b) => McpServer::with_backend(log, b, config),
+        None => McpServer::new(log, demo_tools(), config),
+    };
     if let Some(ops) = args.metrics_listen {
         let listener = tokio::net::TcpListener::bind(ops)
             .await

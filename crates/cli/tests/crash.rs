@@ -7,47 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{rt, Serve};
-use futures_util::StreamExt;
-use mcp_resume_client::sse::{SseEvent, SseParser};
+use common::{post, read, rt, Serve};
 use serde_json::{json, Value};
-
-async fn post(url: &str, sid: Option<&str>, body: Value) -> reqwest::Response {
-    let mut rb = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream");
-    if let Some(s) = sid {
-        rb = rb.header("mcp-session-id", s);
-    }
-    rb.body(body.to_string()).send().await.unwrap()
-}
-
-/// Reads SSE until `stop` says so or the stream ends; `None` if it stays silent for `silence`.
-async fn read(
-    resp: reqwest::Response,
-    silence: Duration,
-    mut stop: impl FnMut(&SseEvent) -> bool,
-) -> Option<Vec<SseEvent>> {
-    let mut parser = SseParser::new();
-    let mut body = resp.bytes_stream();
-    let mut out = Vec::new();
-    loop {
-        match tokio::time::timeout(silence, body.next()).await {
-            Err(_) => return None,
-            Ok(None) | Ok(Some(Err(_))) => return Some(out),
-            Ok(Some(Ok(chunk))) => {
-                for e in parser.feed(&chunk) {
-                    let done = stop(&e);
-                    out.push(e);
-                    if done {
-                        return Some(out);
-                    }
-                }
-            }
-        }
-    }
-}
 
 #[test]
 fn a_call_whose_server_was_killed_ends_with_an_error_after_the_restart() {

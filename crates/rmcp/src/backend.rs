@@ -90,8 +90,10 @@ where
                 });
             }
             Some(params) => {
-                let params: InitializeRequestParams = serde_json::from_value(params)
-                    .map_err(|e| BackendError(format!("unreadable initialize params: {e}")))?;
+                let params: InitializeRequestParams =
+                    serde_json::from_value(params).map_err(|e| {
+                        BackendError::Failed(format!("unreadable initialize params: {e}"))
+                    })?;
                 let running =
                     rmcp::service::serve_directly_with_ct(handler, port, Some(params), ct.clone());
                 tokio::spawn(async move {

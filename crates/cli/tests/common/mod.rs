@@ -12,24 +12,40 @@ pub struct Serve {
     pub url: String,
     pub addr: String,
     pub data_dir: PathBuf,
+    /// `serve` or `gateway`, and what follows the data directory.
+    sub: &'static str,
+    rest: Vec<String>,
 }
 
 impl Serve {
     /// Starts `serve` on `listen` with a disk log in `data_dir`, and waits for its "listening" line.
     pub fn spawn(data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
-        Self::spawn_args(data_dir, listen, extra)
+        Self::spawn_args(
+            "serve",
+            data_dir,
+            listen,
+            extra.iter().map(|s| s.to_string()).collect(),
+        )
     }
 
-    fn spawn_args(data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
+    /// Starts `gateway` (flags `extra`) in front of `command`, as [`Serve::spawn`] does `serve`.
+    pub fn gateway(data_dir: &Path, listen: &str, extra: &[&str], command: &[&str]) -> Self {
+        let mut rest: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        rest.push("--".into());
+        rest.extend(command.iter().map(|s| s.to_string()));
+        Self::spawn_args("gateway", data_dir, listen, rest)
+    }
+
+    fn spawn_args(sub: &'static str, data_dir: &Path, listen: &str, rest: Vec<String>) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
-            .args(["serve", "--listen", listen, "--data-dir"])
+            .args([sub, "--listen", listen, "--data-dir"])
             .arg(data_dir)
-            .args(extra)
+            .args(&rest)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn mcp-resume serve");
+            .unwrap_or_else(|e| panic!("spawn mcp-resume {sub}: {e}"));
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
@@ -50,6 +66,8 @@ impl Serve {
             url,
             addr,
             data_dir: data_dir.to_owned(),
+            sub,
+            rest,
         }
     }
 
@@ -63,8 +81,9 @@ impl Serve {
     pub fn restart(&mut self) {
         for _ in 0..50 {
             let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
-                .args(["serve", "--listen", &self.addr, "--data-dir"])
+                .args([self.sub, "--listen", &self.addr, "--data-dir"])
                 .arg(&self.data_dir)
+                .args(&self.rest)
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -81,7 +100,7 @@ impl Serve {
             let _ = child.wait();
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("could not restart serve on {}", self.addr);
+        panic!("could not restart {} on {}", self.sub, self.addr);
     }
 
     /// SIGTERM, and the exit status.
@@ -136,4 +155,43 @@ pub fn tail_seqs(stdout: &[u8]) -> Vec<u64> {
                 .unwrap()
         })
         .collect()
+}
+
+/// A POST of `body` accepting JSON and SSE, with the session id if any.
+pub async fn post(url: &str, sid: Option<&str>, body: serde_json::Value) -> reqwest::Response {
+    let mut rb = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = sid {
+        rb = rb.header("mcp-session-id", s);
+    }
+    rb.body(body.to_string()).send().await.unwrap()
+}
+
+/// Reads SSE until `stop` says so or the stream ends; `None` if it stays silent for `silence`.
+pub async fn read(
+    resp: reqwest::Response,
+    silence: Duration,
+    mut stop: impl FnMut(&mcp_resume_client::sse::SseEvent) -> bool,
+) -> Option<Vec<mcp_resume_client::sse::SseEvent>> {
+    let mut parser = mcp_resume_client::sse::SseParser::new();
+    use futures_util::StreamExt;
+    let mut body = resp.bytes_stream();
+    let mut out = Vec::new();
+    loop {
+        match tokio::time::timeout(silence, body.next()).await {
+            Err(_) => return None,
+            Ok(None) | Ok(Some(Err(_))) => return Some(out),
+            Ok(Some(Ok(chunk))) => {
+                for e in parser.feed(&chunk) {
+                    let done = stop(&e);
+                    out.push(e);
+                    if done {
+                        return Some(out);
+                    }
+                }
+            }
+        }
+    }
 }

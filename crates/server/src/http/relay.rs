@@ -58,10 +58,13 @@ pub(super) async fn initialize(
         init: Some(params.clone()),
     };
     state.log.create_session(&sid, record.encode()).await?;
-    let route = state
-        .routes
-        .open(state, &sid, None)
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let route = match state.routes.open(state, &sid, None) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = state.log.end_session(&sid).await;
+            return Err(backend_error(e));
+        }
+    };
     let reply = call_json(state, &sid, &route, message, &id, &params).await;
     let Some(result) = reply.get("result") else {
         // The backend refused: no session is left behind.
@@ -106,7 +109,15 @@ pub(crate) async fn route_for(
     state
         .routes
         .open(state, session, Some(init))
-        .map_err(|e| ApiError::Internal(e.to_string()))
+        .map_err(backend_error)
+}
+
+/// A backend that could not start, as the HTTP answer.
+fn backend_error(e: crate::backend::BackendError) -> ApiError {
+    match e {
+        crate::backend::BackendError::Busy(why) => ApiError::TooMany(why),
+        other => ApiError::Internal(other.to_string()),
+    }
 }
 
 /// Any message but `initialize` on a live session.
@@ -199,8 +210,8 @@ async fn call_json(
     params: &Value,
 ) -> Value {
     let (tx, rx) = oneshot::channel();
-    if !route.register(id, params, Dest::Json(tx)) {
-        return in_flight(id);
+    if let Err(why) = route.register(id, params, Dest::Json(tx)) {
+        return why.reply(id);
     }
     deliver(state, session, route, message, id).await;
     rx.await.unwrap_or_else(|_| {
@@ -233,10 +244,11 @@ async fn call_stream(
     }
     let stream = StreamKey::Request(r);
     let (bounds, sub) = state.log.subscribe(&session, stream).await?;
-    if !route.register(id, params, Dest::Stream(stream)) {
-        state.append(&session, stream, &in_flight(id)).await?;
-    } else {
-        deliver(state, &session, route, message, id).await;
+    match route.register(id, params, Dest::Stream(stream)) {
+        Err(why) => {
+            state.append(&session, stream, &why.reply(id)).await?;
+        }
+        Ok(()) => deliver(state, &session, route, message, id).await,
     }
     Ok(sse::respond(
         state.clone(),
@@ -289,14 +301,6 @@ async fn cancelled(state: &AppState, session: &str, route: &SessionRoute, messag
     }
 }
 
-fn in_flight(id: &Value) -> Value {
-    jsonrpc::error(
-        id,
-        jsonrpc::INVALID_REQUEST,
-        format!("a call with id {id} is already in flight in this session"),
-    )
-}
-
 /// A message that arrived over a WebSocket: a request is answered on the
 /// session stream (docs/protocol.md 5.3).
 pub(crate) async fn socket_message(state: &AppState, session: &str, message: Value) {
@@ -317,9 +321,9 @@ pub(crate) async fn socket_message(state: &AppState, session: &str, message: Val
     match (method, message.get("id").cloned()) {
         (Some(_), Some(id)) => {
             let params = message.get("params").cloned().unwrap_or(Value::Null);
-            if !route.register(&id, &params, Dest::Stream(StreamKey::Session)) {
+            if let Err(why) = route.register(&id, &params, Dest::Stream(StreamKey::Session)) {
                 let _ = state
-                    .append(session, StreamKey::Session, &in_flight(&id))
+                    .append(session, StreamKey::Session, &why.reply(&id))
                     .await;
                 return;
             }
@@ -348,8 +352,8 @@ pub(super) async fn batch(
         match jsonrpc::Incoming::classify(item) {
             Ok(jsonrpc::Incoming::Request { id, params, .. }) => {
                 let (tx, rx) = oneshot::channel();
-                if !route.register(&id, &params, Dest::Json(tx)) {
-                    replies.push(in_flight(&id));
+                if let Err(why) = route.register(&id, &params, Dest::Json(tx)) {
+                    replies.push(why.reply(&id));
                     continue;
                 }
                 deliver(state, session, &route, item.clone(), &id).await;

@@ -30,9 +30,6 @@ use table::{Dest, Routed, Table};
 pub(crate) const WIRE_PREFIX: &str = "mr.";
 /// Most queued messages committed in one pass.
 const BATCH: usize = 256;
-/// A route with nothing in flight for this long is parked (its backend
-/// closed); the next message restores it from the session's record.
-pub(crate) const PARK_AFTER: Duration = Duration::from_secs(120);
 
 /// The routes of the sessions live on this instance.
 #[derive(Default)]
@@ -79,7 +76,7 @@ impl Routes {
             return Ok(r.clone());
         }
         let Some(backend) = state.backend.as_ref() else {
-            return Err(BackendError("this server has no backend".into()));
+            return Err(BackendError::Failed("this server has no backend".into()));
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let prefix = format!("{WIRE_PREFIX}{}.", &crate::session::new_session_id()[..12]);
@@ -114,9 +111,11 @@ impl Routes {
         }
     }
 
-    /// Parks routes with nothing in flight for [`PARK_AFTER`], and closes
-    /// those whose session ended; run by maintenance.
+    /// Parks routes with nothing in flight for the backend's
+    /// [`park_after`](crate::backend::Backend::park_after), and closes those
+    /// whose session ended; run by maintenance.
     pub(crate) async fn sweep(&self, state: &AppState) {
+        let park_after = state.backend.as_ref().and_then(|b| b.park_after());
         let ids: Vec<String> = self.lock().keys().cloned().collect();
         for id in ids {
             let ended = matches!(
@@ -126,8 +125,10 @@ impl Routes {
             let parked = {
                 let map = self.lock();
                 map.get(&id).is_some_and(|r| {
-                    r.lock_table().idle()
-                        && r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= PARK_AFTER
+                    park_after.is_some_and(|after| {
+                        r.lock_table().idle()
+                            && r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= after
+                    })
                 })
             };
             if ended || parked {
@@ -142,10 +143,14 @@ impl SessionRoute {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers client request `id` to be answered at `dest`; `false` when
-    /// a call with that id is already in flight.
-    pub(crate) fn register(&self, id: &Value, params: &Value, dest: Dest) -> bool {
-        self.lock_table().register(id, params, dest).is_ok()
+    /// Registers client request `id` to be answered at `dest`.
+    pub(crate) fn register(
+        &self,
+        id: &Value,
+        params: &Value,
+        dest: Dest,
+    ) -> Result<(), table::Refusal> {
+        self.lock_table().register(id, params, dest)
     }
 
     /// Forgets call `id`; where it was to be answered.
@@ -187,32 +192,41 @@ async fn commit_loop(
     mut rx: mpsc::UnboundedReceiver<Queued>,
 ) {
     let mut queued = Vec::with_capacity(BATCH);
+    let mut ended = false;
     while rx.recv_many(&mut queued, BATCH).await > 0 {
         // Route everything first (under the lock, no I/O), then commit runs
         // bound for one stream together, in order.
         let mut runs: Vec<Run> = Vec::new();
         let mut watch = false;
+        let mut end = None;
         {
             let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
             for q in queued.drain(..) {
-                match t.route(q.out) {
+                let (out, ack) = match q {
+                    Queued::Message { out, ack } => (out, ack),
+                    Queued::EndSession(why) => {
+                        end = Some(why);
+                        continue;
+                    }
+                };
+                match t.route(out) {
                     Routed::Commit(k, m) => {
                         let bytes = Bytes::from(serde_json::to_vec(&m).unwrap_or_default());
                         match runs.last_mut() {
                             Some((last, b, acks)) if *last == k => {
                                 b.push(bytes);
-                                acks.push(q.ack);
+                                acks.push(ack);
                             }
-                            _ => runs.push((k, vec![bytes], vec![q.ack])),
+                            _ => runs.push((k, vec![bytes], vec![ack])),
                         }
                     }
                     Routed::Answer(tx, m) => {
                         let _ = tx.send(m);
-                        let _ = q.ack.send(Ok(()));
+                        let _ = ack.send(Ok(()));
                     }
                     Routed::Drop(m) => {
                         tracing::debug!(%session, id = %m["id"], "a response nothing waits for (its call was cancelled) is dropped");
-                        let _ = q.ack.send(Ok(()));
+                        let _ = ack.send(Ok(()));
                     }
                 }
             }
@@ -237,6 +251,11 @@ async fn commit_loop(
                 let _ = ack.send(result.clone().map(|_| ()));
             }
         }
+        if let Some(why) = end {
+            tracing::warn!(%session, "the session's backend ended it: {why}");
+            ended = true;
+            break;
+        }
     }
     // The backend stopped (closed, parked, or its task ended): nothing will
     // answer what is in flight, so the transport does.
@@ -249,6 +268,11 @@ async fn commit_loop(
             json!({"reason": "backend-stopped"}),
         );
         answer(&state, &session, dest, reply).await;
+    }
+    if ended {
+        if let Err(e) = state.log.end_session(&session).await {
+            tracing::warn!(%session, error = %e, "could not end the session");
+        }
     }
     if state.routes.has(&session) {
         // Its backend ended by itself: the next message starts a new one.

@@ -67,6 +67,37 @@ pub(crate) struct Table {
     /// Whether a task watches the log for answers to this table's server
     /// requests that reached another instance ([`super::inbox`]).
     pub(crate) watching: bool,
+    /// Set once the backend stopped and the calls in flight were answered:
+    /// nothing registered later would ever be answered.
+    closed: bool,
+}
+
+/// Why a call was not registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// A call with the same id is in flight in the session.
+    InFlight,
+    /// The session's backend has stopped.
+    Stopped,
+}
+
+impl Refusal {
+    /// The JSON-RPC error that answers the refused call `id`.
+    pub(crate) fn reply(self, id: &Value) -> Value {
+        match self {
+            Refusal::InFlight => crate::jsonrpc::error(
+                id,
+                crate::jsonrpc::INVALID_REQUEST,
+                format!("a call with id {id} is already in flight in this session"),
+            ),
+            Refusal::Stopped => crate::jsonrpc::error_with_data(
+                id,
+                crate::jsonrpc::INTERNAL_ERROR,
+                "the session's backend stopped; it may be retried",
+                serde_json::json!({"reason": "backend-stopped"}),
+            ),
+        }
+    }
 }
 
 /// The key of a JSON-RPC id (or progress token): its JSON text, so `1` and
@@ -85,6 +116,7 @@ impl Table {
             prefix,
             next: 0,
             watching: false,
+            closed: false,
         }
     }
 
@@ -107,11 +139,19 @@ impl Table {
     }
 
     /// Registers client request `id` (with its `params`, for a progress
-    /// token); `Err` gives `dest` back when a call with that id is in flight.
-    pub(crate) fn register(&mut self, id: &Value, params: &Value, dest: Dest) -> Result<(), Dest> {
+    /// token) to be answered at `dest`.
+    pub(crate) fn register(
+        &mut self,
+        id: &Value,
+        params: &Value,
+        dest: Dest,
+    ) -> Result<(), Refusal> {
+        if self.closed {
+            return Err(Refusal::Stopped);
+        }
         let k = key(id);
         if self.calls.contains_key(&k) {
-            return Err(dest);
+            return Err(Refusal::InFlight);
         }
         let token = params
             .get("_meta")
@@ -137,6 +177,7 @@ impl Table {
     /// Every call in flight, removed (the backend stopped: each needs an
     /// error answer).
     pub(crate) fn drain(&mut self) -> Vec<(Value, Dest)> {
+        self.closed = true;
         self.tokens.clear();
         self.asked.clear();
         self.calls
@@ -299,5 +340,22 @@ mod tests {
         assert!(t
             .client_response(json!({"jsonrpc": "2.0", "id": "w.0", "result": {}}))
             .is_none());
+    }
+
+    #[test]
+    fn once_drained_nothing_registers_and_every_call_was_handed_back() {
+        let mut t = Table::new("w.".into());
+        let (tx, _rx) = oneshot::channel();
+        t.register(&json!(1), &json!({}), Dest::Json(tx)).unwrap();
+        t.register(&json!(2), &json!({}), Dest::Stream(StreamKey::Request(1)))
+            .unwrap();
+        let mut ids: Vec<Value> = t.drain().into_iter().map(|(id, _)| id).collect();
+        ids.sort_by_key(|v| v.as_i64());
+        assert_eq!(ids, [json!(1), json!(2)]);
+        let (tx, _rx) = oneshot::channel();
+        assert_eq!(
+            t.register(&json!(3), &json!({}), Dest::Json(tx)).err(),
+            Some(Refusal::Stopped)
+        );
     }
 }

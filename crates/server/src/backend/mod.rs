@@ -17,7 +17,10 @@
 //!   call registered, go onto that `R`;
 //! - everything else goes onto the session stream.
 
+pub mod stdio;
+
 use std::future::Future;
+use std::time::Duration;
 
 use mcp_resume_log::LogError;
 use serde_json::Value;
@@ -37,6 +40,15 @@ pub trait Backend: Send + Sync + 'static {
         outbox: Outbox,
         restore: Option<Value>,
     ) -> Result<Box<dyn BackendSession>, BackendError>;
+
+    /// How long a session may have nothing in flight before its backend is
+    /// stopped (and restored from the stored `initialize` params on its next
+    /// message); `None` keeps it until the session ends. A cheap in-process
+    /// handler is parked soon to save memory; a child process holds state
+    /// that a restart would lose, so it is kept.
+    fn park_after(&self) -> Option<Duration> {
+        Some(Duration::from_secs(120))
+    }
 }
 
 /// One session's running backend.
@@ -53,8 +65,16 @@ pub trait BackendSession: Send + Sync {
 
 /// Why a backend could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("the session's backend could not start: {0}")]
-pub struct BackendError(pub String);
+#[non_exhaustive]
+pub enum BackendError {
+    /// It failed (answered 500).
+    #[error("the session's backend could not start: {0}")]
+    Failed(String),
+    /// A limit of the backend is reached, such as the most child processes
+    /// at once (answered 429: retry later).
+    #[error("{0}")]
+    Busy(String),
+}
 
 /// Why a message was not delivered.
 #[derive(Debug, thiserror::Error)]
@@ -82,9 +102,16 @@ pub struct Outbound {
 }
 
 /// An outgoing message in the session's commit queue.
-pub(crate) struct Queued {
-    pub(crate) out: Outbound,
-    pub(crate) ack: oneshot::Sender<Result<(), LogError>>,
+pub(crate) enum Queued {
+    /// A message to route and commit.
+    Message {
+        out: Outbound,
+        ack: oneshot::Sender<Result<(), LogError>>,
+    },
+    /// The backend is gone for good (a child process exited): once what is
+    /// queued before it is committed, calls in flight are answered with an
+    /// error and the session ends.
+    EndSession(String),
 }
 
 /// Where a session's backend sends its messages. Sends are ordered by call
@@ -103,7 +130,7 @@ impl Outbox {
         out: Outbound,
     ) -> impl Future<Output = Result<(), LogError>> + Send + 'static {
         let (ack, done) = oneshot::channel();
-        let queued = self.tx.send(Queued { out, ack });
+        let queued = self.tx.send(Queued::Message { out, ack });
         async move {
             if queued.is_err() {
                 return Err(LogError::Unavailable(
@@ -116,5 +143,12 @@ impl Outbox {
                 ))
             })
         }
+    }
+    /// Ends the session for good, saying `why` in the server's log: what was
+    /// sent before is committed, calls in flight get a JSON-RPC error, then
+    /// the session answers 404. For a backend that cannot be restored (a
+    /// child process that exited by itself).
+    pub fn end_session(&self, why: impl Into<String>) {
+        let _ = self.tx.send(Queued::EndSession(why.into()));
     }
 }

@@ -1,0 +1,220 @@
+//! `mcp-resume gateway`: existing stdio MCP servers behind the durable
+//! transport. The official reference server (`server-everything`, npm) with
+//! the official TypeScript SDK client; a stdio server built with the Python
+//! SDK through `kill -9` of the gateway, a child that exits, and the cap on
+//! children.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{post, read, root, rt, Serve};
+use mcp_resume_testkit::SdkClient;
+use serde_json::{json, Value};
+
+fn everything() -> PathBuf {
+    let bin = root().join("interop/node/node_modules/.bin/mcp-server-everything");
+    assert!(
+        bin.exists(),
+        "server-everything is not installed: run scripts/test (cd interop/node && npm ci)"
+    );
+    bin
+}
+
+fn python_server() -> [String; 2] {
+    let python = root().join("interop/python/.venv/bin/python");
+    assert!(
+        python.exists(),
+        "the Python SDK is not installed: run scripts/test (interop/python/.venv)"
+    );
+    [
+        python.display().to_string(),
+        root()
+            .join("interop/python/stdio_server.py")
+            .display()
+            .to_string(),
+    ]
+}
+
+fn gateway_python(dir: &std::path::Path, extra: &[&str]) -> Serve {
+    let cmd = python_server();
+    Serve::gateway(dir, "127.0.0.1:0", extra, &[&cmd[0], &cmd[1]])
+}
+
+async fn init(url: &str) -> String {
+    let resp = post(url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}))
+    .await;
+    assert_eq!(resp.status(), 200);
+    let sid = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["result"]["serverInfo"]["name"], "python-stdio",
+        "{body}"
+    );
+    let r = post(
+        url,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    sid
+}
+
+/// Calls `name` on a request stream and returns every message it carried.
+async fn call(url: &str, sid: &str, id: u64, name: &str, args: Value) -> Vec<Value> {
+    let resp = post(
+        url,
+        Some(sid),
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": args}}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let events = read(resp, Duration::from_secs(20), |e| {
+        serde_json::from_str::<Value>(&e.data).is_ok_and(|v| v["id"] == id)
+    })
+    .await
+    .expect("the call's stream went silent");
+    events
+        .iter()
+        .filter_map(|e| serde_json::from_str(&e.data).ok())
+        .collect()
+}
+
+#[test]
+fn server_everything_behind_the_gateway_with_the_typescript_sdk_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = everything();
+    let gw = Serve::gateway(
+        dir.path(),
+        "127.0.0.1:0",
+        &[],
+        &[bin.to_str().unwrap(), "stdio"],
+    );
+    let script = root().join("interop/node/gateway.mjs");
+    let mut client = SdkClient::spawn("node", &[script.display().to_string(), gw.url.clone()]);
+    let tools = client.wait_for("TOOLS", |l| l.starts_with("TOOLS"));
+    assert!(tools.contains("trigger-sampling-request"), "{tools}");
+    assert_eq!(
+        client.wait_for("ECHO", |l| l.starts_with("ECHO")),
+        "ECHO Echo: hello"
+    );
+    assert!(client
+        .wait_for("RESOURCE", |l| l.starts_with("RESOURCE"))
+        .contains("demo://"));
+    assert_eq!(
+        client.wait_for("PROMPT", |l| l.starts_with("PROMPT")),
+        "PROMPT 1 true"
+    );
+    assert_eq!(
+        client.wait_for("PROGRESS", |l| l.starts_with("PROGRESS")),
+        "PROGRESS 3"
+    );
+    let sampled = client.wait_for("SAMPLED", |l| l.starts_with("SAMPLED"));
+    assert!(sampled.contains("gateway-sampler-says-42"), "{sampled}");
+    let elicited = client.wait_for("ELICITED", |l| l.starts_with("ELICITED"));
+    assert!(elicited.contains("gateway-user"), "{elicited}");
+    client.wait_for("DONE", |l| l == "DONE");
+}
+
+#[test]
+fn a_python_sdk_stdio_server_survives_kill_9_of_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = gateway_python(dir.path(), &[]);
+    let rt = rt();
+    let (sid, cursor) = rt.block_on(async {
+        let sid = init(&gw.url).await;
+        let got = call(&gw.url, &sid, 1, "add", json!({"a": 2, "b": 3})).await;
+        assert_eq!(got.last().unwrap()["result"]["structuredContent"]["result"], 5, "{got:?}");
+        let read_note = post(&gw.url, Some(&sid), json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "note://hello"}})).await;
+        let note: Value = read_note.json().await.unwrap();
+        assert_eq!(note["result"]["contents"][0]["text"], "hello from python", "{note}");
+        // A slow call in flight when the gateway dies.
+        let slow = post(&gw.url, Some(&sid), json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "wait", "arguments": {"seconds": 60}}}))
+        .await;
+        let first = read(slow, Duration::from_secs(10), |_| true).await.unwrap();
+        (sid, first[0].id.clone().unwrap())
+    });
+    gw.kill9();
+    gw.restart();
+    rt.block_on(async {
+        // The call that was in flight ends with an error, never a hang.
+        let resumed = reqwest::Client::new()
+            .get(&gw.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sid)
+            .header("last-event-id", &cursor)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resumed.status(), 200);
+        let events = read(resumed, Duration::from_secs(20), |e| {
+            e.data.contains("\"id\":3")
+        })
+        .await
+        .expect("the in-flight call's stream went silent");
+        let last: Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
+        assert_eq!(
+            last["error"]["data"]["reason"], "server-restarted",
+            "{last}"
+        );
+        // The session goes on: a new child, initialized with the stored params.
+        let got = call(&gw.url, &sid, 4, "add", json!({"a": 20, "b": 22})).await;
+        assert_eq!(
+            got.last().unwrap()["result"]["structuredContent"]["result"],
+            42,
+            "{got:?}"
+        );
+    });
+}
+
+#[test]
+fn a_child_that_exits_ends_its_session_loudly() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_python(dir.path(), &[]);
+    rt().block_on(async {
+        let sid = init(&gw.url).await;
+        let got = call(&gw.url, &sid, 1, "crash", json!({})).await;
+        let last = got.last().unwrap();
+        assert_eq!(last["error"]["code"], -32603, "{last}");
+        assert_eq!(last["error"]["data"]["reason"], "backend-stopped", "{last}");
+        // Then the session is gone.
+        let mut status = 0;
+        for _ in 0..50 {
+            let r = post(
+                &gw.url,
+                Some(&sid),
+                json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+            )
+            .await;
+            status = r.status().as_u16();
+            if status == 404 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(status, 404);
+    });
+}
+
+#[test]
+fn children_beyond_the_cap_get_429() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_python(dir.path(), &["--max-children", "1"]);
+    rt().block_on(async {
+        let _first = init(&gw.url).await;
+        let second = post(&gw.url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}))
+        .await;
+        assert_eq!(second.status(), 429);
+        let body: Value = second.json().await.unwrap();
+        assert_eq!(body["error"], "limit-reached", "{body}");
+    });
+}

@@ -1,0 +1,198 @@
+//! A child process speaking MCP over stdio (newline-delimited JSON-RPC) as
+//! a session's backend: any existing MCP server, in any language, behind the
+//! durable transport (`mcp-resume gateway -- CMD ARGS`).
+//!
+//! Each session gets its own child. What the child writes to stdout is
+//! committed to the session's log; the client's messages are written to its
+//! stdin; its stderr goes to the server's log, one line per event, with the
+//! session id. A session restored after a restart (or on another instance)
+//! starts a new child and initializes it with the client's stored
+//! `initialize` params; the child's answer to that is not sent to anyone. A
+//! child that exits by itself ends its session: calls in flight get a
+//! JSON-RPC error, then the session answers 404.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use super::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox};
+
+/// The JSON-RPC id of the `initialize` a restore sends the new child.
+const RESTORE_ID: &str = "mcp-resume-restore";
+
+/// Starts one child process per session.
+#[derive(Debug, Clone)]
+pub struct StdioBackend {
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    max_children: usize,
+    children: Arc<AtomicUsize>,
+}
+
+impl StdioBackend {
+    /// Children run `program args` with an environment of only `PATH`,
+    /// `HOME` and `env` (name, value pairs), at most `max_children` at once.
+    pub fn new(
+        program: impl Into<String>,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        max_children: usize,
+    ) -> Self {
+        Self {
+            program: program.into(),
+            args,
+            env,
+            max_children,
+            children: Arc::default(),
+        }
+    }
+
+    fn spawn(&self) -> Result<Child, BackendError> {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        for name in ["PATH", "HOME"] {
+            if let Ok(v) = std::env::var(name) {
+                cmd.env(name, v);
+            }
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.spawn()
+            .map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", self.program)))
+    }
+}
+
+impl Backend for StdioBackend {
+    fn open(
+        &self,
+        session: &str,
+        outbox: Outbox,
+        restore: Option<Value>,
+    ) -> Result<Box<dyn BackendSession>, BackendError> {
+        let running = self.children.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(self.children.clone());
+        if running >= self.max_children {
+            return Err(BackendError::Busy(format!(
+                "the gateway runs its maximum of {} child processes; retry later",
+                self.max_children
+            )));
+        }
+        let mut child = self.spawn()?;
+        let (stdin, stdout, stderr) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let (Some(mut stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {
+            return Err(BackendError::Failed("the child has no stdio".into()));
+        };
+        let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+        if let Some(params) = restore {
+            // Re-initialize the new child as the client once did; its answer
+            // (id RESTORE_ID) has no call waiting and is dropped.
+            let _ = tx.send(json!({"jsonrpc": "2.0", "id": RESTORE_ID, "method": "initialize", "params": params}));
+            let _ = tx.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        }
+        let id = session.to_owned();
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                let mut line = serde_json::to_vec(&m).unwrap_or_default();
+                line.push(b'\n');
+                if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(session = %id, "child: {line}");
+            }
+        });
+        let id = session.to_owned();
+        let program = self.program.clone();
+        let (kill_tx, mut kill_rx) = mpsc::channel::<()>(1);
+        tokio::spawn(async move {
+            let _slot = slot;
+            let mut lines = BufReader::new(stdout).lines();
+            let mut killed = false;
+            loop {
+                tokio::select! {
+                    line = lines.next_line() => match line {
+                        Ok(Some(line)) if line.trim().is_empty() => {}
+                        Ok(Some(line)) => match serde_json::from_str::<Value>(&line) {
+                            // Sent in order; awaiting each keeps a fast child
+                            // from queueing without bound.
+                            Ok(message) => {
+                                let _ = outbox.send(Outbound { message, related: None }).await;
+                            }
+                            Err(e) => tracing::warn!(session = %id, error = %e, "the child wrote a line that is not JSON; ignored"),
+                        },
+                        _ => break,
+                    },
+                    _ = kill_rx.recv() => {
+                        killed = true;
+                        break;
+                    }
+                }
+            }
+            if killed {
+                let _ = child.start_kill();
+            } else {
+                let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                let why = match status {
+                    Ok(Ok(s)) => format!("{program} exited ({s})"),
+                    _ => format!("{program} closed its stdout"),
+                };
+                let _ = child.start_kill();
+                outbox.end_session(why);
+            }
+            let _ = child.wait().await;
+        });
+        Ok(Box::new(StdioSession { tx, kill: kill_tx }))
+    }
+
+    fn park_after(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// Counts a running child until dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One session's child, as the transport sees it.
+struct StdioSession {
+    tx: mpsc::UnboundedSender<Value>,
+    kill: mpsc::Sender<()>,
+}
+
+impl BackendSession for StdioSession {
+    fn deliver(&self, message: Value) -> Result<(), DeliverError> {
+        self.tx.send(message).map_err(|_| DeliverError::Closed)
+    }
+
+    fn close(&self) {
+        let _ = self.kill.try_send(());
+    }
+}
+
+impl Drop for StdioSession {
+    fn drop(&mut self) {
+        let _ = self.kill.try_send(());
+    }
+}
