@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod jitter;
 mod reader;
 mod session;
 /// The SSE parser (the one codec lives in `mcp_resume_proto::sse`).
@@ -19,6 +20,7 @@ mod tls;
 mod upgrade;
 
 pub use error::ClientError;
+pub use jitter::Xorshift64;
 pub use reader::{ReadEvent, ReaderOptions, SessionReader, Transport};
 pub use session::McpClient;
 pub use tls::TlsError;

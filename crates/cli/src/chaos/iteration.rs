@@ -5,32 +5,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_resume_client::{ClientError, McpClient};
+// The client's seedable generator, so `--seed` reproduces the choices.
+use mcp_resume_client::{ClientError, McpClient, Xorshift64};
 use serde_json::json;
 use tokio::sync::Mutex;
 
 use super::accounting::{emit_message, judge, positions, Emitted, Expect, HarnessError, Outcome};
 use super::reader::{End, Reader, Stop};
 use super::target::{undisturbed, Kills, Target};
-
-/// A tiny deterministic generator, so `--seed` reproduces the choices.
-#[derive(Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next raw value (xorshift).
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A value in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
 
 /// What every iteration of a run shares.
 pub struct Shared {
@@ -66,7 +48,7 @@ struct Ledger {
 
 impl Ledger {
     /// A count in `lo..=hi` (or above, when those are taken) no call has used.
-    fn fresh(&mut self, rng: &mut Rng, lo: u64, hi: u64) -> u64 {
+    fn fresh(&mut self, rng: &mut Xorshift64, lo: u64, hi: u64) -> u64 {
         let mut c = rng.range(lo, hi);
         while !self.used.insert(c) {
             c += 1;
@@ -119,7 +101,7 @@ impl Ledger {
 /// without being done.
 async fn catch_up(
     reader: &mut Reader,
-    rng: &mut Rng,
+    rng: &mut Xorshift64,
     urls: &[String],
     sse_only: bool,
     stop: &Stop,
@@ -180,11 +162,11 @@ async fn settled(kills: &Kills) -> Vec<u64> {
 }
 
 /// Runs one iteration and judges it.
-pub async fn iteration(s: Arc<Shared>, mut rng: Rng) -> Result<Outcome, HarnessError> {
+pub async fn iteration(s: Arc<Shared>, mut rng: Xorshift64) -> Result<Outcome, HarnessError> {
     // With several instances every step goes to one of them at random: the
     // session must not care which.
     let n = s.urls.len() as u64;
-    let pick = |rng: &mut Rng| rng.range(0, n - 1) as usize;
+    let pick = |rng: &mut Xorshift64| rng.range(0, n - 1) as usize;
     let http = reqwest::Client::new();
     let mut client = McpClient::new(&s.urls[pick(&mut rng)]);
     let mut tries = 0;

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mcp_resume_client::Xorshift64;
 use tokio::sync::Mutex;
 
 use super::accounting::{HarnessError, Results};
-use super::iteration::{iteration, Rng, Shared};
+use super::iteration::{iteration, Shared};
 use super::target::Target;
 
 /// Which server is under test, and which upgrade it does.
@@ -76,7 +77,7 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
     );
     bar.set_prefix(mode.name());
     let start = Instant::now();
-    let mut rng = Rng(opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Xorshift64::new(opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     // A sliding window: `parallel` iterations in flight, a new one starts as
     // soon as one ends (the seed of each is drawn in order, so `--seed` still
     // fixes every iteration's choices).
@@ -85,7 +86,7 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
     loop {
         while set.len() < opts.parallel && started < opts.iterations && start.elapsed() < opts.max {
             started += 1;
-            let sub = Rng(rng.next() | 1);
+            let sub = Xorshift64::new(rng.next_u64());
             set.spawn(iteration(shared.clone(), sub));
         }
         let Some(r) = set.join_next().await else {

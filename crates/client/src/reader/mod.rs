@@ -20,7 +20,7 @@ use crate::session::{check_status, status_error};
 use crate::sse::{SseEvent, SseParser};
 use crate::tls::tls_cause;
 use crate::upgrade::upgrade_request;
-use crate::{ClientError, McpClient};
+use crate::{ClientError, McpClient, Xorshift64};
 
 mod sse;
 mod ws;
@@ -103,7 +103,7 @@ pub struct SessionReader {
     failures: u32,
     fallbacks: u32,
     reconnects: u32,
-    rng: u64,
+    rng: Xorshift64,
 }
 
 impl SessionReader {
@@ -127,10 +127,6 @@ impl SessionReader {
         if client.session.is_none() {
             return Err(ClientError::Usage("the reader needs a session".into()));
         }
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(7);
         Ok(Self {
             client,
             checker: from.map(SeqChecker::new),
@@ -144,7 +140,7 @@ impl SessionReader {
             failures: 0,
             fallbacks: 0,
             reconnects: 0,
-            rng: seed | 1,
+            rng: Xorshift64::from_time(),
         })
     }
 
@@ -250,10 +246,7 @@ impl SessionReader {
             .retry
             .saturating_mul(1 << self.failures.min(10).saturating_sub(1))
             .min(self.opts.max_backoff);
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        let jitter = exp.mul_f64((self.rng % 1000) as f64 / 2000.0);
+        let jitter = exp.mul_f64(self.rng.range(0, 999) as f64 / 2000.0);
         let wait = exp / 2 + jitter;
         tracing::info!(error = %why, wait_ms = wait.as_millis() as u64, cursor = ?self.cursor(), "reconnecting");
         tokio::time::sleep(wait).await;
