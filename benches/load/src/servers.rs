@@ -1,6 +1,5 @@
 //! Starting the servers under test, one at a time, and reading their RSS.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -43,15 +42,8 @@ fn free_port() -> u16 {
 
 /// Waits for the "listening on URL" line, then for the port to accept.
 fn started(name: &'static str, mut child: Child, dir: Option<tempfile::TempDir>) -> Server {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("first line");
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{name}: unexpected {line:?}"))
-        .to_owned();
+    let url =
+        mcp_resume_testkit::listening_url(&mut child).unwrap_or_else(|e| panic!("{name}: {e}"));
     let addr = url
         .trim_start_matches("http://")
         .split('/')

@@ -5,7 +5,6 @@
 //! shown to fail: on a server that loses events, and on iterations that
 //! could not be judged.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -104,15 +103,7 @@ fn lossy(data: &Path) -> Lossy {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+    let url = mcp_resume_testkit::listening_url(&mut child).expect("serve started");
     Lossy(child, url)
 }
 

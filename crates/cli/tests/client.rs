@@ -274,17 +274,7 @@ fn a_plain_streamable_http_server_works_with_opaque_ids_and_no_upgrade() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("node and benches/peers/node (run scripts/test)");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("the peer started")
-        .to_owned();
+    let url = mcp_resume_testkit::listening_url(&mut child).expect("the peer started");
     let result = std::panic::catch_unwind(|| {
         rt().block_on(async {
             let mut client = McpClient::new(&url);

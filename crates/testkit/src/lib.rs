@@ -1,6 +1,7 @@
 //! What the tests and benchmarks of every crate share, so there is one way
 //! to do it: a `redis-server` of their own on a free loopback port, never
-//! one they did not start and check, and the runtime they drive it from.
+//! one they did not start and check, the runtime they drive it from, and
+//! the wait for a spawned server's `listening on URL` line.
 #![deny(missing_docs)]
 
 mod cluster;
@@ -8,6 +9,8 @@ mod cluster;
 mod jwt;
 #[cfg(feature = "jwt")]
 pub use jwt::TestIssuer;
+mod listening;
+pub use listening::listening_url;
 mod sdk;
 pub use sdk::SdkClient;
 #[cfg(feature = "tls")]

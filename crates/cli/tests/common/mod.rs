@@ -2,7 +2,6 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -46,15 +45,8 @@ impl Serve {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn mcp-resume {sub}: {e}"));
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let url = mcp_resume_testkit::listening_url(&mut child)
+            .unwrap_or_else(|e| panic!("mcp-resume {sub}: {e}"));
         let addr = url
             .trim_start_matches("http://")
             .split('/')
@@ -89,11 +81,7 @@ impl Serve {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            if line.starts_with("listening on ") {
+            if mcp_resume_testkit::listening_url(&mut child).is_ok() {
                 self.child = child;
                 return;
             }

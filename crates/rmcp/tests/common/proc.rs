@@ -2,7 +2,6 @@
 //! official SDK clients, and a switchable TCP proxy standing in for a load
 //! balancer in front of the instances.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,15 +39,8 @@ impl Instance {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("first line");
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_owned();
+        let url = mcp_resume_testkit::listening_url(&mut child)
+            .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
         let addr = url
             .trim_start_matches("http://")
             .trim_end_matches("/mcp")
