@@ -158,17 +158,15 @@ pub async fn tail(args: TailArgs) -> Result<ExitCode, String> {
         Ok(c) => c,
         Err(e) => return Ok(report(&e)),
     };
-    let opts = ReaderOptions {
-        transport: if args.ws {
-            Transport::WebSocket
-        } else {
-            Transport::Sse
-        },
-        from: args.from,
-        cursor_file: args.cursor_file.clone(),
-        max_retries: args.max_retries,
-        ..Default::default()
+    let mut opts = ReaderOptions::default();
+    opts.transport = if args.ws {
+        Transport::WebSocket
+    } else {
+        Transport::Sse
     };
+    opts.from = args.from;
+    opts.cursor_file = args.cursor_file.clone();
+    opts.max_retries = args.max_retries;
     let mut reader = match client.reader(opts) {
         Ok(r) => r,
         Err(e) => return Ok(report(&e)),

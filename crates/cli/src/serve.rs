@@ -11,7 +11,7 @@ use clap::Args;
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
 use mcp_resume_server::auth::{AuthConfig, Authenticator, JwksSource, OAuthConfig};
 use mcp_resume_server::backend::Backend;
-use mcp_resume_server::{demo::demo_tools, tls_config, ConnLimits, McpServer, ServerConfig};
+use mcp_resume_server::{demo::demo_tools, tls_config, McpServer, ServerConfig};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
@@ -282,10 +282,9 @@ pub async fn run_with(
             args.base_path
         ));
     }
-    let retention = Retention {
-        max_events: args.retention_events.max(1),
-        max_age: Duration::from_secs(args.retention_secs),
-    };
+    let mut retention = Retention::default();
+    retention.max_events = args.retention_events.max(1);
+    retention.max_age = Duration::from_secs(args.retention_secs);
     // Before the log opens: a wrong file fails fast, naming itself.
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(tls_config(cert, key).map_err(error_chain)?),
@@ -320,32 +319,28 @@ pub async fn run_with(
         msg
     })?;
     let (log, store) = open_log(&args, retention).await?;
-    let config = ServerConfig {
-        base_path: args.base_path.clone(),
-        allowed_origins: args.allow_origins.clone(),
-        allow_loopback_origins: true,
-        auth: auth.clone(),
-        max_body_bytes: args.max_body_bytes,
-        session_ttl: Duration::from_secs(args.session_ttl_secs),
-        tombstone_ttl: Duration::from_secs(args.tombstone_ttl_secs),
-        keepalive: Duration::from_secs(args.keepalive_secs.max(1)),
-        upgrade_timeout: Duration::from_millis(args.upgrade_timeout_ms),
-        unsafe_legacy_upgrade: args.unsafe_legacy_upgrade,
-        websocket: !args.no_websocket,
-        max_sessions: args.max_sessions,
-        max_request_streams: args.max_request_streams,
-        max_session_tools: args.max_session_tools,
-        max_background_per_session: args.max_background_per_session.max(1),
-        metrics_on_main: args.metrics_listen.is_none(),
-        tls,
-        conn_limits: ConnLimits {
-            header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
-            keep_alive_idle: Duration::from_secs(args.keep_alive_secs.max(1)),
-            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
-            ..ConnLimits::default()
-        },
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.base_path = args.base_path.clone();
+    config.allowed_origins = args.allow_origins.clone();
+    config.allow_loopback_origins = true;
+    config.auth = auth.clone();
+    config.max_body_bytes = args.max_body_bytes;
+    config.session_ttl = Duration::from_secs(args.session_ttl_secs);
+    config.tombstone_ttl = Duration::from_secs(args.tombstone_ttl_secs);
+    config.keepalive = Duration::from_secs(args.keepalive_secs.max(1));
+    config.upgrade_timeout = Duration::from_millis(args.upgrade_timeout_ms);
+    config.unsafe_legacy_upgrade = args.unsafe_legacy_upgrade;
+    config.websocket = !args.no_websocket;
+    config.max_sessions = args.max_sessions;
+    config.max_request_streams = args.max_request_streams;
+    config.max_session_tools = args.max_session_tools;
+    config.max_background_per_session = args.max_background_per_session.max(1);
+    config.metrics_on_main = args.metrics_listen.is_none();
+    config.tls = tls;
+    config.conn_limits.header_read_timeout =
+        Duration::from_secs(args.header_read_timeout_secs.max(1));
+    config.conn_limits.keep_alive_idle = Duration::from_secs(args.keep_alive_secs.max(1));
+    config.conn_limits.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);
     let scheme = if config.tls.is_some() {
         "https"
     } else {

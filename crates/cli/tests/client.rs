@@ -44,12 +44,10 @@ fn survive(transport: Transport, fault: &str, extra: &[&str]) -> (Vec<u64>, u32)
         while head(&serve.url, &sid).await < 30 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let opts = ReaderOptions {
-            transport,
-            from: Some(5),
-            max_retries: Some(40),
-            ..Default::default()
-        };
+        let mut opts = ReaderOptions::default();
+        opts.transport = transport;
+        opts.from = Some(5);
+        opts.max_retries = Some(40);
         let mut reader = client.reader(opts).unwrap();
         let mut seqs = read_until(&mut reader, 30).await;
         client
@@ -122,13 +120,10 @@ fn discontinuity_and_gone_sessions_are_typed_errors() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         for transport in [Transport::Sse, Transport::WebSocket] {
-            let mut r = client
-                .reader(ReaderOptions {
-                    transport,
-                    from: Some(99),
-                    ..Default::default()
-                })
-                .unwrap();
+            let mut opts = ReaderOptions::default();
+            opts.transport = transport;
+            opts.from = Some(99);
+            let mut r = client.reader(opts).unwrap();
             match r.next().await {
                 Err(ClientError::Discontinuity(CursorDiscontinuity::Ahead {
                     prior: 99,
@@ -137,13 +132,10 @@ fn discontinuity_and_gone_sessions_are_typed_errors() {
                 })) => {}
                 other => panic!("{transport:?}: {other:?}"),
             }
-            let mut r = client
-                .reader(ReaderOptions {
-                    transport,
-                    from: Some(3),
-                    ..Default::default()
-                })
-                .unwrap();
+            let mut opts = ReaderOptions::default();
+            opts.transport = transport;
+            opts.from = Some(3);
+            let mut r = client.reader(opts).unwrap();
             match r.next().await {
                 Err(ClientError::Discontinuity(CursorDiscontinuity::Truncated {
                     prior: 3,
@@ -285,11 +277,9 @@ fn a_plain_streamable_http_server_works_with_opaque_ids_and_no_upgrade() {
                 .unwrap();
             assert_eq!(echoed["content"][0]["text"], "plain");
             // Asked for WebSocket, it stays on SSE: the ids are not seqs.
-            let opts = ReaderOptions {
-                transport: Transport::WebSocket,
-                max_retries: Some(5),
-                ..Default::default()
-            };
+            let mut opts = ReaderOptions::default();
+            opts.transport = Transport::WebSocket;
+            opts.max_retries = Some(5);
             let mut reader = client.reader(opts).unwrap();
             let emitter = client.clone();
             tokio::spawn(async move {

@@ -32,32 +32,23 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
             on_b.call_tool("echo", json!({"text": "b"})).await.unwrap()["content"][0]["text"],
             "b"
         );
-        let mut sse_b = on_b
-            .reader(ReaderOptions {
-                from: Some(0),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut opts = ReaderOptions::default();
+        opts.from = Some(0);
+        let mut sse_b = on_b.reader(opts).unwrap();
         assert_eq!(
             read_until(&mut sse_b, 20).await,
             (1..=20).collect::<Vec<_>>()
         );
-        let mut ws_b = on_b
-            .reader(ReaderOptions {
-                transport: Transport::WebSocket,
-                from: Some(12),
-                max_retries: Some(40),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut opts = ReaderOptions::default();
+        opts.transport = Transport::WebSocket;
+        opts.from = Some(12);
+        opts.max_retries = Some(40);
+        let mut ws_b = on_b.reader(opts).unwrap();
         // The seed's race across instances: a sibling SSE reader on A, emit
         // on A, while B upgrades; each sees every event once, in order.
-        let mut sibling = on_a
-            .reader(ReaderOptions {
-                from: Some(20),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut opts = ReaderOptions::default();
+        opts.from = Some(20);
+        let mut sibling = on_a.reader(opts).unwrap();
         let sibling = tokio::spawn(async move { read_until(&mut sibling, 120).await });
         on_a.call_tool("emit", json!({"count": 100, "interval_ms": 2}))
             .await
@@ -67,26 +58,20 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
         assert_eq!(ws_b.fallbacks(), 0, "B echoes the cursor");
         assert_eq!(sibling.await.unwrap(), (21..=120).collect::<Vec<_>>());
         // A reader on A; A is killed mid-stream; it resumes on B from its cursor.
-        let mut on_a_reader = on_a
-            .reader(ReaderOptions {
-                transport: Transport::WebSocket,
-                from: Some(120),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut opts = ReaderOptions::default();
+        opts.transport = Transport::WebSocket;
+        opts.from = Some(120);
+        let mut on_a_reader = on_a.reader(opts).unwrap();
         on_b.call_tool("emit", json!({"count": 200, "interval_ms": 1}))
             .await
             .unwrap();
         let mut seen = read_until(&mut on_a_reader, 150).await;
         a.kill9();
         let cursor = on_a_reader.cursor().unwrap();
-        let mut moved = on_b
-            .reader(ReaderOptions {
-                transport: Transport::WebSocket,
-                from: Some(cursor),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut opts = ReaderOptions::default();
+        opts.transport = Transport::WebSocket;
+        opts.from = Some(cursor);
+        let mut moved = on_b.reader(opts).unwrap();
         seen.extend(read_until(&mut moved, 320).await);
         assert_eq!(
             seen,

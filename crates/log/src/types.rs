@@ -73,7 +73,10 @@ pub struct SessionInfo {
 }
 
 /// Retention limits per stream (docs/protocol.md 7).
+///
+/// Non-exhaustive: start from `Retention::default()` and set fields.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct Retention {
     /// Keep at most this many events.
     pub max_events: u64,

@@ -87,14 +87,10 @@ fn kill_minus_nine_loses_nothing_a_reader_saw() {
             }
         }
         // Reopen as a fresh process would, and compare.
-        let log = DiskLog::open(
-            &path,
-            Retention {
-                max_events: u64::MAX / 2,
-                ..Default::default()
-            },
-        )
-        .unwrap_or_else(|e| panic!("round {round}: reopen failed: {e}"));
+        let mut retention = Retention::default();
+        retention.max_events = u64::MAX / 2;
+        let log = DiskLog::open(&path, retention)
+            .unwrap_or_else(|e| panic!("round {round}: reopen failed: {e}"));
         rt.block_on(async {
             for s in 0..4 {
                 let sid = format!("s{s}");

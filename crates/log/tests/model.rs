@@ -63,7 +63,10 @@ proptest! {
     fn log_matches_model(ops in proptest::collection::vec(op(), 1..40)) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            for mut b in backends(Retention { max_events: MAX_EVENTS, max_age: Duration::from_secs(3600) }, 1024).await {
+            let mut retention = Retention::default();
+            retention.max_events = MAX_EVENTS;
+            retention.max_age = Duration::from_secs(3600);
+            for mut b in backends(retention, 1024).await {
                 let ids = ["p", "q"];
                 let mut model: Vec<Model> = ids.iter().map(|_| Model { floor: 1, ..Default::default() }).collect();
                 for id in ids {

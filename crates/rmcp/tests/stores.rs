@@ -152,10 +152,8 @@ fn a_lagging_replay_resubscribes_instead_of_skipping() {
 #[test]
 fn unusable_ids_are_errors_never_empty_streams() {
     rt().block_on(async {
-        let retention = Retention {
-            max_events: 3,
-            ..Default::default()
-        };
+        let mut retention = Retention::default();
+        retention.max_events = 3;
         for b in backends(retention, 1024).await {
             let store = LogEventStore::new(b.log.clone());
             for i in 1..=6 {

@@ -6,7 +6,11 @@ use std::time::Duration;
 use crate::listen::ConnLimits;
 
 /// Server settings; `Default` gives the docs/protocol.md defaults.
+///
+/// Non-exhaustive, so adding a setting is not a breaking change: start from
+/// `ServerConfig::default()` and set the fields you need.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServerConfig {
     /// Base path `P` (docs/protocol.md 3).
     pub base_path: String,

@@ -18,11 +18,9 @@ async fn server(jwks: &str, dir: &tempfile::TempDir) -> TestServer {
     let mut oauth = OAuthConfig::new(ISS, AUD, JwksSource::File(path));
     oauth.scope = Some("mcp".into());
     let auth = Authenticator::new(AuthConfig::OAuth(oauth)).await.unwrap();
-    TestServer::start(ServerConfig {
-        auth,
-        ..Default::default()
-    })
-    .await
+    let mut config = ServerConfig::default();
+    config.auth = auth;
+    TestServer::start(config).await
 }
 
 async fn post(s: &TestServer, token: &str, sid: Option<&str>, body: Value) -> reqwest::Response {

@@ -79,11 +79,9 @@ async fn initialize_with_an_sse_only_accept_is_answered_as_sse() {
 
 #[tokio::test]
 async fn query_errors_come_after_the_auth_check_and_have_json_bodies() {
-    let s = TestServer::start(ServerConfig {
-        auth: mcp_resume_server::auth::Authenticator::bearer("s3cret"),
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.auth = mcp_resume_server::auth::Authenticator::bearer("s3cret");
+    let s = TestServer::start(config).await;
     let url = format!("{}?last_event_id=1&last_event_id=2", s.url);
     let r = reqwest::Client::new().get(&url).send().await.unwrap();
     assert_eq!(
@@ -124,10 +122,10 @@ async fn an_sse_replay_that_the_log_shortens_ends_loudly_instead_of_skipping() {
 
 #[tokio::test]
 async fn a_trim_racing_the_upgrade_is_a_409_never_a_101_then_4409() {
-    let (log, faults) = faulty(Retention {
-        max_events: 10,
-        max_age: Duration::from_secs(3600),
-    });
+    let mut retention = Retention::default();
+    retention.max_events = 10;
+    retention.max_age = Duration::from_secs(3600);
+    let (log, faults) = faulty(retention);
     let s = TestServer::start_with(log, ServerConfig::default()).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 10).await;
@@ -164,14 +162,9 @@ async fn a_trim_racing_the_upgrade_is_a_409_never_a_101_then_4409() {
 #[tokio::test]
 async fn the_ack_deadline_runs_from_the_101_not_from_the_end_of_the_replay() {
     let (log, faults) = faulty(Retention::default());
-    let s = TestServer::start_with(
-        log,
-        ServerConfig {
-            upgrade_timeout: Duration::from_millis(400),
-            ..Default::default()
-        },
-    )
-    .await;
+    let mut config = ServerConfig::default();
+    config.upgrade_timeout = Duration::from_millis(400);
+    let s = TestServer::start_with(log, config).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 1000).await;
     // Two replay reads of 300 ms each: the replay alone outlasts the deadline.
@@ -199,12 +192,10 @@ async fn the_ack_deadline_runs_from_the_101_not_from_the_end_of_the_replay() {
 
 #[tokio::test]
 async fn a_session_cannot_register_tools_or_run_background_work_without_bound() {
-    let s = TestServer::start(ServerConfig {
-        max_session_tools: 3,
-        max_background_per_session: 2,
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.max_session_tools = 3;
+    config.max_background_per_session = 2;
+    let s = TestServer::start(config).await;
     let sid = s.init().await;
     for i in 0..3 {
         let v = s
@@ -311,11 +302,9 @@ async fn metrics_healthz_and_readyz() {
 
 #[tokio::test]
 async fn cors_preflight_and_exposed_headers_for_allowed_origins_only() {
-    let s = TestServer::start(ServerConfig {
-        allowed_origins: vec!["https://app.example".into()],
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.allowed_origins = vec!["https://app.example".into()];
+    let s = TestServer::start(config).await;
     let client = reqwest::Client::new();
     for method in ["POST", "GET", "DELETE"] {
         let r = client
@@ -390,14 +379,9 @@ async fn cors_preflight_and_exposed_headers_for_allowed_origins_only() {
 
 #[tokio::test]
 async fn a_reader_that_never_reads_does_not_hold_up_shutdown() {
-    let s = TestServer::start(ServerConfig {
-        conn_limits: mcp_resume_server::ConnLimits {
-            shutdown_grace: Duration::from_secs(2),
-            ..Default::default()
-        },
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.conn_limits.shutdown_grace = Duration::from_secs(2);
+    let s = TestServer::start(config).await;
     let sid = s.init().await;
     // A reader that never reads its body while far more than the socket buffers is committed.
     let stalled = s.session_stream(&sid, None).send().await.unwrap();

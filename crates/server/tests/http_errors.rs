@@ -79,11 +79,9 @@ async fn unknown_expired_or_deleted_session_is_404() {
 
 #[tokio::test]
 async fn idle_sessions_expire_to_404() {
-    let cfg = ServerConfig {
-        session_ttl: std::time::Duration::from_millis(100),
-        maintenance_interval: std::time::Duration::from_millis(50),
-        ..Default::default()
-    };
+    let mut cfg = ServerConfig::default();
+    cfg.session_ttl = std::time::Duration::from_millis(100);
+    cfg.maintenance_interval = std::time::Duration::from_millis(50);
     let s = TestServer::start(cfg).await;
     let sid = s.init().await;
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
@@ -207,11 +205,9 @@ async fn wrong_content_type_is_415() {
 
 #[tokio::test]
 async fn body_over_the_limit_is_413() {
-    let s = TestServer::start(ServerConfig {
-        max_body_bytes: 1024,
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.max_body_bytes = 1024;
+    let s = TestServer::start(config).await;
     let sid = s.init().await;
     let big = "x".repeat(4096);
     let r = s.post(Some(&sid), json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":big}}})).await;
@@ -303,10 +299,9 @@ async fn cursors_that_cannot_be_honoured_are_409_and_malformed_ones_400() {
 
 #[tokio::test]
 async fn truncated_cursor_is_409() {
-    let log = std::sync::Arc::new(mcp_resume_log::MemoryLog::new(mcp_resume_log::Retention {
-        max_events: 5,
-        ..Default::default()
-    }));
+    let mut retention = mcp_resume_log::Retention::default();
+    retention.max_events = 5;
+    let log = std::sync::Arc::new(mcp_resume_log::MemoryLog::new(retention));
     let s = TestServer::start_with(log, ServerConfig::default()).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 20).await;
@@ -320,11 +315,9 @@ async fn truncated_cursor_is_409() {
 
 #[tokio::test]
 async fn bearer_token_is_required_when_set() {
-    let s = TestServer::start(ServerConfig {
-        auth: mcp_resume_server::auth::Authenticator::bearer("s3cret"),
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.auth = mcp_resume_server::auth::Authenticator::bearer("s3cret");
+    let s = TestServer::start(config).await;
     let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
     let r = s.post(None, init.clone()).await;
     assert_eq!(r.status(), 401);
@@ -380,12 +373,10 @@ async fn batches_of_2025_03_26_are_answered_and_later_revisions_refuse_them() {
 
 #[tokio::test]
 async fn caps_on_sessions_and_request_streams_answer_429() {
-    let s = TestServer::start(ServerConfig {
-        max_sessions: 2,
-        max_request_streams: 1,
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.max_sessions = 2;
+    config.max_request_streams = 1;
+    let s = TestServer::start(config).await;
     let a = s.init().await;
     let _b = s.init().await;
     let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});

@@ -12,14 +12,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn config(header_read: Duration, keep_alive: Duration) -> ServerConfig {
-    ServerConfig {
-        conn_limits: ConnLimits {
-            header_read_timeout: header_read,
-            keep_alive_idle: keep_alive,
-            ..ConnLimits::default()
-        },
-        ..ServerConfig::default()
-    }
+    let mut config = ServerConfig::default();
+    config.conn_limits.header_read_timeout = header_read;
+    config.conn_limits.keep_alive_idle = keep_alive;
+    config
 }
 
 /// Reads until the server closes (EOF or reset) or `within` passes; returns
@@ -184,10 +180,8 @@ async fn shutdown_stops_accepting_lets_in_flight_requests_finish_and_drops_strag
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let grace = Duration::from_millis(1500);
-    let limits = ConnLimits {
-        shutdown_grace: grace,
-        ..ConnLimits::default()
-    };
+    let mut limits = ConnLimits::default();
+    limits.shutdown_grace = grace;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(mcp_resume_server::listen::serve(
         listener,

@@ -108,10 +108,8 @@ async fn iteration(s: &TestServer, split: u64, safe: bool) -> (Vec<u64>, Vec<u64
 async fn run(safe: bool, iterations: usize) -> (usize, u64) {
     let dir = tempfile::tempdir().unwrap();
     let log = Arc::new(DiskLog::open(dir.path().join("log"), Retention::default()).unwrap());
-    let cfg = ServerConfig {
-        unsafe_legacy_upgrade: !safe,
-        ..Default::default()
-    };
+    let mut cfg = ServerConfig::default();
+    cfg.unsafe_legacy_upgrade = !safe;
     let s = Arc::new(TestServer::start_with(log, cfg).await);
     let mut rng = rand::rngs::StdRng::seed_from_u64(if safe { 1 } else { 2 });
     let mut failing = 0;

@@ -93,11 +93,9 @@ async fn many_readers_each_from_their_own_cursor_see_no_gap_at_the_seam() {
 
 #[tokio::test]
 async fn keepalive_comments_flow_in_silence() {
-    let s = TestServer::start(ServerConfig {
-        keepalive: Duration::from_millis(100),
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.keepalive = Duration::from_millis(100);
+    let s = TestServer::start(config).await;
     let sid = s.init().await;
     let resp = s.session_stream(&sid, None).send().await.unwrap();
     let mut body = resp.bytes_stream();

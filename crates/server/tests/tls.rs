@@ -15,10 +15,8 @@ use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 async fn tls_server(pki: &TestPki) -> TestServer {
-    let config = ServerConfig {
-        tls: Some(tls_config(&pki.cert, &pki.key).expect("a TLS configuration")),
-        ..ServerConfig::default()
-    };
+    let mut config = ServerConfig::default();
+    config.tls = Some(tls_config(&pki.cert, &pki.key).expect("a TLS configuration"));
     let mut s = TestServer::start(config).await;
     s.url = s.url.replacen("http://", "https://", 1);
     s
@@ -41,13 +39,10 @@ async fn a_client_trusting_the_ca_initializes_calls_reads_sse_and_upgrades_to_ws
 
     // SSE over https.
     client.call_tool("emit", json!({"count": 3})).await.unwrap();
-    let mut sse = client
-        .reader(ReaderOptions {
-            from: Some(0),
-            max_retries: Some(0),
-            ..Default::default()
-        })
-        .unwrap();
+    let mut opts = ReaderOptions::default();
+    opts.from = Some(0);
+    opts.max_retries = Some(0);
+    let mut sse = client.reader(opts).unwrap();
     for want in 1..=3 {
         let ev = tokio::time::timeout(Duration::from_secs(10), sse.next())
             .await
@@ -57,15 +52,12 @@ async fn a_client_trusting_the_ca_initializes_calls_reads_sse_and_upgrades_to_ws
     }
     assert!(!sse.on_websocket());
 
+    let mut opts = ReaderOptions::default();
+    opts.transport = Transport::WebSocket;
+    opts.from = Some(1);
+    opts.max_retries = Some(0);
     // The cursor-safe upgrade over wss, through the client.
-    let mut ws = client
-        .reader(ReaderOptions {
-            transport: Transport::WebSocket,
-            from: Some(1),
-            max_retries: Some(0),
-            ..Default::default()
-        })
-        .unwrap();
+    let mut ws = client.reader(opts).unwrap();
     for want in 2..=3 {
         let ev = tokio::time::timeout(Duration::from_secs(10), ws.next())
             .await
@@ -185,11 +177,9 @@ async fn a_bearer_token_upgrades_over_ws_and_over_wss() {
     let dir = tempfile::tempdir().unwrap();
     let pki = TestPki::create(dir.path());
     for tls in [false, true] {
-        let config = ServerConfig {
-            auth: mcp_resume_server::auth::Authenticator::bearer("s3cret"),
-            tls: tls.then(|| tls_config(&pki.cert, &pki.key).unwrap()),
-            ..ServerConfig::default()
-        };
+        let mut config = ServerConfig::default();
+        config.auth = mcp_resume_server::auth::Authenticator::bearer("s3cret");
+        config.tls = tls.then(|| tls_config(&pki.cert, &pki.key).unwrap());
         let mut s = TestServer::start(config).await;
         if tls {
             s.url = s.url.replacen("http://", "https://", 1);
@@ -200,14 +190,11 @@ async fn a_bearer_token_upgrades_over_ws_and_over_wss() {
             .bearer(Some("s3cret".into()));
         client.initialize().await.unwrap();
         client.call_tool("emit", json!({"count": 2})).await.unwrap();
-        let mut ws = client
-            .reader(ReaderOptions {
-                transport: Transport::WebSocket,
-                from: Some(0),
-                max_retries: Some(0),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut opts = ReaderOptions::default();
+        opts.transport = Transport::WebSocket;
+        opts.from = Some(0);
+        opts.max_retries = Some(0);
+        let mut ws = client.reader(opts).unwrap();
         for want in 1..=2 {
             let ev = tokio::time::timeout(Duration::from_secs(10), ws.next())
                 .await

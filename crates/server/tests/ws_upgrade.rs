@@ -105,10 +105,9 @@ async fn row3_unknown_session_404_and_bad_cursors_400() {
 
 #[tokio::test]
 async fn row4_ahead_and_truncated_are_409() {
-    let log = Arc::new(MemoryLog::new(Retention {
-        max_events: 5,
-        ..Default::default()
-    }));
+    let mut retention = Retention::default();
+    retention.max_events = 5;
+    let log = Arc::new(MemoryLog::new(retention));
     let s = TestServer::start_with(log, ServerConfig::default()).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 12).await;
@@ -143,11 +142,9 @@ async fn row4_ahead_and_truncated_are_409() {
 
 #[tokio::test]
 async fn auth_is_checked_before_anything_else() {
-    let s = TestServer::start(ServerConfig {
-        auth: mcp_resume_server::auth::Authenticator::bearer("tok"),
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.auth = mcp_resume_server::auth::Authenticator::bearer("tok");
+    let s = TestServer::start(config).await;
     let (status, _, _) = status_of(
         ws_connect(&s.ws_url("whatever"), &[PROTO])
             .await
@@ -221,11 +218,9 @@ async fn row5_101_echoes_c_replays_prior_to_c_and_gates_until_the_ack() {
 
 #[tokio::test]
 async fn heartbeats_carry_the_head() {
-    let s = TestServer::start(ServerConfig {
-        keepalive: Duration::from_millis(150),
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.keepalive = Duration::from_millis(150);
+    let s = TestServer::start(config).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 2).await;
     let (mut ws, c) = ws_upgrade(&s.ws_url(&sid), Some(2)).await;
@@ -271,11 +266,9 @@ async fn close_1003_on_binary() {
 
 #[tokio::test]
 async fn close_1009_on_oversized_frames() {
-    let s = TestServer::start(ServerConfig {
-        max_frame_bytes: 1024,
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.max_frame_bytes = 1024;
+    let s = TestServer::start(config).await;
     let sid = s.init().await;
     let mut ws = acked(&s, &sid).await;
     let big = format!(
@@ -324,18 +317,12 @@ async fn close_4404_when_the_session_ends() {
 
 #[tokio::test]
 async fn close_4408_without_an_ack_and_the_pin_is_released() {
-    let log = Arc::new(MemoryLog::new(Retention {
-        max_events: 3,
-        ..Default::default()
-    }));
-    let s = TestServer::start_with(
-        log,
-        ServerConfig {
-            upgrade_timeout: Duration::from_millis(200),
-            ..Default::default()
-        },
-    )
-    .await;
+    let mut retention = Retention::default();
+    retention.max_events = 3;
+    let log = Arc::new(MemoryLog::new(retention));
+    let mut config = ServerConfig::default();
+    config.upgrade_timeout = Duration::from_millis(200);
+    let s = TestServer::start_with(log, config).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 3).await;
     let (mut ws, _) = ws_upgrade(&s.ws_url(&sid), Some(0)).await;
@@ -448,11 +435,9 @@ async fn a_client_that_disconnects_mid_replay_leaves_the_log_and_others_untouche
 
 #[tokio::test]
 async fn legacy_mode_has_no_echo_no_replay_and_no_gate() {
-    let s = TestServer::start(ServerConfig {
-        unsafe_legacy_upgrade: true,
-        ..Default::default()
-    })
-    .await;
+    let mut config = ServerConfig::default();
+    config.unsafe_legacy_upgrade = true;
+    let s = TestServer::start(config).await;
     let sid = s.init().await;
     s.emit_and_wait(&sid, 5).await;
     let (mut ws, resp) = ws_connect(&s.ws_url(&sid), &[PROTO, ("last-event-id", "2")])

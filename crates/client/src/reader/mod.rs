@@ -40,7 +40,10 @@ pub enum Transport {
 }
 
 /// How a [`SessionReader`] behaves.
+///
+/// Non-exhaustive: start from `ReaderOptions::default()` and set fields.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReaderOptions {
     /// SSE or WebSocket.
     pub transport: Transport,

@@ -19,10 +19,10 @@ pub fn payload() -> Bytes {
 
 /// Retains everything a benchmark writes.
 pub fn retention() -> Retention {
-    Retention {
-        max_events: 1_000_000,
-        max_age: Duration::from_secs(3600),
-    }
+    let mut retention = Retention::default();
+    retention.max_events = 1_000_000;
+    retention.max_age = Duration::from_secs(3600);
+    retention
 }
 
 /// The `p` percentile of `v`, in ms.

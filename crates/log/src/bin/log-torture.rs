@@ -32,10 +32,8 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().expect("usage: log-torture PATH SEED");
     let seed: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1) | 1;
-    let retention = Retention {
-        max_events: u64::MAX / 2,
-        ..Default::default()
-    };
+    let mut retention = Retention::default();
+    retention.max_events = u64::MAX / 2;
     let log: Arc<dyn Log> = Arc::new(DiskLog::open(&path, retention).expect("open"));
     let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
     let mut tasks = Vec::new();

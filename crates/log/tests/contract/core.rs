@@ -39,15 +39,9 @@ fn append_read_bounds() {
 #[test]
 fn three_distinct_errors() {
     rt().block_on(async {
-        for b in backends(
-            Retention {
-                max_events: 3,
-                ..Default::default()
-            },
-            1024,
-        )
-        .await
-        {
+        let mut retention = Retention::default();
+        retention.max_events = 3;
+        for b in backends(retention, 1024).await {
             let log = b.log();
             assert_eq!(
                 log.read("nope", S, 0, 10).await,
@@ -88,15 +82,9 @@ fn three_distinct_errors() {
 #[test]
 fn commit_point_has_no_gap_and_no_duplicate_under_racing_appends() {
     rt().block_on(async {
-        for b in backends(
-            Retention {
-                max_events: 1_000_000,
-                ..Default::default()
-            },
-            1 << 16,
-        )
-        .await
-        {
+        let mut retention = Retention::default();
+        retention.max_events = 1_000_000;
+        for b in backends(retention, 1 << 16).await {
             let log = b.log().clone();
             log.create_session("a", Bytes::new()).await.unwrap();
             const TOTAL: u64 = 2000;
@@ -182,15 +170,9 @@ fn a_slow_subscriber_gets_lagged_with_its_cursor() {
 #[test]
 fn retention_never_passes_a_pin() {
     rt().block_on(async {
-        for b in backends(
-            Retention {
-                max_events: 5,
-                ..Default::default()
-            },
-            1024,
-        )
-        .await
-        {
+        let mut retention = Retention::default();
+        retention.max_events = 5;
+        for b in backends(retention, 1024).await {
             let log = b.log();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, (1..=5).map(msg).collect())
@@ -217,15 +199,10 @@ fn retention_never_passes_a_pin() {
 #[test]
 fn age_retention_and_idle_expiry() {
     rt().block_on(async {
-        for b in backends(
-            Retention {
-                max_events: 100,
-                max_age: Duration::from_millis(50),
-            },
-            1024,
-        )
-        .await
-        {
+        let mut retention = Retention::default();
+        retention.max_events = 100;
+        retention.max_age = Duration::from_millis(50);
+        for b in backends(retention, 1024).await {
             let log = b.log();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, (1..=3).map(msg).collect())
@@ -259,15 +236,10 @@ fn age_retention_and_idle_expiry() {
 #[test]
 fn a_read_that_fails_during_maintenance_trims_nothing() {
     rt().block_on(async {
-        for b in backends(
-            Retention {
-                max_events: 100,
-                max_age: Duration::from_millis(50),
-            },
-            1024,
-        )
-        .await
-        {
+        let mut retention = Retention::default();
+        retention.max_events = 100;
+        retention.max_age = Duration::from_millis(50);
+        for b in backends(retention, 1024).await {
             let log = b.log();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, (1..=3).map(msg).collect())

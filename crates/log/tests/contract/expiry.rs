@@ -140,10 +140,9 @@ fn redis_forgets_tombstones_after_their_ttl_and_not_before() {
 #[test]
 fn a_request_stream_retention_emptied_keeps_no_state_but_reads_loudly() {
     rt().block_on(async {
-        let retention = Retention {
-            max_events: 100,
-            max_age: Duration::from_millis(50),
-        };
+        let mut retention = Retention::default();
+        retention.max_events = 100;
+        retention.max_age = Duration::from_millis(50);
         for mut b in backends(retention, 1024).await {
             let log: Arc<dyn Log> = b.log().clone();
             log.create_session("a", Bytes::new()).await.unwrap();
@@ -193,10 +192,9 @@ fn a_request_stream_retention_emptied_keeps_no_state_but_reads_loudly() {
 #[test]
 fn retired_request_streams_leave_only_the_session_stream_in_memory() {
     rt().block_on(async {
-        let retention = Retention {
-            max_events: 100,
-            max_age: Duration::from_millis(30),
-        };
+        let mut retention = Retention::default();
+        retention.max_events = 100;
+        retention.max_age = Duration::from_millis(30);
         let dir = tempfile::tempdir().unwrap();
         let disk = DiskLog::open(dir.path().join("log"), retention).unwrap();
         let memory = MemoryLog::new(retention);

@@ -73,7 +73,10 @@ pub enum AuthConfig {
 }
 
 /// The authorization server whose tokens are accepted, and what they must say.
+///
+/// Non-exhaustive: build it with [`OAuthConfig::new`] and set fields.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct OAuthConfig {
     /// The `iss` tokens must carry, exactly; also the authorization server the
     /// metadata names.

@@ -26,7 +26,10 @@ use tokio::task::JoinSet;
 pub use tls::tls_config;
 
 /// Time limits of one connection; `Default` suits a public endpoint.
+///
+/// Non-exhaustive: start from `ConnLimits::default()` and set fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnLimits {
     /// Once a peer sends the first byte of a request (or connects, for the
     /// first request), the whole header must arrive within this; else the
