@@ -18,8 +18,8 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use clap::Parser;
 
-#[path = "common/store.rs"]
-mod store;
+#[path = "common/example.rs"]
+mod example;
 use mcp_resume_rmcp::{DurableSessionManager, LogSessionStore};
 use mcp_resume_server::{McpServer, ServerConfig as McpConfig};
 use rmcp::{
@@ -164,20 +164,12 @@ impl ServerHandler for Demo {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let args = Args::parse();
-    let log = match store::open_log(&args.store, args.redis_replicas).await {
-        Ok(log) => log,
-        Err(e) => {
-            eprintln!("rmcp_durable: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
+    example::init_tracing();
+    example::exit("rmcp_durable", run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let log = example::open_log(&args.store, args.redis_replicas).await?;
     // Idle sessions and the request streams' own log sessions expire here.
     let maint = log.clone();
     tokio::spawn(async move {
@@ -191,34 +183,14 @@ async fn main() -> std::process::ExitCode {
             }
         }
     });
-    let listener = match tokio::net::TcpListener::bind(args.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("rmcp_durable: binding {}: {e}", args.listen);
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let addr = match listener.local_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("rmcp_durable: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    println!("listening on http://{addr}/mcp");
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    let listener = example::listen(args.listen).await?;
     if args.transport == "mcp-resume" {
         let backend = Arc::new(mcp_resume_rmcp::RmcpBackend::new(|| Demo));
         let server = McpServer::with_backend(log, backend, McpConfig::default());
-        return match server.serve(listener, shutdown).await {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("rmcp_durable: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
+        return server
+            .serve(listener, example::ctrl_c())
+            .await
+            .map_err(|e| e.to_string());
     }
     let mut config = StreamableHttpServerConfig::default();
     config.session_store = Some(Arc::new(LogSessionStore::new(log.clone())));
@@ -229,14 +201,8 @@ async fn main() -> std::process::ExitCode {
     );
     let app = axum::Router::new().nest_service("/mcp", service);
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(example::ctrl_c())
         .await;
     let _ = log.close().await;
-    match served {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rmcp_durable: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    served.map_err(|e| e.to_string())
 }

@@ -14,9 +14,9 @@
 // rmcp 3.11 marks them deprecated (SEP-2577).
 #![allow(deprecated)]
 
+#[path = "../common/example.rs"]
+mod example;
 mod fixture;
-#[path = "../common/store.rs"]
-mod store;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,46 +41,19 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let args = Args::parse();
-    let log = match store::open_log(&args.store, args.redis_replicas).await {
-        Ok(log) => log,
-        Err(e) => {
-            eprintln!("conformance: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
+    example::init_tracing();
+    example::exit("conformance", run(Args::parse()).await)
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let log = example::open_log(&args.store, args.redis_replicas).await?;
     // One prototype, cloned per session: shared routers, per-session state.
     let proto = fixture::Conformance::new();
     let backend = Arc::new(RmcpBackend::new(move || proto.clone()));
     let server = McpServer::with_backend(log, backend, ServerConfig::default());
-    let listener = match tokio::net::TcpListener::bind(args.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("conformance: binding {}: {e}", args.listen);
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match listener.local_addr() {
-        Ok(addr) => println!("listening on http://{addr}/mcp"),
-        Err(e) => {
-            eprintln!("conformance: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    }
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    match server.serve(listener, shutdown).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("conformance: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    let listener = example::listen(args.listen).await?;
+    server
+        .serve(listener, example::ctrl_c())
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -153,3 +153,26 @@ pub(crate) fn session_cursor(
         ))),
     }
 }
+
+/// Opens the request stream `R` of a call (its record names the call's id
+/// and this instance, for the orphan sweep) and takes its commit point, so
+/// the stream will see every event of the call.
+pub(super) async fn open_call_stream(
+    state: &AppState,
+    session: &str,
+    id: &serde_json::Value,
+) -> Result<(StreamKey, Seq, mcp_resume_log::Subscription), ApiError> {
+    let r = state
+        .log
+        .open_request_stream(session, crate::orphans::record(id, state.log.instance()))
+        .await?;
+    if r > state.config.max_request_streams {
+        return Err(ApiError::TooMany(format!(
+            "this session opened its maximum of {} request streams; start a new session",
+            state.config.max_request_streams
+        )));
+    }
+    let stream = StreamKey::Request(r);
+    let (bounds, sub) = state.log.subscribe(session, stream).await?;
+    Ok((stream, bounds.head, sub))
+}

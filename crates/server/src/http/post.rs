@@ -174,18 +174,7 @@ async fn request_stream(
     method: String,
     params: Value,
 ) -> Result<Response, ApiError> {
-    let r = state
-        .log
-        .open_request_stream(&session, crate::orphans::record(&id, state.log.instance()))
-        .await?;
-    if r > state.config.max_request_streams {
-        return Err(ApiError::TooMany(format!(
-            "this session opened its maximum of {} request streams; start a new session",
-            state.config.max_request_streams
-        )));
-    }
-    let stream = StreamKey::Request(r);
-    let (bounds, sub) = state.log.subscribe(&session, stream).await?;
+    let (stream, head, sub) = super::open_call_stream(&state, &session, &id).await?;
     let worker = state.clone();
     let sid = session.clone();
     state.spawn(async move {
@@ -201,15 +190,15 @@ async fn request_stream(
         let reply = match handler.await {
             Ok(reply) => reply,
             Err(e) => {
-                tracing::error!(session = %sid, stream = r, error = %e, "a handler failed without answering");
+                tracing::error!(session = %sid, stream = ?stream, error = %e, "a handler failed without answering");
                 jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried")
             }
         };
         if let Err(e) = worker.append(&sid, stream, &reply).await {
-            tracing::warn!(session = %sid, stream = r, error = %e, "could not commit a response");
+            tracing::warn!(session = %sid, stream = ?stream, error = %e, "could not commit a response");
         }
     });
-    Ok(sse::respond(state, session, stream, 0, bounds.head, sub))
+    Ok(sse::respond(state, session, stream, 0, head, sub))
 }
 
 async fn batch(

@@ -232,32 +232,14 @@ async fn call_stream(
     id: &Value,
     params: &Value,
 ) -> Result<Response, ApiError> {
-    let r = state
-        .log
-        .open_request_stream(&session, crate::orphans::record(id, state.log.instance()))
-        .await?;
-    if r > state.config.max_request_streams {
-        return Err(ApiError::TooMany(format!(
-            "this session opened its maximum of {} request streams; start a new session",
-            state.config.max_request_streams
-        )));
-    }
-    let stream = StreamKey::Request(r);
-    let (bounds, sub) = state.log.subscribe(&session, stream).await?;
+    let (stream, head, sub) = super::open_call_stream(state, &session, id).await?;
     match route.register(id, params, Dest::Stream(stream)) {
         Err(why) => {
             state.append(&session, stream, &why.reply(id)).await?;
         }
         Ok(()) => deliver(state, &session, route, message, id).await,
     }
-    Ok(sse::respond(
-        state.clone(),
-        session,
-        stream,
-        0,
-        bounds.head,
-        sub,
-    ))
+    Ok(sse::respond(state.clone(), session, stream, 0, head, sub))
 }
 
 /// Hands a registered request to the backend; one it refuses is answered

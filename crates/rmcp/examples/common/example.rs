@@ -1,0 +1,67 @@
+//! What this crate's examples share: logging to stderr, the log a
+//! `--store` argument names (as `mcp-resume serve` opens it), and the
+//! listener whose `listening on URL` line the tests and scripts wait for.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
+
+/// `memory`, `disk:DIR` or `redis://HOST:PORT/DB`, with `replicas` Redis
+/// replicas acknowledging each append.
+pub async fn open_log(store: &str, replicas: usize) -> Result<Arc<dyn Log>, String> {
+    let retention = Retention::default();
+    if store == "memory" {
+        return Ok(Arc::new(MemoryLog::new(retention)));
+    }
+    if store.starts_with("redis://") {
+        let log = RedisLog::connect(store, retention, replicas)
+            .await
+            .map_err(|e| format!("connecting to {store}: {e}"))?;
+        return Ok(Arc::new(log));
+    }
+    match store.strip_prefix("disk:") {
+        Some(p) if !p.is_empty() => DiskLog::open(PathBuf::from(p), retention)
+            .map(|l| Arc::new(l) as Arc<dyn Log>)
+            .map_err(|e| format!("opening the log at {p}: {e}")),
+        _ => Err(format!(
+            "--store {store:?}: expected memory, disk:DIR or redis://HOST:PORT/DB"
+        )),
+    }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `warn`).
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Binds `addr` and prints `listening on http://ADDR/mcp`.
+pub async fn listen(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("binding {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("listening on http://{bound}/mcp");
+    Ok(listener)
+}
+
+/// Completes on Ctrl-C.
+pub async fn ctrl_c() {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// The process's exit after `run`, printing a failure as `NAME: error`.
+pub fn exit(name: &str, run: Result<(), String>) -> std::process::ExitCode {
+    match run {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
