@@ -66,7 +66,8 @@ async fn init(url: &str) -> String {
     sid
 }
 
-/// Calls `name` on a request stream and returns every message it carried.
+/// Calls `name` and returns every message its answer carried: the response
+/// alone as JSON, or the request stream it opened.
 async fn call(url: &str, sid: &str, id: u64, name: &str, args: Value) -> Vec<Value> {
     let resp = post(
         url,
@@ -76,6 +77,9 @@ async fn call(url: &str, sid: &str, id: u64, name: &str, args: Value) -> Vec<Val
     )
     .await;
     assert_eq!(resp.status(), 200);
+    if resp.headers()["content-type"] == "application/json" {
+        return vec![resp.json().await.unwrap()];
+    }
     let events = read(resp, Duration::from_secs(20), |e| {
         serde_json::from_str::<Value>(&e.data).is_ok_and(|v| v["id"] == id)
     })
@@ -136,9 +140,17 @@ fn a_python_sdk_stdio_server_survives_kill_9_of_the_gateway() {
         let note: Value = read_note.json().await.unwrap();
         assert_eq!(note["result"]["contents"][0]["text"], "hello from python", "{note}");
         // A slow call in flight when the gateway dies.
-        let slow = post(&gw.url, Some(&sid), json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-            "params": {"name": "wait", "arguments": {"seconds": 60}}}))
-        .await;
+        // (Accepting only SSE: its request stream opens at once.)
+        let slow = reqwest::Client::new()
+            .post(&gw.url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sid)
+            .body(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "wait", "arguments": {"seconds": 60}}}).to_string())
+            .send()
+            .await
+            .unwrap();
         let first = read(slow, Duration::from_secs(10), |_| true).await.unwrap();
         (sid, first[0].id.clone().unwrap())
     });

@@ -228,23 +228,46 @@ async fn a_cancelled_call_ends_its_stream_with_an_error() {
     let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;
     let http = reqwest::Client::new();
     let sid = init(&http, &url).await;
-    let mut resp = post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": "s1", "method": "tools/call", "params": {"name": "slow", "arguments": {}}}))
+    let cancel = |id: &str| json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "changed my mind"}});
+    // A client that accepts only SSE gets the call's request stream at once.
+    let mut resp = http
+        .post(&url)
+        .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid)
+        .json(&json!({"jsonrpc": "2.0", "id": "s1", "method": "tools/call", "params": {"name": "slow", "arguments": {}}}))
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 200);
-    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "s1", "reason": "changed my mind"}});
-    assert_eq!(
-        post(&http, &url, Some(&sid), cancel)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        202
-    );
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let r = post(&http, &url, Some(&sid), cancel("s1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
     let got = read_until(&mut resp, |v| v["id"] == "s1").await;
     let (_, last) = got.last().unwrap();
     assert_eq!(last["error"]["data"]["reason"], "cancelled", "{last}");
+    // One that accepts JSON too waits for one JSON answer: the same error.
+    let call = tokio::spawn(
+        post(&http, &url, Some(&sid), json!({"jsonrpc": "2.0", "id": "s2", "method": "tools/call", "params": {"name": "slow", "arguments": {}}}))
+            .send(),
+    );
+    // The cancel may overtake the call; it is repeated until the call ends.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !call.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cancelled call never ended"
+        );
+        post(&http, &url, Some(&sid), cancel("s2"))
+            .send()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answer: Value = call.await.unwrap().unwrap().json().await.unwrap();
+    assert_eq!(answer["error"]["data"]["reason"], "cancelled", "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,13 +57,33 @@ pub async fn init(http: &reqwest::Client, url: &str) -> String {
     sid
 }
 
-/// Reads SSE events (id, JSON) from `resp` until `stop` says so.
+/// Reads SSE events (id, JSON) from `resp` until `stop` says so; a JSON
+/// answer is one message without an id.
 pub async fn read_until(
     resp: &mut reqwest::Response,
     mut stop: impl FnMut(&Value) -> bool,
 ) -> Vec<(String, Value)> {
-    let mut parser = SseParser::new();
     let mut got = Vec::new();
+    let json = resp
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if json {
+        // A call that only answered: its response, as JSON (no event id).
+        let mut body = Vec::new();
+        while let Some(c) = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
+            .await
+            .expect("no answer")
+            .unwrap()
+        {
+            body.extend_from_slice(&c);
+        }
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert!(stop(&v), "the JSON answer {v} is not what was awaited");
+        got.push((String::new(), v));
+        return got;
+    }
+    let mut parser = SseParser::new();
     loop {
         let chunk = tokio::time::timeout(Duration::from_secs(10), resp.chunk())
             .await

@@ -157,7 +157,7 @@ pub(crate) fn session_cursor(
 /// Opens the request stream `R` of a call (its record names the call's id
 /// and this instance, for the orphan sweep) and takes its commit point, so
 /// the stream will see every event of the call.
-pub(super) async fn open_call_stream(
+pub(crate) async fn open_call_stream(
     state: &AppState,
     session: &str,
     id: &serde_json::Value,

@@ -5,9 +5,11 @@
 //! - `initialize` creates the session in the log (with the client's params,
 //!   so that any instance can restore the backend later) and waits for the
 //!   backend's answer as JSON;
-//! - a `tools/call` (or any request from a client that accepts only SSE) is
-//!   answered on a request stream `R` opened before the call is delivered,
-//!   which also carries the call's progress and server-to-client requests;
+//! - a `tools/call` from a client that accepts JSON and SSE is answered as
+//!   JSON if it only answers; its first progress or request to the client
+//!   opens a request stream `R` for it (the POST then streams `R` from its
+//!   start), which carries everything after;
+//! - any request from a client that accepts only SSE gets `R` at once;
 //! - other requests are answered as JSON;
 //! - a response to a server request is translated back to the backend's id
 //!   and delivered; one nobody waits for is logged and dropped (202);
@@ -29,7 +31,7 @@ use super::post::answer;
 use crate::backend::DeliverError;
 use crate::error::ApiError;
 use crate::jsonrpc;
-use crate::route::table::Dest;
+use crate::route::table::{Answer, Dest};
 use crate::route::{self, SessionRoute};
 use crate::session::{new_session_id, SessionRecord};
 use crate::state::AppState;
@@ -141,8 +143,10 @@ pub(super) async fn message(
     match (method, id) {
         (Some(method), Some(id)) => {
             let params = message.get("params").cloned().unwrap_or(Value::Null);
-            if acc.sse && (method == "tools/call" || !acc.json) {
+            if acc.sse && !acc.json {
                 call_stream(state, session, &route, message, &id, &params).await
+            } else if acc.sse && method == "tools/call" {
+                call_lazy(state, session, &route, message, &id, &params).await
             } else {
                 let reply = call_json(state, &session, &route, message, &id, &params).await;
                 Ok(axum::Json(reply).into_response())
@@ -220,6 +224,35 @@ async fn call_json(
             jsonrpc::INTERNAL_ERROR,
             "the call ended without an answer",
         )
+    })
+}
+
+/// A `tools/call` answered as JSON if it only answers, or as a request
+/// stream opened at its first progress or request to the client.
+async fn call_lazy(
+    state: &AppState,
+    session: String,
+    route: &SessionRoute,
+    message: Value,
+    id: &Value,
+    params: &Value,
+) -> Result<Response, ApiError> {
+    let (tx, rx) = oneshot::channel();
+    if let Err(why) = route.register(id, params, Dest::Lazy(tx)) {
+        return Ok(axum::Json(why.reply(id)).into_response());
+    }
+    deliver(state, &session, route, message, id).await;
+    Ok(match rx.await {
+        Ok(Answer::Json(reply)) => axum::Json(reply).into_response(),
+        Ok(Answer::Stream { stream, head, sub }) => {
+            sse::respond(state.clone(), session, stream, 0, head, sub)
+        }
+        Err(_) => axum::Json(jsonrpc::error(
+            id,
+            jsonrpc::INTERNAL_ERROR,
+            "the call ended without an answer",
+        ))
+        .into_response(),
     })
 }
 

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Queued};
 use crate::jsonrpc;
 use crate::state::AppState;
-use table::{Dest, Routed, Table};
+use table::{Answer, Dest, Routed, Table};
 
 /// How the wire ids of server requests start (then a per-route nonce and a
 /// counter): an answer with such an id that no route here sent is forwarded.
@@ -194,63 +194,55 @@ async fn commit_loop(
     let mut queued = Vec::with_capacity(BATCH);
     let mut ended = false;
     while rx.recv_many(&mut queued, BATCH).await > 0 {
-        // Route everything first (under the lock, no I/O), then commit runs
-        // bound for one stream together, in order.
+        // Route each message (under the lock, no I/O) and commit runs bound
+        // for one stream together, in order; a lazy call's first related
+        // message first commits what came before, then opens its stream.
         let mut runs: Vec<Run> = Vec::new();
-        let mut watch = false;
         let mut end = None;
-        {
-            let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
-            for q in queued.drain(..) {
-                let (out, ack) = match q {
-                    Queued::Message { out, ack } => (out, ack),
-                    Queued::EndSession(why) => {
-                        end = Some(why);
-                        continue;
-                    }
-                };
-                match t.route(out) {
-                    Routed::Commit(k, m) => {
-                        let bytes = Bytes::from(serde_json::to_vec(&m).unwrap_or_default());
-                        match runs.last_mut() {
-                            Some((last, b, acks)) if *last == k => {
-                                b.push(bytes);
-                                acks.push(ack);
-                            }
-                            _ => runs.push((k, vec![bytes], vec![ack])),
-                        }
-                    }
-                    Routed::Answer(tx, m) => {
-                        let _ = tx.send(m);
-                        let _ = ack.send(Ok(()));
-                    }
-                    Routed::Drop(m) => {
-                        tracing::debug!(%session, id = %m["id"], "a response nothing waits for (its call was cancelled) is dropped");
-                        let _ = ack.send(Ok(()));
-                    }
+        for q in queued.drain(..) {
+            let (out, ack) = match q {
+                Queued::Message { out, ack } => (out, ack),
+                Queued::EndSession(why) => {
+                    end = Some(why);
+                    continue;
+                }
+            };
+            let (routed, watch) = {
+                let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+                let routed = t.route(out);
+                let watch = t.asking() && !t.watching;
+                t.watching |= watch;
+                (routed, watch)
+            };
+            if watch {
+                // Answers forwarded from other instances open request
+                // streams after this count: taken before the request is
+                // committed, so none can come earlier.
+                let seen = state.log.request_streams(&session).await.unwrap_or(0);
+                tokio::spawn(inbox::watch(state.clone(), session.clone(), seen));
+            }
+            match routed {
+                Routed::Commit(k, m) => push(&mut runs, k, &m, ack),
+                Routed::Answer(tx, m) => {
+                    let _ = tx.send(m);
+                    let _ = ack.send(Ok(()));
+                }
+                Routed::AnswerLazy(tx, m) => {
+                    let _ = tx.send(Answer::Json(m));
+                    let _ = ack.send(Ok(()));
+                }
+                Routed::Open { call, message } => {
+                    flush(&state, &session, &mut runs).await;
+                    let k = open_lazy(&state, &session, &table, &call).await;
+                    push(&mut runs, k, &message, ack);
+                }
+                Routed::Drop(m) => {
+                    tracing::debug!(%session, id = %m["id"], "a response nothing waits for (its call was cancelled) is dropped");
+                    let _ = ack.send(Ok(()));
                 }
             }
-            if t.asking() && !t.watching {
-                t.watching = true;
-                watch = true;
-            }
         }
-        if watch {
-            // Answers forwarded from other instances open request streams
-            // after this count: taken before the request is committed, so
-            // none can come earlier.
-            let seen = state.log.request_streams(&session).await.unwrap_or(0);
-            tokio::spawn(inbox::watch(state.clone(), session.clone(), seen));
-        }
-        for (k, messages, acks) in runs {
-            let result = commit_with_retry(&state, &session, k, messages).await;
-            if let Err(e) = &result {
-                tracing::warn!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
-            }
-            for ack in acks {
-                let _ = ack.send(result.clone().map(|_| ()));
-            }
-        }
+        flush(&state, &session, &mut runs).await;
         if let Some(why) = end {
             tracing::warn!(%session, "the session's backend ended it: {why}");
             ended = true;
@@ -286,6 +278,59 @@ async fn commit_loop(
     }
 }
 
+/// Adds `m` to the run of stream `k`.
+fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value, ack: oneshot::Sender<Result<(), LogError>>) {
+    let bytes = Bytes::from(serde_json::to_vec(m).unwrap_or_default());
+    match runs.last_mut() {
+        Some((last, b, acks)) if *last == k => {
+            b.push(bytes);
+            acks.push(ack);
+        }
+        _ => runs.push((k, vec![bytes], vec![ack])),
+    }
+}
+
+/// Commits the runs in order and acknowledges each message.
+async fn flush(state: &AppState, session: &str, runs: &mut Vec<Run>) {
+    for (k, messages, acks) in runs.drain(..) {
+        let result = commit_with_retry(state, session, k, messages).await;
+        if let Err(e) = &result {
+            tracing::warn!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
+        }
+        for ack in acks {
+            let _ = ack.send(result.clone().map(|_| ()));
+        }
+    }
+}
+
+/// Opens the request stream of lazy call `call` (its key) and tells the
+/// POST that waits to read it; the stream its messages go to (the session
+/// stream if it cannot be opened).
+async fn open_lazy(state: &AppState, session: &str, table: &Mutex<Table>, call: &str) -> StreamKey {
+    let id: Value = serde_json::from_str(call).unwrap_or(Value::Null);
+    match crate::http::open_call_stream(state, session, &id).await {
+        Ok((k, head, sub)) => {
+            let tx = table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .opened(call, k);
+            if let Some(tx) = tx {
+                // A POST that is gone leaves the stream resumable anyway.
+                let _ = tx.send(Answer::Stream {
+                    stream: k,
+                    head,
+                    sub,
+                });
+            }
+            k
+        }
+        Err(e) => {
+            tracing::warn!(%session, error = %e, "could not open a call's request stream; its messages go to the session stream");
+            StreamKey::Session
+        }
+    }
+}
+
 /// Commits, retrying once after a moment: a response that is never
 /// committed would leave its request stream open.
 async fn commit_with_retry(
@@ -309,6 +354,9 @@ pub(crate) async fn answer(state: &AppState, session: &str, dest: Dest, reply: V
     match dest {
         Dest::Json(tx) => {
             let _ = tx.send(reply);
+        }
+        Dest::Lazy(tx) => {
+            let _ = tx.send(Answer::Json(reply));
         }
         Dest::Stream(k) => {
             if let Err(e) = state.append(session, k, &reply).await {

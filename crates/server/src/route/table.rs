@@ -5,16 +5,33 @@
 
 use std::collections::HashMap;
 
-use mcp_resume_log::StreamKey;
+use mcp_resume_log::{Seq, StreamKey, Subscription};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::backend::Outbound;
 
+/// What a POST that waits on a lazy call gets.
+pub(crate) enum Answer {
+    /// The response, as JSON: nothing but it came.
+    Json(Value),
+    /// The call sent something before its response (progress, a request to
+    /// the client): it has a request stream now, to be read from its start.
+    Stream {
+        stream: StreamKey,
+        head: Seq,
+        sub: Subscription,
+    },
+}
+
 /// Where a call's answer goes.
 pub(crate) enum Dest {
     /// A POST waits for it as JSON (nothing is committed).
     Json(oneshot::Sender<Value>),
+    /// A POST waits for it as JSON unless the call sends something first;
+    /// then a request stream opens for it (the fast, unlogged answer for the
+    /// calls that only answer, a resumable stream for the others).
+    Lazy(oneshot::Sender<Answer>),
     /// Committed to this stream: the call's request stream `R`, or the
     /// session stream for a call that came over a WebSocket.
     Stream(StreamKey),
@@ -25,7 +42,7 @@ impl Dest {
     /// answered as JSON has none of its own, so they go to the session stream.
     fn stream(&self) -> StreamKey {
         match self {
-            Dest::Json(_) => StreamKey::Session,
+            Dest::Json(_) | Dest::Lazy(_) => StreamKey::Session,
             Dest::Stream(k) => *k,
         }
     }
@@ -37,6 +54,11 @@ pub(crate) enum Routed {
     Commit(StreamKey, Value),
     /// Hand it to the POST that waits for it.
     Answer(oneshot::Sender<Value>, Value),
+    /// Hand it to the POST that waits on a lazy call.
+    AnswerLazy(oneshot::Sender<Answer>, Value),
+    /// Open a request stream for lazy call `call` (its key), then commit
+    /// the message to it.
+    Open { call: String, message: Value },
     /// Nothing waits for it (the response of a call the client cancelled).
     Drop(Value),
 }
@@ -52,6 +74,14 @@ struct Asked {
     /// incarnation, so they never go on the wire).
     backend_id: Value,
     stream: StreamKey,
+    /// The call whose handler sent it, if known.
+    call: Option<String>,
+}
+
+/// Where a message related to a call goes.
+enum Target {
+    Stream(StreamKey),
+    Open(String),
 }
 
 /// One session's routing state on this instance.
@@ -123,6 +153,37 @@ impl Table {
     /// Whether nothing is in flight: no call, no server request.
     pub(crate) fn idle(&self) -> bool {
         self.calls.is_empty() && self.asked.is_empty()
+    }
+
+    /// Where a message related to call `call` (its key) goes.
+    fn target_of(&self, call: Option<String>) -> Target {
+        match call
+            .as_ref()
+            .and_then(|c| self.calls.get(c).map(|d| (c, d)))
+        {
+            Some((
+                c,
+                Call {
+                    dest: Dest::Lazy(_),
+                    ..
+                },
+            )) => Target::Open(c.clone()),
+            Some((_, d)) => Target::Stream(d.dest.stream()),
+            None => Target::Stream(StreamKey::Session),
+        }
+    }
+
+    /// Lazy call `call` has request stream `k` now: its messages go there,
+    /// and the POST that waits is handed back to be told.
+    pub(crate) fn opened(&mut self, call: &str, k: StreamKey) -> Option<oneshot::Sender<Answer>> {
+        let c = self.calls.get_mut(call)?;
+        match std::mem::replace(&mut c.dest, Dest::Stream(k)) {
+            Dest::Lazy(tx) => Some(tx),
+            other => {
+                c.dest = other;
+                None
+            }
+        }
     }
 
     /// Whether server requests await the client's response.
@@ -210,23 +271,34 @@ impl Table {
         match (method.as_deref(), message.get("id").cloned()) {
             // A server-to-client request.
             (Some(_), Some(backend_id)) => {
-                let stream = related
-                    .and_then(|r| self.calls.get(&key(&r)))
-                    .map_or(StreamKey::Session, |c| c.dest.stream());
+                let call = related
+                    .map(|r| key(&r))
+                    .filter(|k| self.calls.contains_key(k));
+                let target = self.target_of(call.clone());
                 let wire = format!("{}{}", self.prefix, self.next);
                 self.next += 1;
                 message["id"] = Value::String(wire.clone());
-                self.asked.insert(wire, Asked { backend_id, stream });
-                Routed::Commit(stream, message)
+                let stream = match &target {
+                    Target::Stream(k) => *k,
+                    Target::Open(_) => StreamKey::Session,
+                };
+                self.asked.insert(
+                    wire,
+                    Asked {
+                        backend_id,
+                        stream,
+                        call,
+                    },
+                );
+                routed(target, message)
             }
             (Some("notifications/progress"), None) => {
-                let stream = message
+                let call = message
                     .get("params")
                     .and_then(|p| p.get("progressToken"))
                     .and_then(|t| self.tokens.get(&key(t)))
-                    .and_then(|c| self.calls.get(c))
-                    .map_or(StreamKey::Session, |c| c.dest.stream());
-                Routed::Commit(stream, message)
+                    .cloned();
+                routed(self.target_of(call), message)
             }
             (Some("notifications/cancelled"), None) => {
                 // The backend gave up a server request: translate its id and
@@ -240,7 +312,10 @@ impl Table {
                     .asked
                     .iter()
                     .find(|(_, a)| a.backend_id == backend_id)
-                    .map(|(w, a)| (w.clone(), a.stream));
+                    .map(|(w, a)| {
+                        let now = a.call.as_ref().and_then(|c| self.calls.get(c));
+                        (w.clone(), now.map_or(a.stream, |c| c.dest.stream()))
+                    });
                 match found {
                     Some((wire, stream)) => {
                         self.asked.remove(&wire);
@@ -254,10 +329,19 @@ impl Table {
             // A response or error: to its call.
             (None, id) => match id.and_then(|id| self.forget(&id)) {
                 Some(Dest::Json(tx)) => Routed::Answer(tx, message),
+                Some(Dest::Lazy(tx)) => Routed::AnswerLazy(tx, message),
                 Some(Dest::Stream(k)) => Routed::Commit(k, message),
                 None => Routed::Drop(message),
             },
         }
+    }
+}
+
+/// `message` to `target`.
+fn routed(target: Target, message: Value) -> Routed {
+    match target {
+        Target::Stream(k) => Routed::Commit(k, message),
+        Target::Open(call) => Routed::Open { call, message },
     }
 }
 
@@ -357,5 +441,27 @@ mod tests {
             t.register(&json!(3), &json!({}), Dest::Json(tx)).err(),
             Some(Refusal::Stopped)
         );
+    }
+
+    #[test]
+    fn a_lazy_call_opens_its_stream_on_its_first_related_message() {
+        let mut t = Table::new("w.".into());
+        let (tx, _rx) = oneshot::channel();
+        let params = json!({"_meta": {"progressToken": 5}});
+        t.register(&json!(1), &params, Dest::Lazy(tx)).unwrap();
+        let p = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 5}});
+        let call = match t.route(out(p.clone(), None)) {
+            Routed::Open { call, .. } => call,
+            _ => panic!("expected an open"),
+        };
+        assert!(t.opened(&call, StreamKey::Request(4)).is_some());
+        assert_eq!(committed(t.route(out(p, None))).0, StreamKey::Request(4));
+        let resp = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+        assert_eq!(committed(t.route(out(resp, None))).0, StreamKey::Request(4));
+        // A lazy call that only answers is answered as JSON.
+        let (tx, _rx) = oneshot::channel();
+        t.register(&json!(2), &json!({}), Dest::Lazy(tx)).unwrap();
+        let resp = json!({"jsonrpc": "2.0", "id": 2, "result": {}});
+        assert!(matches!(t.route(out(resp, None)), Routed::AnswerLazy(..)));
     }
 }
