@@ -14,7 +14,7 @@
 // deprecated (SEP-2577); it is still the message the issue and clients expect.
 #![allow(deprecated)]
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use clap::Parser;
 
@@ -40,15 +40,8 @@ const MAX_EMIT: u64 = 100_000;
 #[derive(Parser)]
 #[command(about = "rmcp's StreamableHttpService on an mcp-resume log")]
 struct Args {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
-    /// memory, disk:DIR or redis://HOST:PORT/DB.
-    #[arg(long, default_value = "memory")]
-    store: String,
-    /// Replicas that must acknowledge each Redis append (WAIT).
-    #[arg(long, default_value_t = 0)]
-    redis_replicas: usize,
+    #[command(flatten)]
+    serving: example::Serving,
     /// `rmcp`: rmcp's own StreamableHttpService with the log as its stores;
     /// `mcp-resume`: mcp-resume's transport hosting the same handler.
     #[arg(long, default_value = "rmcp", value_parser = ["rmcp", "mcp-resume"])]
@@ -169,7 +162,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let log = example::open_log(&args.store, args.redis_replicas).await?;
+    let log = args.serving.open_log().await?;
     // Idle sessions and the request streams' own log sessions expire here.
     let maint = log.clone();
     tokio::spawn(async move {
@@ -183,7 +176,7 @@ async fn run(args: Args) -> Result<(), String> {
             }
         }
     });
-    let listener = example::listen(args.listen).await?;
+    let listener = args.serving.listen().await?;
     if args.transport == "mcp-resume" {
         let backend = Arc::new(mcp_resume_rmcp::RmcpBackend::new(|| Demo));
         let server = McpServer::with_backend(log, backend, McpConfig::default());

@@ -25,7 +25,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
 mod common;
-use common::mcp_http::{init, post, read_until};
+use common::mcp_http::{init, post, read_until, resume, rpc};
 
 /// Tools: `ask` samples the client, `slow` runs until cancelled, `panic` panics.
 #[derive(Clone)]
@@ -137,15 +137,7 @@ async fn durable_round_trip(call_url: &str, answer_url: &str, resume_url: &str) 
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    let mut resumed = http
-        .get(resume_url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &sid)
-        .header("last-event-id", &cursor)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resumed.status(), 200);
+    let mut resumed = resume(&http, resume_url, &sid, &cursor).await;
     let rest = read_until(&mut resumed, |v| v["id"] == 7).await;
     let (_, result) = rest.last().unwrap();
     let text = result["result"]["content"][0]["text"]
@@ -303,18 +295,13 @@ async fn an_answer_nobody_awaits_is_accepted_and_dropped() {
         assert_eq!(r.status(), 202);
     }
     // The session still works.
-    let pong: Value = post(
+    let pong: Value = rpc(
         &http,
         &url,
-        Some(&sid),
+        &sid,
         json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
     )
-    .send()
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(pong["result"], json!({}));
 }
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 mod common;
-use common::mcp_http::{init, post, read_until};
+use common::mcp_http::{init, post, read_until, resume, rpc};
 use common::proc::{Instance, SdkClient};
 
 fn root() -> PathBuf {
@@ -86,15 +86,7 @@ fn a_kill_9_while_a_tool_awaits_elicitation_ends_the_call_after_the_restart() {
     let second = Instance::spawn_example("conformance", &store);
     rt.block_on(async {
         let http = reqwest::Client::new();
-        let mut resumed = http
-            .get(&second.url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &sid)
-            .header("last-event-id", &cursor)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resumed.status(), 200);
+        let mut resumed = resume(&http, &second.url, &sid, &cursor).await;
         let rest = read_until(&mut resumed, |v: &Value| v["id"] == 5).await;
         let (_, last) = rest.last().unwrap();
         assert_eq!(last["error"]["code"], -32603, "{last}");
@@ -103,18 +95,13 @@ fn a_kill_9_while_a_tool_awaits_elicitation_ends_the_call_after_the_restart() {
             "{last}"
         );
         // The session itself lives on: the restarted instance restores its backend.
-        let pong: Value = post(
+        let pong: Value = rpc(
             &http,
             &second.url,
-            Some(&sid),
+            &sid,
             json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}),
         )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .await;
         assert!(
             pong["result"]["tools"]
                 .as_array()

@@ -7,6 +7,33 @@ use std::sync::Arc;
 
 use mcp_resume_log::{DiskLog, Log, MemoryLog, RedisLog, Retention};
 
+/// Where an example listens and keeps its sessions (flattened into its
+/// arguments).
+#[derive(clap::Args)]
+pub struct Serving {
+    /// Address to listen on (port 0 picks a free one; the URL is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Where sessions live: memory, disk:DIR or redis://HOST:PORT/DB.
+    #[arg(long, default_value = "memory")]
+    pub store: String,
+    /// Replicas that must acknowledge each Redis append (WAIT).
+    #[arg(long, default_value_t = 0)]
+    pub redis_replicas: usize,
+}
+
+impl Serving {
+    /// The log `--store` names.
+    pub async fn open_log(&self) -> Result<Arc<dyn Log>, String> {
+        open_log(&self.store, self.redis_replicas).await
+    }
+
+    /// Binds `--listen` and prints `listening on http://ADDR/mcp`.
+    pub async fn listen(&self) -> Result<tokio::net::TcpListener, String> {
+        listen(self.listen).await
+    }
+}
+
 /// `memory`, `disk:DIR` or `redis://HOST:PORT/DB`, with `replicas` Redis
 /// replicas acknowledging each append.
 pub async fn open_log(store: &str, replicas: usize) -> Result<Arc<dyn Log>, String> {

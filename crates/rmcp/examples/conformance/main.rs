@@ -18,7 +18,6 @@
 mod example;
 mod fixture;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use clap::Parser;
@@ -28,15 +27,8 @@ use mcp_resume_server::{McpServer, ServerConfig};
 #[derive(Parser)]
 #[command(about = "The MCP conformance fixtures, served on mcp-resume's durable transport")]
 struct Args {
-    /// Address to listen on (port 0 picks a free one; the URL is printed).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    listen: SocketAddr,
-    /// Where sessions live: memory, disk:DIR or redis://HOST:PORT/DB.
-    #[arg(long, default_value = "memory")]
-    store: String,
-    /// Replicas that must acknowledge each Redis append (WAIT).
-    #[arg(long, default_value_t = 0)]
-    redis_replicas: usize,
+    #[command(flatten)]
+    serving: example::Serving,
 }
 
 #[tokio::main]
@@ -46,12 +38,12 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let log = example::open_log(&args.store, args.redis_replicas).await?;
+    let log = args.serving.open_log().await?;
     // One prototype, cloned per session: shared routers, per-session state.
     let proto = fixture::Conformance::new();
     let backend = Arc::new(RmcpBackend::new(move || proto.clone()));
     let server = McpServer::with_backend(log, backend, ServerConfig::default());
-    let listener = example::listen(args.listen).await?;
+    let listener = args.serving.listen().await?;
     server
         .serve(listener, example::ctrl_c())
         .await

@@ -105,3 +105,33 @@ pub async fn read_until(
         }
     }
 }
+
+/// A request POSTed to `url` in session `sid`, its JSON answer.
+pub async fn rpc(http: &reqwest::Client, url: &str, sid: &str, body: Value) -> Value {
+    post(http, url, Some(sid), body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// `GET url` with `Last-Event-ID: cursor`: a resume, which must be accepted.
+pub async fn resume(
+    http: &reqwest::Client,
+    url: &str,
+    sid: &str,
+    cursor: &str,
+) -> reqwest::Response {
+    let resp = http
+        .get(url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", sid)
+        .header("last-event-id", cursor)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp
+}

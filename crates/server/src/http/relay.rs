@@ -218,13 +218,7 @@ async fn call_json(
         return why.reply(id);
     }
     deliver(state, session, route, message, id).await;
-    rx.await.unwrap_or_else(|_| {
-        jsonrpc::error(
-            id,
-            jsonrpc::INTERNAL_ERROR,
-            "the call ended without an answer",
-        )
-    })
+    rx.await.unwrap_or_else(|_| unanswered(id))
 }
 
 /// A `tools/call` answered as JSON if it only answers, or as a request
@@ -247,12 +241,7 @@ async fn call_lazy(
         Ok(Answer::Stream { stream, head, sub }) => {
             sse::respond(state.clone(), session, stream, 0, head, sub)
         }
-        Err(_) => axum::Json(jsonrpc::error(
-            id,
-            jsonrpc::INTERNAL_ERROR,
-            "the call ended without an answer",
-        ))
-        .into_response(),
+        Err(_) => axum::Json(unanswered(id)).into_response(),
     })
 }
 
@@ -382,13 +371,17 @@ pub(super) async fn batch(
         }
     }
     for (id, rx) in waiting {
-        replies.push(rx.await.unwrap_or_else(|_| {
-            jsonrpc::error(
-                &id,
-                jsonrpc::INTERNAL_ERROR,
-                "the call ended without an answer",
-            )
-        }));
+        replies.push(rx.await.unwrap_or_else(|_| unanswered(&id)));
     }
     Ok(replies)
+}
+
+/// The answer of a call whose answer was lost (the route dropped it without
+/// a word: never expected, but never a hang either).
+fn unanswered(id: &Value) -> Value {
+    jsonrpc::error(
+        id,
+        jsonrpc::INTERNAL_ERROR,
+        "the call ended without an answer",
+    )
 }
