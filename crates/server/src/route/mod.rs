@@ -92,11 +92,6 @@ impl Routes {
         Ok(route)
     }
 
-    /// Whether this instance holds a route for `session`.
-    pub(crate) fn has(&self, session: &str) -> bool {
-        self.lock().contains_key(session)
-    }
-
     /// Closes the route of `session` (it ended, or it is parked).
     pub(crate) fn close(&self, session: &str) {
         if let Some(r) = self.lock().remove(session) {
@@ -266,15 +261,14 @@ async fn commit_loop(
             tracing::warn!(%session, error = %e, "could not end the session");
         }
     }
-    if state.routes.has(&session) {
-        // Its backend ended by itself: the next message starts a new one.
-        let mut map = state.routes.lock();
-        if map
-            .get(&session)
-            .is_some_and(|r| Arc::ptr_eq(&r.table, &table))
-        {
-            map.remove(&session);
-        }
+    // If its backend ended by itself, the route is still listed: unlist it
+    // (not a newer one), so that the next message starts a new backend.
+    let mut map = state.routes.lock();
+    if map
+        .get(&session)
+        .is_some_and(|r| Arc::ptr_eq(&r.table, &table))
+    {
+        map.remove(&session);
     }
 }
 
