@@ -281,6 +281,10 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Xorshift64) -> Result<Outcome, H
     // a kill did not deliver was never committed. Retried while kills go on.
     let mut closed = None;
     let mut last_error = String::from("every attempt was disturbed by a kill");
+    // A refused attempt (503 while a Redis failover runs: the cluster is
+    // down for seconds) is retried with backoff, ~13 s in all, so that a
+    // failover the server reports loudly is outlasted, not counted.
+    let mut backoff = Duration::from_millis(100);
     for _ in 0..10 {
         // An attempt during a restart is disturbed by definition: wait it out.
         let before = settled(&s.kills).await;
@@ -297,7 +301,8 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Xorshift64) -> Result<Outcome, H
             }
             Err(e) => {
                 last_error = e.to_string();
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
                 continue;
             }
         }
