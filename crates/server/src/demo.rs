@@ -33,6 +33,40 @@ fn emit_message(k: u64, count: u64) -> bytes::Bytes {
     ))
 }
 
+/// How long a background `emit` batch is retried while the log is
+/// unavailable (a Redis failover takes a few seconds) before it gives up.
+const EMIT_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// Commits `emit` notifications `k..k+n`, retrying with backoff while the log
+/// answers [`LogError::Unavailable`](mcp_resume_log::LogError::Unavailable):
+/// the call already answered, so giving up at the first refusal would break
+/// its promise silently. (An append whose outcome was unknown, such as a
+/// replica acknowledgement that timed out, may then be committed twice: a
+/// duplicate the reader can see, never a hole.)
+async fn commit_retrying(
+    ctx: &crate::tools::ToolContext,
+    k: u64,
+    n: u64,
+    count: u64,
+) -> Result<(), ToolError> {
+    let give_up = tokio::time::Instant::now() + EMIT_RETRY_FOR;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let batch = (k..k + n).map(|i| emit_message(i, count)).collect();
+        match ctx.notify_session_encoded(batch).await {
+            Ok(_) => return Ok(()),
+            Err(ToolError::Log(mcp_resume_log::LogError::Unavailable(why)))
+                if tokio::time::Instant::now() + pause < give_up =>
+            {
+                tracing::debug!(session = ctx.session_id(), %why, "emit waits for the log");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `echo`, `emit`, `register_tool`, `unregister_tool` and `progress`.
 pub fn demo_tools() -> ToolRegistry {
     ToolRegistry::new()
@@ -55,22 +89,42 @@ pub fn demo_tools() -> ToolRegistry {
                 if count > MAX_EMIT {
                     return Err(ToolError::InvalidParams(format!("count is limited to {MAX_EMIT}")));
                 }
-                let worker = ctx.clone();
-                ctx.spawn(async move {
-                    let mut k = 1;
-                    while k <= count {
-                        let n = if interval == 0 { EMIT_BATCH.min(count - k + 1) } else { 1 };
-                        let batch = (k..k + n).map(|i| emit_message(i, count)).collect();
-                        if let Err(e) = worker.notify_session_encoded(batch).await {
-                            tracing::info!(session = worker.session_id(), error = %e, "emit stopped");
-                            return;
+                // The first batch is committed before the call answers, so a
+                // log that refuses it fails the call (loudly) instead of
+                // breaking a promise already made. The rest runs in the
+                // background; its slot is taken first, so a call refused for
+                // the background budget has committed nothing.
+                let first = if interval == 0 { EMIT_BATCH.min(count) } else { count.min(1) };
+                let (go, started) = tokio::sync::oneshot::channel::<()>();
+                if count > first {
+                    let worker = ctx.clone();
+                    ctx.spawn(async move {
+                        if started.await.is_err() {
+                            return; // the first batch was refused
                         }
-                        k += n;
-                        if interval > 0 {
-                            tokio::time::sleep(Duration::from_millis(interval)).await;
+                        let mut k = first + 1;
+                        while k <= count {
+                            if interval > 0 {
+                                tokio::time::sleep(Duration::from_millis(interval)).await;
+                            }
+                            let n = if interval == 0 { EMIT_BATCH.min(count - k + 1) } else { 1 };
+                            if let Err(e) = commit_retrying(&worker, k, n, count).await {
+                                tracing::warn!(
+                                    session = worker.session_id(),
+                                    error = %e,
+                                    "emit stopped: notifications {k}..={count} were promised but not committed"
+                                );
+                                return;
+                            }
+                            k += n;
                         }
-                    }
-                })?;
+                    })?;
+                }
+                if first > 0 {
+                    ctx.notify_session_encoded((1..=first).map(|i| emit_message(i, count)).collect())
+                        .await?;
+                }
+                let _ = go.send(());
                 Ok(text_result(format!("emitting {count} notifications")))
             },
         )

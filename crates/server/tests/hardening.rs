@@ -211,12 +211,70 @@ async fn a_session_cannot_register_tools_or_run_background_work_without_bound() 
             .await;
         assert!(v.get("result").is_some(), "{v}");
     }
-    let v = s.call(&sid, "emit", json!({"count": 1})).await;
+    let before = s.head(&sid).await;
+    let v = s
+        .call(&sid, "emit", json!({"count": 2, "interval_ms": 1000}))
+        .await;
     assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert_eq!(
+        s.head(&sid).await,
+        before,
+        "a refused emit committed nothing"
+    );
     // Another session has its own budget.
     let other = s.init().await;
     let v = s.call(&other, "emit", json!({"count": 1})).await;
     assert!(v.get("result").is_some(), "{v}");
+}
+
+#[tokio::test]
+async fn emit_never_breaks_its_promise_when_the_log_refuses_appends() {
+    let (log, faults) = faulty(Retention::default());
+    let s = TestServer::start_with(log, ServerConfig::default()).await;
+    let sid = s.init().await;
+    let before = s.head(&sid).await;
+    // Refused before it answered: the call fails, nothing was promised.
+    faults.refuse_appends.store(1, Ordering::SeqCst);
+    let v = s.call(&sid, "emit", json!({"count": 1})).await;
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert_eq!(s.head(&sid).await, before);
+    // Refused after it answered (the log fails over for a few appends):
+    // the background retries until every promised event is committed.
+    let v = s
+        .call(&sid, "emit", json!({"count": 4, "interval_ms": 20}))
+        .await;
+    assert!(v.get("result").is_some(), "{v}");
+    faults.refuse_appends.store(3, Ordering::SeqCst);
+    let mut head = before;
+    for _ in 0..200 {
+        head = s.head(&sid).await;
+        if head >= before + 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(head, before + 4, "every promised event is committed");
+    assert_eq!(
+        faults.refuse_appends.load(Ordering::SeqCst),
+        0,
+        "the refusals were met"
+    );
+    let resp = s
+        .session_stream(&sid, Some(&before.to_string()))
+        .send()
+        .await
+        .unwrap();
+    let events = read_sse(resp, 4, 2000).await;
+    let ks: Vec<u64> = events
+        .iter()
+        .filter(|e| !e.data.is_empty())
+        .map(|e| {
+            serde_json::from_str::<Value>(&e.data).unwrap()["params"]["data"]["i"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ks, [1, 2, 3, 4], "in order, no duplicate");
 }
 
 #[tokio::test]

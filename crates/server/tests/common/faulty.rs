@@ -1,5 +1,6 @@
 //! A `Log` that forwards to a real one and injects the faults a test names:
-//! reads that skip an event or come back empty, slow reads, appends racing a pin.
+//! reads that skip an event or come back empty, slow reads, appends racing a pin,
+//! appends refused.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,6 +24,9 @@ pub struct Faults {
     /// `pin` first appends this many events to the session stream (a writer
     /// racing the upgrade), then pins.
     pub append_before_pin: AtomicUsize,
+    /// The next this many appends are refused as `Unavailable` (a Redis
+    /// failover), committing nothing.
+    pub refuse_appends: AtomicUsize,
 }
 
 /// The wrapper.
@@ -75,6 +79,15 @@ impl Log for FaultyLog {
         stream: StreamKey,
         messages: Vec<Bytes>,
     ) -> Result<Seq, LogError> {
+        let refuse =
+            self.faults
+                .refuse_appends
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if refuse.is_ok() {
+            return Err(LogError::Unavailable(
+                "injected: the log is failing over".into(),
+            ));
+        }
         self.inner.append(id, stream, messages).await
     }
     async fn read(
