@@ -153,4 +153,19 @@ pub trait Log: Send + Sync + 'static {
 
     /// Ends every subscription and makes committed state durable; for shutdown.
     async fn close(&self) -> Result<(), LogError>;
+
+    /// The instance that owns session `id`: the one lease holder that may run
+    /// state that cannot be shared (a child process behind a gateway). A
+    /// session's owner stays its owner while its handle is alive
+    /// ([`Log::instance_alive`]); once it is not, the next claim takes the
+    /// lease for this handle. Two instances claiming at once get the same
+    /// answer.
+    ///
+    /// `None`: this log belongs to one process (memory, disk), so every
+    /// session is this instance's and no lease is kept. A log shared by
+    /// instances (Redis) must override it.
+    async fn claim(&self, id: &str) -> Result<Option<String>, LogError> {
+        let _ = id;
+        Ok(None)
+    }
 }

@@ -10,7 +10,8 @@
 //! `WAIT` for the configured number of replicas.
 //!
 //! Keys carry the session id in a hash tag (`mcpr:{id}:...`):
-//! - `mcpr:{id}:s` hash: `c` created ms, `r` next request stream, `e` ended, `m` meta, `a` last active ms
+//! - `mcpr:{id}:s` hash: `c` created ms, `r` next request stream, `e` ended, `m` meta, `a` last active ms,
+//!   `o` the owner instance ([`Log::claim`])
 //! - `mcpr:{id}:st:N` hash: `h` head (appended), `c` committed head (what readers see), `f` floor,
 //!   `m` a request stream's record (until retention takes its last event)
 //! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
@@ -281,6 +282,40 @@ impl Log for RedisLog {
 
     async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
         instance::alive(&mut self.conn.clone(), instance).await
+    }
+
+    async fn claim(&self, id: &str) -> Result<Option<String>, LogError> {
+        let key = format!("{}:s", prefix(id));
+        let me = self.instance();
+        let seen: Option<String> = redis::cmd("HGET")
+            .arg(&key)
+            .arg("o")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if let Some(owner) = &seen {
+            if owner == me || self.instance_alive(owner).await? {
+                return Ok(seen);
+            }
+        }
+        let owner: String = self
+            .scripts
+            .claim
+            .key(key)
+            .arg(me)
+            .arg(seen.as_deref().unwrap_or(""))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if owner == "-" {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        if owner == me {
+            // A lease a failover could take back would let two instances
+            // run the session's state.
+            self.wait_replicas(id).await?;
+        }
+        Ok(Some(owner))
     }
 
     async fn append(

@@ -66,7 +66,7 @@ for n = 0, r - 1 do
 end
 redis.call('DEL', ARGV[1] .. ':pin', ARGV[1] .. ':f')
 redis.call('HSET', KEYS[1], 'e', 1)
-redis.call('HDEL', KEYS[1], 'm', 'a', 'r')
+redis.call('HDEL', KEYS[1], 'm', 'a', 'r', 'o')
 if KEYS[2] then
   redis.call('SREM', KEYS[2], ARGV[2])
   redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
@@ -131,6 +131,19 @@ if f > c + 1 then f = c + 1 end
 return {c, f}
 "#;
 
+/// Takes a live session's owner lease (field `o`) for `ARGV[1]` if it has no
+/// owner or still names `ARGV[2]` (the owner the caller saw dead); returns the
+/// owner after, or `-` for a session that is not live.
+pub(super) const CLAIM: &str = r#"
+if redis.call('HGET', KEYS[1], 'e') ~= '0' then return '-' end
+local cur = redis.call('HGET', KEYS[1], 'o')
+if (not cur) or cur == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'o', ARGV[1])
+  return ARGV[1]
+end
+return cur
+"#;
+
 /// Every script, loaded once per log (the library sends `EVALSHA` and falls back to `EVAL`).
 pub(super) struct Scripts {
     pub append: Script,
@@ -142,6 +155,7 @@ pub(super) struct Scripts {
     pub commit: Script,
     pub request_meta: Script,
     pub forget: Script,
+    pub claim: Script,
 }
 
 impl Scripts {
@@ -157,6 +171,7 @@ impl Scripts {
             commit: Script::new(COMMIT),
             request_meta: Script::new(REQUEST_META),
             forget: Script::new(FORGET),
+            claim: Script::new(CLAIM),
         }
     }
 }

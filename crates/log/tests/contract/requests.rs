@@ -122,6 +122,54 @@ fn only_a_running_handle_counts_as_alive() {
 }
 
 #[test]
+fn a_session_has_one_owner_while_its_handle_lives() {
+    rt().block_on(async {
+        for b in backends(Retention::default(), 1024).await {
+            b.log().create_session("s", Bytes::new()).await.unwrap();
+            let Some(url) = b.redis_url() else {
+                // One process: no lease is kept.
+                assert_eq!(b.log().claim("s").await.unwrap(), None, "{}", b.name);
+                continue;
+            };
+            let me = b.log().instance().to_owned();
+            let other = RedisLog::connect(url, Retention::default(), 0)
+                .await
+                .unwrap();
+            // Both claim at once: one owner, the same answer for both.
+            let (x, y) = tokio::join!(b.log().claim("s"), other.claim("s"));
+            let (x, y) = (x.unwrap().unwrap(), y.unwrap().unwrap());
+            assert_eq!(x, y);
+            assert!(x == me || x == other.instance());
+            // It stays while its handle lives ...
+            let owner_is_me = x == me;
+            assert_eq!(other.claim("s").await.unwrap().unwrap(), x);
+            assert_eq!(b.log().claim("s").await.unwrap().unwrap(), x);
+            // ... and the other takes it once that handle is gone.
+            let (survivor, survivor_id) = if owner_is_me {
+                b.log().close().await.unwrap();
+                (&other as &dyn Log, other.instance().to_owned())
+            } else {
+                other.close().await.unwrap();
+                (b.log().as_ref(), me.clone())
+            };
+            assert_eq!(survivor.claim("s").await.unwrap().unwrap(), survivor_id);
+            assert!(matches!(
+                survivor.claim("never").await,
+                Err(LogError::NoSession(_))
+            ));
+            survivor.end_session("s").await.unwrap();
+            assert!(matches!(
+                survivor.claim("s").await,
+                Err(LogError::NoSession(_))
+            ));
+            if owner_is_me {
+                other.close().await.unwrap();
+            }
+        }
+    });
+}
+
+#[test]
 fn a_redis_heartbeat_is_refreshed_while_its_handle_runs() {
     rt().block_on(async {
         let server = mcp_resume_testkit::RedisServer::start();
