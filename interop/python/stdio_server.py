@@ -1,6 +1,6 @@
 """A stdio MCP server built with the official Python SDK (its MCPServer), for
 the gateway tests: a tool, a tool that logs, a slow tool, a tool that kills
-its process, a resource and a prompt.
+its process, a tool that names its process, a resource and a prompt.
 
     python stdio_server.py      # speaks MCP on stdin/stdout
 """
@@ -32,6 +32,12 @@ async def wait(seconds: float) -> str:
     """Answers after `seconds`."""
     await anyio.sleep(seconds)
     return f"waited {seconds}"
+
+
+@server.tool()
+def pid() -> int:
+    """This process's id: which child answers."""
+    return os.getpid()
 
 
 @server.tool()

@@ -1,15 +1,16 @@
 //! `mcp-resume gateway`: existing stdio MCP servers behind the durable
 //! transport. The official reference server (`server-everything`, npm) with
 //! the official TypeScript SDK client; a stdio server built with the Python
-//! SDK through `kill -9` of the gateway, a child that exits, and the cap on
-//! children.
+//! SDK through `kill -9` of the gateway, a child that exits, the cap on
+//! children, and two gateways on one Redis: one child per session, on the
+//! lease holder, through `kill -9` of it.
 
 mod common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{post, read, root, rt, Serve};
+use common::{post, read, root, rt, RedisServer, Serve};
 use mcp_resume_testkit::SdkClient;
 use serde_json::{json, Value};
 
@@ -228,5 +229,104 @@ fn children_beyond_the_cap_get_429() {
         assert_eq!(second.status(), 429);
         let body: Value = second.json().await.unwrap();
         assert_eq!(body["error"], "limit-reached", "{body}");
+    });
+}
+
+/// The result of the `pid` tool: which child answered.
+async fn pid_of(url: &str, sid: &str, id: u64) -> Vec<Value> {
+    call(url, sid, id, "pid", json!({})).await
+}
+
+fn pid(got: &[Value]) -> Option<u64> {
+    got.last()?["result"]["structuredContent"]["result"].as_u64()
+}
+
+#[test]
+fn two_gateways_on_redis_run_one_child_per_session_and_survive_the_owners_kill_9() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", redis.url.as_str(), "--keepalive-secs", "1"];
+    let mut a = gateway_python(dir.path(), &store);
+    let b = gateway_python(dir.path(), &store);
+    rt().block_on(async {
+        // The session starts on A, which holds its lease and runs its child.
+        let sid = init(&a.url).await;
+        let on_a = pid(&pid_of(&a.url, &sid, 1).await).expect("a pid");
+        // B forwards to A through Redis instead of starting a second child.
+        for id in 2..5 {
+            let got = pid_of(&b.url, &sid, id).await;
+            assert_eq!(pid(&got), Some(on_a), "one child per session: {got:?}");
+        }
+        let got = call(&b.url, &sid, 5, "add", json!({"a": 2, "b": 3})).await;
+        assert_eq!(
+            got.last().unwrap()["result"]["structuredContent"]["result"],
+            5,
+            "{got:?}"
+        );
+        // A notification sent to B reaches the child (its answer to the
+        // cancelled call is dropped, the call's stream ends with an error).
+        let slow = reqwest::Client::new()
+            .post(&b.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &sid)
+            .body(
+                json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                "params": {"name": "wait", "arguments": {"seconds": 60}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(slow.status(), 200);
+        let r = post(
+            &b.url,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 6, "reason": "test"}}),
+        )
+        .await;
+        assert_eq!(r.status(), 202);
+        let events = read(slow, Duration::from_secs(10), |e| {
+            e.data.contains("\"id\":6")
+        })
+        .await
+        .expect("the cancelled call's stream ends");
+        let last: Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
+        assert_eq!(last["error"]["data"]["reason"], "cancelled", "{last}");
+
+        // A call in flight on A's child, read through B, when A dies.
+        let slow = reqwest::Client::new()
+            .post(&b.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &sid)
+            .body(
+                json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "wait", "arguments": {"seconds": 60}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(slow.status(), 200);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        a.kill9();
+        let events = read(slow, Duration::from_secs(30), |e| {
+            e.data.contains("\"id\":7")
+        })
+        .await
+        .expect("the in-flight call ends instead of waiting forever");
+        let last: Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
+        assert_eq!(
+            last["error"]["data"]["reason"], "server-restarted",
+            "{last}"
+        );
+        // The session goes on through B, which takes the lease once A's
+        // heartbeat is gone and starts a new child with the stored params.
+        let got = pid_of(&b.url, &sid, 8).await;
+        let on_b = pid(&got).unwrap_or_else(|| panic!("B serves the session: {got:?}"));
+        assert_ne!(on_b, on_a, "a new child");
+        assert_eq!(pid(&pid_of(&b.url, &sid, 9).await), Some(on_b));
     });
 }

@@ -44,8 +44,8 @@ pub(crate) async fn end_if_orphaned(
     }
     let meta: Value =
         serde_json::from_slice(&state.log.request_meta(session, r).await?).unwrap_or(Value::Null);
-    if meta.get("answer").is_some() {
-        // A forwarded answer (route::inbox), not a call.
+    if meta.get("id").is_none() {
+        // A message forwarded to another instance (route::inbox), not a call.
         return Ok(false);
     }
     let owner = meta["owner"].as_str().unwrap_or_default();

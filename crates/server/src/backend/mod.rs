@@ -49,6 +49,18 @@ pub trait Backend: Send + Sync + 'static {
     fn park_after(&self) -> Option<Duration> {
         Some(Duration::from_secs(120))
     }
+
+    /// Whether a session's backend must run on one instance at a time: a
+    /// child process or an upstream session holds state that two copies
+    /// would split. On a log shared by instances (Redis), the session's owner
+    /// lease ([`Log::claim`](mcp_resume_log::Log::claim)) then picks the
+    /// instance that runs it, and the others forward the session's client
+    /// messages to that one through the log (docs/protocol.md 3.4). An
+    /// in-process handler restored from the stored `initialize` params can
+    /// run wherever a message lands: `false`.
+    fn exclusive(&self) -> bool {
+        false
+    }
 }
 
 /// One session's running backend.

@@ -164,6 +164,10 @@ impl Backend for StdioBackend {
     fn park_after(&self) -> Option<Duration> {
         None
     }
+
+    fn exclusive(&self) -> bool {
+        true
+    }
 }
 
 /// Counts a running child until dropped.

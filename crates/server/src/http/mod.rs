@@ -1,9 +1,10 @@
 //! The Streamable HTTP endpoints of docs/protocol.md 3: POST, GET and DELETE on
 //! `P`, and the session stream on `P/session/{id}/events`.
 
+mod forward;
 mod guard;
 mod post;
-mod relay;
+pub(crate) mod relay;
 
 pub(crate) use relay::socket_message;
 
@@ -162,10 +163,22 @@ pub(crate) async fn open_call_stream(
     session: &str,
     id: &serde_json::Value,
 ) -> Result<(StreamKey, Seq, mcp_resume_log::Subscription), ApiError> {
-    let r = state
-        .log
-        .open_request_stream(session, crate::orphans::record(id, state.log.instance()))
-        .await?;
+    open_stream(
+        state,
+        session,
+        crate::orphans::record(id, state.log.instance()),
+    )
+    .await
+}
+
+/// Opens a request stream with record `meta` (within the session's limit)
+/// and subscribes to it from its start.
+pub(crate) async fn open_stream(
+    state: &AppState,
+    session: &str,
+    meta: bytes::Bytes,
+) -> Result<(StreamKey, Seq, mcp_resume_log::Subscription), ApiError> {
+    let r = state.log.open_request_stream(session, meta).await?;
     if r > state.config.max_request_streams {
         return Err(ApiError::TooMany(format!(
             "this session opened its maximum of {} request streams; start a new session",

@@ -17,8 +17,6 @@
 //!   error (a request stream always ends with a response) before the
 //!   backend stops the handler.
 
-use std::sync::Arc;
-
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use mcp_resume_log::StreamKey;
@@ -31,6 +29,7 @@ use super::post::answer;
 use crate::backend::DeliverError;
 use crate::error::ApiError;
 use crate::jsonrpc;
+use crate::route::lease::Located;
 use crate::route::table::{Answer, Dest};
 use crate::route::{self, SessionRoute};
 use crate::session::{new_session_id, SessionRecord};
@@ -60,7 +59,11 @@ pub(super) async fn initialize(
         init: Some(params.clone()),
     };
     state.log.create_session(&sid, record.encode()).await?;
-    let route = match state.routes.open(state, &sid, None) {
+    let opened = match route::lease::claim_new(state, &sid).await {
+        Ok(inbox_from) => state.routes.open(state, &sid, None, inbox_from),
+        Err(e) => Err(crate::backend::BackendError::Failed(e.to_string())),
+    };
+    let route = match opened {
         Ok(r) => r,
         Err(e) => {
             let _ = state.log.end_session(&sid).await;
@@ -93,27 +96,6 @@ pub(super) async fn initialize(
     Ok(resp)
 }
 
-/// The route of a live `session`, restoring its backend on this instance
-/// if it has none.
-pub(crate) async fn route_for(
-    state: &AppState,
-    session: &str,
-) -> Result<Arc<SessionRoute>, ApiError> {
-    if let Some(r) = state.routes.get(session) {
-        return Ok(r);
-    }
-    let rec = state.record(session).await?;
-    let Some(init) = rec.init else {
-        return Err(ApiError::Internal(
-            "this session was not created through the server's backend".into(),
-        ));
-    };
-    state
-        .routes
-        .open(state, session, Some(init))
-        .map_err(backend_error)
-}
-
 /// A backend that could not start, as the HTTP answer.
 fn backend_error(e: crate::backend::BackendError) -> ApiError {
     match e {
@@ -134,7 +116,12 @@ pub(super) async fn message(
         client_answer(state, &session, message).await;
         return Ok(StatusCode::ACCEPTED.into_response());
     }
-    let route = route_for(state, &session).await?;
+    let route = match route::lease::locate(state, &session).await? {
+        Located::Here(r) => r,
+        Located::There(owner) => {
+            return super::forward::message(state, session, &owner, acc, message).await
+        }
+    };
     let method = message
         .get("method")
         .and_then(Value::as_str)
@@ -194,7 +181,7 @@ async fn client_answer(state: &AppState, session: &str, message: Value) {
             }
         },
         None if wire.starts_with(crate::route::WIRE_PREFIX) => {
-            if let Err(e) = crate::route::inbox::forward(state, session, &message).await {
+            if let Err(e) = crate::route::inbox::forward(state, session, &message, None).await {
                 tracing::warn!(%session, id = wire, error = %e, "could not forward a response to the instance that asked");
             }
         }
@@ -311,13 +298,30 @@ pub(crate) async fn socket_message(state: &AppState, session: &str, message: Val
     if message.get("method").is_none() {
         return client_answer(state, session, message).await;
     }
-    let route = match route_for(state, session).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(%session, error = %e, "a WebSocket message has no backend");
-            return;
+    match route::lease::locate(state, session).await {
+        Ok(Located::Here(route)) => {
+            dispatch(state, session, &route, StreamKey::Session, message).await
         }
-    };
+        Ok(Located::There(owner)) => {
+            // Its request is answered on the session stream, as here.
+            if let Err(e) = route::inbox::forward(state, session, &message, Some(&owner)).await {
+                tracing::warn!(%session, error = %e, "a WebSocket message could not be forwarded to the session's owner");
+            }
+        }
+        Err(e) => tracing::warn!(%session, error = %e, "a WebSocket message has no backend"),
+    }
+}
+
+/// Hands a client message to a route on this instance: a request (answered
+/// on `answer_on`), a notification, or an answer to a server request. For
+/// WebSocket messages and messages forwarded from other instances.
+pub(crate) async fn dispatch(
+    state: &AppState,
+    session: &str,
+    route: &SessionRoute,
+    answer_on: StreamKey,
+    message: Value,
+) {
     let method = message
         .get("method")
         .and_then(Value::as_str)
@@ -325,21 +329,26 @@ pub(crate) async fn socket_message(state: &AppState, session: &str, message: Val
     match (method, message.get("id").cloned()) {
         (Some(_), Some(id)) => {
             let params = message.get("params").cloned().unwrap_or(Value::Null);
-            if let Err(why) = route.register(&id, &params, Dest::Stream(StreamKey::Session)) {
-                let _ = state
-                    .append(session, StreamKey::Session, &why.reply(&id))
-                    .await;
+            if let Err(why) = route.register(&id, &params, Dest::Stream(answer_on)) {
+                let _ = state.append(session, answer_on, &why.reply(&id)).await;
                 return;
             }
-            deliver(state, session, &route, message, &id).await;
+            deliver(state, session, route, message, &id).await;
         }
         (Some(method), None) => {
             if method == "notifications/cancelled" {
-                cancelled(state, session, &route, &message).await;
+                cancelled(state, session, route, &message).await;
             }
             let _ = route.deliver(message);
         }
-        (None, _) => client_answer(state, session, message).await,
+        (None, _) => match route.client_response(message) {
+            Some(m) => {
+                if let Err(e) = route.deliver(m) {
+                    tracing::warn!(%session, error = %e, "a response to a server request was not delivered");
+                }
+            }
+            None => tracing::debug!(%session, "a forwarded answer this route does not await"),
+        },
     }
 }
 
@@ -349,7 +358,10 @@ pub(super) async fn batch(
     session: &str,
     items: &[Value],
 ) -> Result<Vec<Value>, ApiError> {
-    let route = route_for(state, session).await?;
+    let route = match route::lease::locate(state, session).await? {
+        Located::Here(r) => r,
+        Located::There(owner) => return forwarded_batch(state, session, &owner, items).await,
+    };
     let mut waiting = Vec::new();
     let mut replies = Vec::new();
     for item in items {
@@ -372,6 +384,36 @@ pub(super) async fn batch(
     }
     for (id, rx) in waiting {
         replies.push(rx.await.unwrap_or_else(|_| unanswered(&id)));
+    }
+    Ok(replies)
+}
+
+/// A batch for a session owned by another instance: each request forwarded
+/// on a stream of its own and its answer awaited there.
+async fn forwarded_batch(
+    state: &AppState,
+    session: &str,
+    owner: &str,
+    items: &[Value],
+) -> Result<Vec<Value>, ApiError> {
+    let mut waiting = Vec::new();
+    let mut replies = Vec::new();
+    for item in items {
+        match jsonrpc::Incoming::classify(item) {
+            Ok(jsonrpc::Incoming::Request { id, .. }) => {
+                let (stream, _, sub) =
+                    super::forward::request(state, session, owner, item, &id).await?;
+                waiting.push((id, stream, sub));
+            }
+            Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await,
+            Ok(jsonrpc::Incoming::Notification) => {
+                route::inbox::forward(state, session, item, Some(owner)).await?;
+            }
+            Err(why) => replies.push(jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why)),
+        }
+    }
+    for (id, stream, sub) in waiting {
+        replies.push(super::forward::answer(state, session, stream, sub, &id).await);
     }
     Ok(replies)
 }

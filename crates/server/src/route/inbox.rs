@@ -1,55 +1,96 @@
-//! Answers to server requests that reach another instance.
+//! Client messages that reach an instance other than the one that must
+//! handle them.
 //!
-//! A client may POST its response to a server request (an elicitation, a
-//! sampling call) to any instance, but the handler that awaits it runs on
-//! one. The instance that receives an answer it did not ask for forwards it
-//! through the log, the one thing every instance shares: it opens a request
-//! stream whose record carries the answer (`{"answer": MESSAGE}`; nothing is
-//! ever appended to it, and the orphan sweep leaves it alone). While a
-//! session's route awaits answers, a task on its instance reads the records
-//! of request streams opened since just before the request was committed,
-//! and delivers the answers that are its own. The cost is paid only while a
-//! server request is pending: one `request_streams` read per
-//! [`POLL`], plus a record read per stream opened meanwhile.
+//! Two cases, one mechanism. A client may POST its response to a server
+//! request (an elicitation, a sampling call) to any instance, but the
+//! handler that awaits it runs on one. And a session whose backend is
+//! [exclusive](crate::backend::Backend::exclusive) (a gateway's child
+//! process) runs on its owner only (the lease of
+//! [`Log::claim`](mcp_resume_log::Log::claim)), so every other instance
+//! forwards that session's requests and notifications too.
+//!
+//! The carrier is the log, the one thing every instance shares: the
+//! receiving instance opens a request stream whose record carries the
+//! message (`{"forward": MESSAGE, "owner": INSTANCE}`). A forwarded request
+//! is answered on that very stream: its record also names the call (`id`)
+//! and the owner, like any call's, so the orphan sweep ends it if the owner
+//! dies; the client reads it from `R/0`. A forwarded notification or answer
+//! has no `id`: nothing is ever appended to its stream, and the sweep leaves
+//! it alone. The instance that handles the session reads the records of
+//! request streams opened since it started looking, every [`POLL`]: while a
+//! route awaits answers, or for as long as it owns an exclusive session.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use mcp_resume_log::{LogError, Seq};
+use mcp_resume_log::{LogError, Seq, StreamKey};
 use serde_json::{json, Value};
 
 use crate::state::AppState;
 
-/// How often a route that awaits answers looks for forwarded ones.
+/// How often a route that awaits forwarded messages looks for them.
 pub(crate) const POLL: Duration = Duration::from_millis(100);
 
-/// Forwards `answer` (a client's response to a server request this instance
-/// did not send) to the instance that did, through the log.
+/// The record of a request stream that carries `message` to instance
+/// `owner` (any instance, for an answer: the route that asked knows it by
+/// its id). With `call`, the stream is also where the call is answered.
+pub(crate) fn carrier(message: &Value, owner: Option<&str>, call: Option<&Value>) -> Bytes {
+    let mut meta = json!({"forward": message, "owner": owner.unwrap_or_default()});
+    if let Some(id) = call {
+        meta["id"] = id.clone();
+    }
+    Bytes::from(meta.to_string())
+}
+
+/// Forwards `message` (a notification, or a client's response to a server
+/// request this instance did not send) to `owner` (`None`: whichever route
+/// sent the request it answers), through the log.
 pub(crate) async fn forward(
     state: &AppState,
     session: &str,
-    answer: &Value,
+    message: &Value,
+    owner: Option<&str>,
 ) -> Result<(), LogError> {
-    let meta = Bytes::from(json!({"answer": answer, "owner": state.log.instance()}).to_string());
-    state.log.open_request_stream(session, meta).await?;
+    state
+        .log
+        .open_request_stream(session, carrier(message, owner, None))
+        .await?;
     Ok(())
 }
 
-/// The answer a request stream's record forwards, if it is one.
-pub(crate) fn answer_of(meta: &[u8]) -> Option<Value> {
-    let v: Value = serde_json::from_slice(meta).ok()?;
-    v.get("answer").cloned()
+/// A message forwarded in a request stream's record, and where the route
+/// answers it if it is a request (its own stream, or the session stream
+/// for one that came over a WebSocket).
+struct Forwarded {
+    message: Value,
+    owner: String,
+    answer_on: StreamKey,
 }
 
-/// Watches for answers forwarded to `session`'s route, from request stream
-/// `seen + 1` on, until it awaits none (or the route goes).
-pub(crate) async fn watch(state: AppState, session: String, mut seen: Seq) {
+fn forwarded(meta: &[u8], r: Seq) -> Option<Forwarded> {
+    let v: Value = serde_json::from_slice(meta).ok()?;
+    let message = v.get("forward")?.clone();
+    Some(Forwarded {
+        message,
+        owner: v["owner"].as_str().unwrap_or_default().to_owned(),
+        answer_on: if v.get("id").is_some() {
+            StreamKey::Request(r)
+        } else {
+            StreamKey::Session
+        },
+    })
+}
+
+/// Hands `session`'s route the messages forwarded to it, from request
+/// stream `seen + 1` on, until the route goes or, unless `always`, until it
+/// awaits no answer.
+pub(crate) async fn watch(state: AppState, session: String, mut seen: Seq, always: bool) {
     loop {
         tokio::time::sleep(POLL).await;
         let Some(route) = state.routes.peek(&session) else {
             return;
         };
-        {
+        if !always {
             let mut t = route.lock_table();
             if !t.asking() {
                 t.watching = false;
@@ -60,22 +101,24 @@ pub(crate) async fn watch(state: AppState, session: String, mut seen: Seq) {
             Ok(n) => n,
             Err(LogError::NoSession(_) | LogError::SessionEnded) => return,
             Err(e) => {
-                tracing::debug!(%session, error = %e, "could not look for forwarded answers");
+                tracing::debug!(%session, error = %e, "could not look for forwarded messages");
                 continue;
             }
         };
         for r in seen + 1..=n {
-            let meta = match state.log.request_meta(&session, r).await {
-                Ok(m) => m,
-                Err(_) => continue,
-            };
-            let Some(answer) = answer_of(&meta) else {
+            let Some(f) = state
+                .log
+                .request_meta(&session, r)
+                .await
+                .ok()
+                .and_then(|meta| forwarded(&meta, r))
+            else {
                 continue;
             };
-            if let Some(m) = route.client_response(answer) {
-                if let Err(e) = route.deliver(m) {
-                    tracing::warn!(%session, error = %e, "a forwarded answer was not delivered");
-                }
+            let answer = f.message.get("method").is_none();
+            if answer || (always && f.owner == state.log.instance()) {
+                crate::http::relay::dispatch(&state, &session, &route, f.answer_on, f.message)
+                    .await;
             }
         }
         seen = n;

@@ -9,6 +9,7 @@
 //! still in flight is answered with an error: a caller never waits forever.
 
 pub(crate) mod inbox;
+pub(crate) mod lease;
 pub(crate) mod table;
 
 use std::collections::HashMap;
@@ -35,6 +36,9 @@ const BATCH: usize = 256;
 #[derive(Default)]
 pub(crate) struct Routes {
     map: Mutex<HashMap<String, Arc<SessionRoute>>>,
+    /// Sessions whose exclusive backend runs on another instance, and when
+    /// that was last checked ([`lease`]).
+    owners: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 /// One session's route.
@@ -64,12 +68,16 @@ impl Routes {
     /// The route of `session`, starting its backend if this instance has
     /// none; `restore` holds the client's `initialize` params when the
     /// session was initialized before (on another instance, by an earlier
-    /// process, or before it was parked).
+    /// process, or before it was parked). With `inbox_from`, this instance
+    /// holds the session's owner lease: the route takes the messages other
+    /// instances forward to it through request streams after that count
+    /// ([`inbox`]), for as long as it lives.
     pub(crate) fn open(
         &self,
         state: &AppState,
         session: &str,
         restore: Option<Value>,
+        inbox_from: Option<mcp_resume_log::Seq>,
     ) -> Result<Arc<SessionRoute>, BackendError> {
         let mut map = self.lock();
         if let Some(r) = map.get(session) {
@@ -80,7 +88,11 @@ impl Routes {
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let prefix = format!("{WIRE_PREFIX}{}.", &crate::session::new_session_id()[..12]);
-        let table = Arc::new(Mutex::new(Table::new(prefix)));
+        let mut table = Table::new(prefix);
+        // The owner's inbox also takes forwarded answers: the watch that
+        // runs only while answers are awaited is not needed.
+        table.watching = inbox_from.is_some();
+        let table = Arc::new(Mutex::new(table));
         let session_backend = backend.open(session, Outbox { tx }, restore)?;
         let route = Arc::new(SessionRoute {
             backend: session_backend,
@@ -89,6 +101,9 @@ impl Routes {
         });
         map.insert(session.to_owned(), route.clone());
         tokio::spawn(commit_loop(state.clone(), session.to_owned(), table, rx));
+        if let Some(seen) = inbox_from {
+            tokio::spawn(inbox::watch(state.clone(), session.to_owned(), seen, true));
+        }
         Ok(route)
     }
 
@@ -214,7 +229,7 @@ async fn commit_loop(
                 // streams after this count: taken before the request is
                 // committed, so none can come earlier.
                 let seen = state.log.request_streams(&session).await.unwrap_or(0);
-                tokio::spawn(inbox::watch(state.clone(), session.clone(), seen));
+                tokio::spawn(inbox::watch(state.clone(), session.clone(), seen, false));
             }
             match routed {
                 Routed::Commit(k, m) => push(&mut runs, k, &m, ack),

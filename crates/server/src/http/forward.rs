@@ -1,0 +1,105 @@
+//! Client messages for a session whose exclusive backend runs on another
+//! instance (its owner, [`lease`](crate::route::lease)): forwarded through
+//! the log ([`inbox`](crate::route::inbox)).
+//!
+//! A request gets a request stream of its own whose record carries it to the
+//! owner and names the owner as the instance that runs its handler: the owner
+//! commits everything the call sends there, and the client reads it from
+//! `R/0` on this instance, resumable like any request stream. If the owner
+//! dies first, the orphan sweep ends the call with an error (checked at each
+//! keepalive of the stream, and here while a JSON answer is awaited). A
+//! notification is forwarded and answered 202.
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use mcp_resume_log::{LogError, StreamKey, Subscription};
+use serde_json::Value;
+
+use super::guard::Accepts;
+use crate::error::ApiError;
+use crate::route::inbox;
+use crate::state::AppState;
+use crate::{jsonrpc, orphans, sse};
+
+/// How often a JSON answer awaited from another instance checks that the
+/// instance still lives.
+const ORPHAN_CHECK: Duration = Duration::from_secs(5);
+
+/// A request or notification POSTed for a session owned by `owner`.
+pub(super) async fn message(
+    state: &AppState,
+    session: String,
+    owner: &str,
+    acc: Accepts,
+    message: Value,
+) -> Result<Response, ApiError> {
+    let Some(id) = message.get("id").cloned() else {
+        inbox::forward(state, &session, &message, Some(owner)).await?;
+        return Ok(axum::http::StatusCode::ACCEPTED.into_response());
+    };
+    let (stream, head, sub) = request(state, &session, owner, &message, &id).await?;
+    if acc.sse {
+        return Ok(sse::respond(state.clone(), session, stream, 0, head, sub));
+    }
+    Ok(axum::Json(answer(state, &session, stream, sub, &id).await).into_response())
+}
+
+/// Forwards request `message` (id `id`) to `owner` on a request stream of
+/// its own, subscribed from its start.
+pub(super) async fn request(
+    state: &AppState,
+    session: &str,
+    owner: &str,
+    message: &Value,
+    id: &Value,
+) -> Result<(StreamKey, u64, Subscription), ApiError> {
+    super::open_stream(
+        state,
+        session,
+        inbox::carrier(message, Some(owner), Some(id)),
+    )
+    .await
+}
+
+/// Awaits the response on a forwarded call's stream, for a client that reads
+/// JSON: the owner's, or the error the orphan sweep commits if it died.
+pub(super) async fn answer(
+    state: &AppState,
+    session: &str,
+    stream: StreamKey,
+    mut sub: Subscription,
+    id: &Value,
+) -> Value {
+    let StreamKey::Request(r) = stream else {
+        return unanswered(id, "not a request stream");
+    };
+    loop {
+        match tokio::time::timeout(ORPHAN_CHECK, sub.next()).await {
+            Ok(Ok(ev)) => {
+                if let Ok(m) = serde_json::from_slice::<Value>(&ev.message) {
+                    if jsonrpc::is_response(&ev.message) && m.get("id") == Some(id) {
+                        return m;
+                    }
+                }
+            }
+            Ok(Err(e)) => return unanswered(id, &e.to_string()),
+            Err(_) => {
+                if let Err(e) = orphans::end_if_orphaned(state, session, r).await {
+                    if !matches!(e, LogError::Unavailable(_)) {
+                        return unanswered(id, &e.to_string());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The answer of a forwarded call whose stream ended without one.
+fn unanswered(id: &Value, why: &str) -> Value {
+    jsonrpc::error(
+        id,
+        jsonrpc::INTERNAL_ERROR,
+        format!("the call's answer could not be read: {why}"),
+    )
+}

@@ -1,0 +1,101 @@
+//! Where a session's backend runs.
+//!
+//! An [exclusive](crate::backend::Backend::exclusive) backend (a gateway's
+//! child process) runs on one instance at a time: the holder of the
+//! session's owner lease ([`Log::claim`](mcp_resume_log::Log::claim)). An
+//! instance that has the session's route is its owner; one that has not
+//! claims the lease, and either wins it (and starts the backend, restored
+//! from the stored `initialize` params) or learns the owner and forwards
+//! the message there ([`inbox`](super::inbox)). The owner a claim names is
+//! kept for [`RECHECK`], so a busy session costs one claim a second per
+//! instance, not one per message; an owner that dies is replaced on the
+//! first claim after its heartbeat expires (about 10 s on Redis).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_resume_log::LogError;
+
+use super::{Routes, SessionRoute};
+use crate::backend::BackendError;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// How long a learnt owner is trusted before it is claimed again.
+pub(crate) const RECHECK: Duration = Duration::from_secs(1);
+
+/// Where a session's messages go.
+pub(crate) enum Located {
+    /// The backend runs here (started now if it was not running).
+    Here(Arc<SessionRoute>),
+    /// The backend runs on this instance, which holds the lease.
+    There(String),
+}
+
+impl Routes {
+    fn owner_seen(&self, session: &str) -> Option<String> {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        match owners.get(session) {
+            Some((owner, at)) if at.elapsed() < RECHECK => Some(owner.clone()),
+            Some(_) => {
+                owners.remove(session);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn remember_owner(&self, session: &str, owner: String) {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded by the sessions this instance forwards for within RECHECK.
+        owners.retain(|_, (_, at)| at.elapsed() < RECHECK);
+        owners.insert(session.to_owned(), (owner, Instant::now()));
+    }
+}
+
+/// Where `session`'s messages go; a backend that starts here is restored
+/// from the client's stored `initialize` params.
+pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, ApiError> {
+    if let Some(r) = state.routes.get(session) {
+        return Ok(Located::Here(r));
+    }
+    let exclusive = state.backend.as_ref().is_some_and(|b| b.exclusive());
+    let mut inbox_from = None;
+    if exclusive {
+        if let Some(owner) = state.routes.owner_seen(session) {
+            return Ok(Located::There(owner));
+        }
+        // Counted before the claim: a message forwarded to this instance as
+        // soon as it holds the lease opens a later stream.
+        let seen = state.log.request_streams(session).await?;
+        match state.log.claim(session).await? {
+            Some(owner) if owner != state.log.instance() => {
+                state.routes.remember_owner(session, owner.clone());
+                return Ok(Located::There(owner));
+            }
+            Some(_) => inbox_from = Some(seen),
+            None => {} // one process: every session is this instance's
+        }
+    }
+    let Some(init) = state.record(session).await?.init else {
+        return Err(ApiError::Internal(
+            "this session was not created through the server's backend".into(),
+        ));
+    };
+    match state.routes.open(state, session, Some(init), inbox_from) {
+        Ok(r) => Ok(Located::Here(r)),
+        Err(BackendError::Busy(why)) => Err(ApiError::TooMany(why)),
+        Err(e) => Err(ApiError::Internal(e.to_string())),
+    }
+}
+
+/// The lease of a session this instance just created, for its route: the
+/// count to read forwarded messages from, if the log is shared.
+pub(crate) async fn claim_new(state: &AppState, session: &str) -> Result<Option<u64>, LogError> {
+    let exclusive = state.backend.as_ref().is_some_and(|b| b.exclusive());
+    if !exclusive {
+        return Ok(None);
+    }
+    // Nobody else knows the id yet: the claim is this instance's.
+    Ok(state.log.claim(session).await?.map(|_| 0))
+}
