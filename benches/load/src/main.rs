@@ -11,6 +11,7 @@
 //! ```
 
 mod cross;
+mod gateway;
 mod servers;
 mod workloads;
 mod ws;
@@ -98,6 +99,20 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// The gateway's cost: tools/call latency through `mcp-resume gateway`
+    /// against the same stdio server driven directly, and the gateway's
+    /// memory per session (the Python SDK stdio server of the gateway tests).
+    Gateway {
+        /// Sequential calls measured on each path.
+        #[arg(long, default_value_t = 2000)]
+        calls: usize,
+        /// Sessions (each with its child) for the memory per session.
+        #[arg(long, default_value_t = 50)]
+        sessions: usize,
+        /// Write the table here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Upgrade time to first live frame, safe vs legacy; events/s over WebSocket vs SSE.
     Upgrade {
         /// Upgrades per mode.
@@ -144,6 +159,25 @@ fn emit(out: &mut String, line: String) {
 async fn main() {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Gateway {
+            calls,
+            sessions,
+            out,
+        } => {
+            let python = root().join("interop/python/.venv/bin/python");
+            let script = root().join("interop/python/stdio_server.py");
+            assert!(
+                python.exists(),
+                "the Python SDK is not installed: run scripts/test's setup (interop/python/.venv)"
+            );
+            let direct = gateway::direct(&python, &script, calls).await;
+            let through = gateway::through(&python, &script, calls, sessions).await;
+            let text = gateway::table(&direct, &through);
+            print!("{text}");
+            if let Some(p) = out {
+                std::fs::write(&p, text).unwrap();
+            }
+        }
         Cmd::Cross {
             probes,
             sessions,

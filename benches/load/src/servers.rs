@@ -86,6 +86,23 @@ pub fn ours(bin: &Path, extra: &[&str]) -> Server {
     started("mcp-resume", child, Some(dir))
 }
 
+/// `mcp-resume gateway` on the disk log in front of the stdio server `command`.
+pub fn gateway(bin: &Path, extra: &[&str], command: &[&str]) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(bin)
+        .args(["gateway", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(extra)
+        .arg("--")
+        .args(command)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn mcp-resume gateway");
+    started("mcp-resume gateway", child, Some(dir))
+}
+
 /// The TypeScript SDK server of `benches/peers/node`.
 pub fn node(root: &Path) -> Server {
     let child = Command::new("node")

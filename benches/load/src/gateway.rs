@@ -1,0 +1,191 @@
+//! What `mcp-resume gateway` costs: a `tools/call` through the gateway (HTTP,
+//! the session's route, the child's stdio) against the same stdio server
+//! driven directly over its stdin and stdout, and the gateway's own memory per
+//! session (its children are processes of their own, not counted).
+//!
+//! The server is the Python SDK stdio server of the gateway tests
+//! (`interop/python/stdio_server.py`, its `add` tool); calls are sequential,
+//! so the numbers are latencies, not throughput.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::{pct, servers};
+
+/// Latencies (ms) of `calls` sequential `tools/call add` over the child's own stdio.
+pub async fn direct(python: &Path, script: &Path, calls: usize) -> Vec<f64> {
+    let mut child = tokio::process::Command::new(python)
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the Python stdio server");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut rpc = async |m: Value, wait: bool| {
+        let mut line = m.to_string().into_bytes();
+        line.push(b'\n');
+        stdin.write_all(&line).await.unwrap();
+        stdin.flush().await.unwrap();
+        while wait {
+            let l = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the server closed stdout");
+            let v: Value = serde_json::from_str(&l).unwrap_or(Value::Null);
+            if v.get("id") == m.get("id") {
+                return v;
+            }
+        }
+        Value::Null
+    };
+    rpc(init_message(), true).await;
+    rpc(
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        false,
+    )
+    .await;
+    let mut lat = Vec::with_capacity(calls);
+    for i in 0..calls + 20 {
+        let started = Instant::now();
+        let v = rpc(add(i as u64), true).await;
+        assert_eq!(
+            v["result"]["structuredContent"]["result"],
+            i as u64 + 1,
+            "{v}"
+        );
+        if i >= 20 {
+            lat.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    lat
+}
+
+fn init_message() -> Value {
+    json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "load", "version": "0"}}})
+}
+
+fn add(i: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": i, "b": 1}}})
+}
+
+async fn post(http: &reqwest::Client, url: &str, sid: Option<&str>, m: Value) -> reqwest::Response {
+    let mut rb = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(s) = sid {
+        rb = rb.header("mcp-session-id", s);
+    }
+    let r = rb
+        .body(m.to_string())
+        .send()
+        .await
+        .expect("POST to the gateway");
+    assert!(r.status().is_success(), "{}", r.status());
+    r
+}
+
+/// A session on the gateway, its child started and initialized.
+async fn session(http: &reqwest::Client, url: &str) -> String {
+    let r = post(http, url, None, init_message()).await;
+    let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    post(
+        http,
+        url,
+        Some(&sid),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    sid
+}
+
+/// The gateway's numbers: call latencies (ms) and KiB of RSS per session.
+pub struct Gateway {
+    pub lat: Vec<f64>,
+    pub kib_per_session: f64,
+    pub sessions: usize,
+}
+
+/// Runs the gateway in front of the stdio server: `calls` sequential calls
+/// on one session, then `sessions` more sessions for the memory per session.
+pub async fn through(python: &Path, script: &Path, calls: usize, sessions: usize) -> Gateway {
+    let gw = servers::gateway(
+        &servers::our_binary(),
+        &["--max-children", &(sessions + 8).to_string()],
+        &[&python.display().to_string(), &script.display().to_string()],
+    );
+    let http = reqwest::Client::new();
+    let sid = session(&http, &gw.url).await;
+    let mut lat = Vec::with_capacity(calls);
+    for i in 0..calls + 20 {
+        let started = Instant::now();
+        let v: Value = post(&http, &gw.url, Some(&sid), add(i as u64))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            v["result"]["structuredContent"]["result"],
+            i as u64 + 1,
+            "{v}"
+        );
+        if i >= 20 {
+            lat.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = gw.rss_kib();
+    let mut ids = Vec::new();
+    for _ in 0..sessions {
+        let s = session(&http, &gw.url).await;
+        let v: Value = post(&http, &gw.url, Some(&s), add(1))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["result"]["structuredContent"]["result"], 2, "{v}");
+        ids.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = gw.rss_kib();
+    Gateway {
+        lat,
+        kib_per_session: (after.saturating_sub(before)) as f64 / sessions.max(1) as f64,
+        sessions,
+    }
+}
+
+/// The table: latency through the gateway and directly, with their ratio.
+pub fn table(direct: &[f64], gw: &Gateway) -> String {
+    let row = |name: &str, v: &[f64]| {
+        format!(
+            "| {name} | {} | {:.3} | {:.3} | {:.3} |\n",
+            v.len(),
+            pct(v, 0.5),
+            pct(v, 0.99),
+            pct(v, 1.0)
+        )
+    };
+    format!(
+        "| tools/call `add`, sequential | calls | p50 ms | p99 ms | max ms |\n| --- | ---: | ---: | ---: | ---: |\n{}{}\n\
+         gateway/direct: p50 {:.2}x, p99 {:.2}x (the gateway adds {:.3} ms at p50)\n\n\
+         gateway RSS per session (child not counted): {:.0} KiB over {} sessions\n",
+        row("the stdio server's own stdin/stdout", direct),
+        row("through `mcp-resume gateway` (disk log)", &gw.lat),
+        pct(&gw.lat, 0.5) / pct(direct, 0.5),
+        pct(&gw.lat, 0.99) / pct(direct, 0.99),
+        pct(&gw.lat, 0.5) - pct(direct, 0.5),
+        gw.kib_per_session,
+        gw.sessions
+    )
+}
