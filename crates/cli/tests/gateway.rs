@@ -10,7 +10,8 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{post, read, root, rt, RedisServer, Serve};
+use common::{post, read, read_until, root, rt, RedisServer, Serve};
+use mcp_resume_client::{McpClient, ReaderOptions, Transport};
 use mcp_resume_testkit::SdkClient;
 use serde_json::{json, Value};
 
@@ -126,6 +127,94 @@ fn server_everything_behind_the_gateway_with_the_typescript_sdk_client() {
     let elicited = client.wait_for("ELICITED", |l| l.starts_with("ELICITED"));
     assert!(elicited.contains("gateway-user"), "{elicited}");
     client.wait_for("DONE", |l| l == "DONE");
+}
+
+#[test]
+fn server_everything_behind_the_gateway_with_the_python_sdk_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = everything();
+    let gw = Serve::gateway(
+        dir.path(),
+        "127.0.0.1:0",
+        &[],
+        &[bin.to_str().unwrap(), "stdio"],
+    );
+    let python = python_server()[0].clone();
+    let script = root().join("interop/python/gateway.py");
+    let mut client = SdkClient::spawn(&python, &[script.display().to_string(), gw.url.clone()]);
+    let tools = client.wait_for("TOOLS", |l| l.starts_with("TOOLS"));
+    assert!(tools.contains("trigger-elicitation-request"), "{tools}");
+    assert_eq!(
+        client.wait_for("ECHO", |l| l.starts_with("ECHO")),
+        "ECHO Echo: hello"
+    );
+    assert!(client
+        .wait_for("RESOURCE", |l| l.starts_with("RESOURCE"))
+        .contains("demo://"));
+    assert_eq!(
+        client.wait_for("PROMPT", |l| l.starts_with("PROMPT")),
+        "PROMPT 1 True"
+    );
+    assert_eq!(
+        client.wait_for("PROGRESS", |l| l.starts_with("PROGRESS")),
+        "PROGRESS 3"
+    );
+    let sampled = client.wait_for("SAMPLED", |l| l.starts_with("SAMPLED"));
+    assert!(
+        sampled.contains("python-gateway-sampler-says-42"),
+        "{sampled}"
+    );
+    let elicited = client.wait_for("ELICITED", |l| l.starts_with("ELICITED"));
+    assert!(elicited.contains("python-gateway-user"), "{elicited}");
+    client.wait_for("DONE", |l| l == "DONE");
+}
+
+#[test]
+fn a_websocket_reader_through_the_gateway_loses_nothing_across_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = gateway_python(dir.path(), &[]);
+    let rt = rt();
+    let (sid, cursor) = rt.block_on(async {
+        let mut client = McpClient::new(&gw.url);
+        client.initialize().await.unwrap();
+        let sid = client.session_id().unwrap().to_owned();
+        // The child's log messages go to the session stream, committed
+        // before its answer: all 50 are in the log when the call returns.
+        let r = client.call_tool("count", json!({"n": 50})).await.unwrap();
+        assert_eq!(r["content"][0]["text"], "counted 50", "{r}");
+        let mut opts = ReaderOptions::default();
+        opts.transport = Transport::WebSocket;
+        opts.from = Some(0);
+        let mut ws = client.reader(opts).unwrap();
+        let seen = read_until(&mut ws, 20).await;
+        assert_eq!(
+            ws.fallbacks(),
+            0,
+            "the gateway upgrades with the cursor echo"
+        );
+        (sid, seen)
+    });
+    // Killed with 30 events committed and not yet read.
+    gw.kill9();
+    gw.restart();
+    rt.block_on(async {
+        let client = McpClient::new(&gw.url).with_session(&sid);
+        let mut opts = ReaderOptions::default();
+        opts.transport = Transport::WebSocket;
+        opts.from = Some(*cursor.last().unwrap());
+        let mut ws = client.reader(opts).unwrap();
+        // A new child, initialized with the stored params, goes on.
+        let r = client.call_tool("count", json!({"n": 10})).await.unwrap();
+        assert_eq!(r["content"][0]["text"], "counted 10", "{r}");
+        let mut all = cursor;
+        all.extend(read_until(&mut ws, 60).await);
+        assert_eq!(
+            all,
+            (1..=60).collect::<Vec<_>>(),
+            "nothing lost, nothing twice"
+        );
+        assert_eq!(ws.fallbacks(), 0);
+    });
 }
 
 #[test]
