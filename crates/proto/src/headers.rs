@@ -4,6 +4,10 @@
 pub const MCP_SESSION_ID: &str = "mcp-session-id";
 /// The negotiated MCP revision, sent by clients after `initialize`.
 pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// The JSON-RPC method of a stateless-era request, repeated for proxies (SEP-2243).
+pub const MCP_METHOD: &str = "mcp-method";
+/// The tool, prompt, resource or task a stateless-era request names (SEP-2243).
+pub const MCP_NAME: &str = "mcp-name";
 /// The SSE resumption cursor (WHATWG name).
 pub const LAST_EVENT_ID: &str = "last-event-id";
 /// Query-string spelling of the cursor, for browsers' `EventSource`.

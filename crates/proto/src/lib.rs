@@ -28,6 +28,11 @@ pub use upgrade::decide_start;
 /// one is what `initialize` offers when the client asks for one we do not know.
 pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 
+/// MCP revisions of the stateless era (no `initialize`, no sessions: every
+/// request carries its protocol version and client capabilities in `_meta`),
+/// which a backend may serve beside the session era on the same endpoint.
+pub const STATELESS_PROTOCOL_VERSIONS: &[&str] = &["2026-07-28"];
+
 /// The WebSocket subprotocol that marks a cursor-safe upgrade (docs/protocol.md 5.1).
 pub const SUBPROTOCOL: &str = "mcp.resume.v1";
 

@@ -25,45 +25,89 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use mcp_resume_server::backend::{
-    Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox,
+    Backend, BackendError, BackendSession, Body, DeliverError, Outbound, Outbox, Request,
+    StatelessFuture, StatelessHttp,
 };
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetExtensions,
     InitializeRequestParams, JsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{NotificationContext, OriginatingRequestId, RequestContext, Service};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::transport::Transport;
-use rmcp::RoleServer;
+use rmcp::{RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// Serves every session with a handler made by `factory` (called once per
 /// session, and again when a session is restored on another instance or
-/// after a restart).
+/// after a restart), and every request of MCP's stateless era (2026-07-28)
+/// with a handler of its own, through rmcp's stateless Streamable HTTP
+/// service: rmcp validates the request's `_meta` and headers and serves
+/// `server/discover`, so both eras share one endpoint.
 pub struct RmcpBackend<F> {
-    factory: F,
+    factory: Arc<F>,
+    stateless: Box<dyn StatelessHttp>,
 }
 
 impl<F, S> RmcpBackend<F>
 where
     F: Fn() -> S + Send + Sync + 'static,
-    S: Service<RoleServer>,
+    S: ServerHandler + Send + 'static,
 {
     /// A backend whose sessions are served by handlers from `factory`.
     pub fn new(factory: F) -> Self {
-        Self { factory }
+        let factory = Arc::new(factory);
+        let make = factory.clone();
+        let mut config = StreamableHttpServerConfig::default()
+            .disable_allowed_hosts()
+            .with_stateless_protocol_metadata_required(true);
+        // The transport routes only stateless-era requests here; its own
+        // guard has checked credentials and Origin.
+        config.legacy_session_mode = false;
+        config.json_response = true;
+        let service = StreamableHttpService::new(
+            move || Ok(make()),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
+        Self {
+            factory,
+            stateless: Box::new(Stateless(service)),
+        }
+    }
+}
+
+/// rmcp's stateless service behind the transport's [`StatelessHttp`].
+struct Stateless<S: ServerHandler>(StreamableHttpService<S, NeverSessionManager>);
+
+impl<S: ServerHandler + Send + 'static> StatelessHttp for Stateless<S> {
+    fn serve(&self, request: Request<Body>) -> StatelessFuture {
+        let mut service = self.0.clone();
+        Box::pin(async move {
+            match tower_service::Service::call(&mut service, request).await {
+                Ok(response) => response.map(Body::new),
+                Err(never) => match never {},
+            }
+        })
     }
 }
 
 impl<F, S> Backend for RmcpBackend<F>
 where
     F: Fn() -> S + Send + Sync + 'static,
-    S: Service<RoleServer>,
+    S: ServerHandler + Send + 'static,
 {
+    fn stateless(&self) -> Option<&dyn StatelessHttp> {
+        Some(self.stateless.as_ref())
+    }
+
     fn open(
         &self,
         session: &str,

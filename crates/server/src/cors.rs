@@ -31,6 +31,8 @@ pub(crate) fn layer(state: &AppState) -> CorsLayer {
             HeaderName::from_static(h::MCP_SESSION_ID),
             HeaderName::from_static(h::MCP_PROTOCOL_VERSION),
             HeaderName::from_static(h::LAST_EVENT_ID),
+            HeaderName::from_static(h::MCP_METHOD),
+            HeaderName::from_static(h::MCP_NAME),
         ])
         .expose_headers([
             HeaderName::from_static(h::MCP_SESSION_ID),

@@ -400,3 +400,52 @@ async fn caps_on_sessions_and_request_streams_answer_429() {
     assert_eq!(r.status(), 429);
     assert_error(&body(r).await, "limit-reached");
 }
+
+/// A 2026-07-28 (stateless) request to a server that speaks only the session
+/// era: -32022 naming the session revisions, so a probing client initializes.
+#[tokio::test]
+async fn a_stateless_era_request_to_a_session_only_server_names_the_session_revisions() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}
+    });
+    let c = reqwest::Client::new();
+    let send = |method: &'static str, version: &'static str| {
+        c.post(&s.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", version)
+            .header("mcp-method", method)
+            .body(
+                json!({"jsonrpc":"2.0","id":5,"method":method,"params":{"_meta":meta}}).to_string(),
+            )
+            .send()
+    };
+    let r = send("server/discover", "2026-07-28").await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v = body(r).await;
+    assert_eq!(v["id"], 5, "{v}");
+    assert_eq!(v["error"]["code"], -32022, "{v}");
+    assert_eq!(v["error"]["data"]["supported"][0], "2025-11-25", "{v}");
+    assert_eq!(v["error"]["data"]["requested"], "2026-07-28", "{v}");
+    // The removed handshake: 404 with -32601.
+    let r = send("initialize", "2026-07-28").await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(body(r).await["error"]["code"], -32601);
+    // The 2025 handshake on the same URL still opens a session.
+    let sid = s.init().await;
+    assert_eq!(sid.len(), 64);
+    // A stateless-era client has no stream to GET and no session to DELETE.
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let r = c
+            .request(method.clone(), &s.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{method}");
+    }
+}

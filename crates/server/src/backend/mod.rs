@@ -20,7 +20,11 @@
 pub mod stdio;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
+
+pub use axum::body::Body;
+pub use axum::http::{Request, Response};
 
 use mcp_resume_log::LogError;
 use serde_json::Value;
@@ -61,7 +65,27 @@ pub trait Backend: Send + Sync + 'static {
     fn exclusive(&self) -> bool {
         false
     }
+
+    /// The server of MCP's stateless era (2026-07-28 on) for this backend,
+    /// if it speaks it: each such request, with no session, goes to it whole
+    /// (docs/protocol.md 3.6). `None` (the default): stateless requests are
+    /// answered -32022 with the session revisions, and clients initialize.
+    fn stateless(&self) -> Option<&dyn StatelessHttp> {
+        None
+    }
 }
+
+/// Serves one HTTP request of MCP's stateless era: validates its `_meta` and
+/// headers and answers it, as JSON or SSE. Nothing of it is logged: the
+/// stateless era has no session stream to resume.
+pub trait StatelessHttp: Send + Sync {
+    /// Answers `request` (a `POST` whose body is one JSON-RPC message,
+    /// credentials and `Origin` already checked by the transport).
+    fn serve(&self, request: Request<Body>) -> StatelessFuture;
+}
+
+/// What [`StatelessHttp::serve`] returns.
+pub type StatelessFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// One session's running backend.
 pub trait BackendSession: Send + Sync {

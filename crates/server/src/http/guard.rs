@@ -5,7 +5,9 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use mcp_resume_proto::{headers as h, EventId, SUPPORTED_PROTOCOL_VERSIONS};
+use mcp_resume_proto::{
+    headers as h, EventId, STATELESS_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -22,7 +24,27 @@ pub struct CursorQuery {
 
 /// Credentials (bearer token or OAuth access token), then `Origin` and
 /// `MCP-Protocol-Version`, before anything else; returns who is calling.
+/// A client of the stateless era (its `MCP-Protocol-Version` names one) has
+/// no session stream to GET and no session to DELETE: 405.
 pub(crate) async fn guard(
+    state: &AppState,
+    headers: &HeaderMap,
+    token_in_subprotocol: bool,
+) -> Result<Principal, ApiError> {
+    let principal = credentials(state, headers, token_in_subprotocol).await?;
+    if headers
+        .get(h::MCP_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| STATELESS_PROTOCOL_VERSIONS.contains(&v))
+    {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    check_version(headers)?;
+    Ok(principal)
+}
+
+/// Credentials, then `Origin`: what every request, of either era, passes first.
+pub(crate) async fn credentials(
     state: &AppState,
     headers: &HeaderMap,
     token_in_subprotocol: bool,
@@ -39,6 +61,12 @@ pub(crate) async fn guard(
             return Err(ApiError::Forbidden(origin.to_owned()));
         }
     }
+    Ok(principal)
+}
+
+/// A session-era request's `MCP-Protocol-Version`, if any, must be one this
+/// server negotiates.
+pub(crate) fn check_version(headers: &HeaderMap) -> Result<(), ApiError> {
     if let Some(v) = headers.get(h::MCP_PROTOCOL_VERSION) {
         let v = v.to_str().unwrap_or_default();
         if !SUPPORTED_PROTOCOL_VERSIONS.contains(&v) {
@@ -48,7 +76,7 @@ pub(crate) async fn guard(
             ));
         }
     }
-    Ok(principal)
+    Ok(())
 }
 
 pub(crate) fn origin_allowed(config: &crate::ServerConfig, origin: &str) -> bool {

@@ -5,6 +5,7 @@ mod forward;
 mod guard;
 mod post;
 pub(crate) mod relay;
+mod stateless;
 
 pub(crate) use relay::socket_message;
 

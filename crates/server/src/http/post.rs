@@ -4,13 +4,15 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use mcp_resume_log::StreamKey;
 use mcp_resume_proto::headers as h;
 use serde_json::Value;
 
-use super::guard::{accepts, guard, jsonrpc_error, live_session, session_header, Principal};
+use super::guard::{
+    accepts, check_version, credentials, jsonrpc_error, live_session, session_header, Principal,
+};
 use crate::error::ApiError;
 use crate::jsonrpc::{self, Incoming};
 use crate::session::{new_session_id, SessionRecord};
@@ -20,10 +22,11 @@ use crate::{mcp, sse};
 /// `POST P`: one JSON-RPC message (or a 2025-03-26 batch).
 pub async fn post(
     State(state): State<AppState>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let principal = guard(&state, &headers, false).await?;
+    let principal = credentials(&state, &headers, false).await?;
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -58,6 +61,10 @@ pub async fn post(
         }
     };
     let session = session_header(&headers)?;
+    if session.is_none() && super::stateless::is_stateless(&headers, &value) {
+        return Ok(super::stateless::serve(&state, uri, headers, bytes, &value).await);
+    }
+    check_version(&headers)?;
     if let Value::Array(items) = &value {
         return batch(&state, session, &headers, &principal, items).await;
     }

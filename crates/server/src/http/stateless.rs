@@ -1,0 +1,119 @@
+//! `POST P` in MCP's stateless era (2026-07-28 on): no `initialize`, no
+//! session; every request carries its protocol version, client capabilities
+//! and client info in `params._meta`, and `server/discover` tells a client
+//! which revisions the server speaks.
+//!
+//! One endpoint serves both eras. A request without `Mcp-Session-Id` that
+//! is `server/discover`, carries the stateless `_meta`, or names a revision
+//! the session era does not know in `MCP-Protocol-Version` is served here;
+//! everything else keeps its session (docs/protocol.md 3.6).
+//!
+//! The request goes whole to the backend's
+//! [`StatelessHttp`](crate::backend::StatelessHttp) (for an rmcp handler:
+//! rmcp's own stateless Streamable HTTP service, which validates the `_meta`
+//! and the SEP-2243 headers and answers as JSON or SSE). The transport
+//! answers what the stateless era removed and the backend may still accept:
+//! `initialize` and `logging/setLevel` are 404 with -32601. A backend that
+//! speaks only the session era answers -32022 with the revisions it does
+//! speak, so a client that probes (the SDKs' "auto" mode) falls back to
+//! `initialize` on the same URL.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use mcp_resume_proto::{headers as h, STATELESS_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS};
+use serde_json::{json, Value};
+
+use crate::jsonrpc;
+use crate::state::AppState;
+
+/// The `_meta` key of a stateless request's protocol version.
+pub(crate) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of a stateless request's client capabilities.
+pub(crate) const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// JSON-RPC: the requested protocol version is not supported (stateless era).
+const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// Methods of the session era that the stateless era removed.
+const REMOVED: &[&str] = &["initialize", "logging/setLevel"];
+
+/// Whether a POST without `Mcp-Session-Id` belongs to the stateless era.
+pub(super) fn is_stateless(headers: &HeaderMap, message: &Value) -> bool {
+    let method = message.get("method").and_then(Value::as_str);
+    if method == Some("server/discover") {
+        return true;
+    }
+    let meta = message.get("params").and_then(|p| p.get("_meta"));
+    if meta.is_some_and(|m| m.get(META_VERSION).is_some() || m.get(META_CAPABILITIES).is_some()) {
+        return true;
+    }
+    // A revision the session era does not know, on anything but the
+    // handshake: the backend's answer (-32022) tells the client what is.
+    let version = headers
+        .get(h::MCP_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok());
+    version.is_some_and(|v| !SUPPORTED_PROTOCOL_VERSIONS.contains(&v) && v != "2024-11-05")
+        && method != Some("initialize")
+}
+
+/// Serves one stateless-era request.
+pub(super) async fn serve(
+    state: &AppState,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    message: &Value,
+) -> Response {
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if REMOVED.contains(&method) {
+        return error(
+            StatusCode::NOT_FOUND,
+            jsonrpc::error(
+                &id,
+                jsonrpc::METHOD_NOT_FOUND,
+                format!("{method} does not exist in the stateless protocol revisions"),
+            ),
+        );
+    }
+    let Some(service) = state.backend.as_ref().and_then(|b| b.stateless()) else {
+        let requested = headers
+            .get(h::MCP_PROTOCOL_VERSION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| {
+                message
+                    .pointer("/params/_meta")
+                    .and_then(|m| m.get(META_VERSION))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            });
+        return error(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error_with_data(
+                &id,
+                UNSUPPORTED_VERSION,
+                format!(
+                    "this server speaks only the session revisions {SUPPORTED_PROTOCOL_VERSIONS:?} (initialize first), not {STATELESS_PROTOCOL_VERSIONS:?}"
+                ),
+                json!({"supported": SUPPORTED_PROTOCOL_VERSIONS, "requested": requested}),
+            ),
+        );
+    };
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .body(Body::from(body))
+        .unwrap_or_default();
+    *request.headers_mut() = headers;
+    service.serve(request).await
+}
+
+fn error(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
