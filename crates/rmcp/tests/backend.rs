@@ -393,3 +393,52 @@ async fn a_2025_03_26_batch_is_answered_by_the_backend_in_one_array() {
         Some(4)
     );
 }
+
+/// One endpoint, both eras: a 2026-07-28 client (no `initialize`, `_meta` on
+/// every request) is served statelessly by rmcp's own stateless service,
+/// while a 2025 client keeps its session on the same URL.
+#[tokio::test]
+async fn both_protocol_eras_share_one_endpoint() {
+    let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;
+    let http = reqwest::Client::new();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}
+    });
+    let stateless = |id: u64, method: &'static str| {
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .body(
+                json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {"_meta": meta}})
+                    .to_string(),
+            )
+            .send()
+    };
+    let r = stateless(1, "server/discover").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("mcp-session-id").is_none(), "no session");
+    let v: Value = r.json().await.unwrap();
+    let versions = v["result"]["supportedVersions"].to_string();
+    assert!(versions.contains("2026-07-28"), "{v}");
+    let r = stateless(2, "tools/list").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["result"]["tools"][0]["name"], "ask", "{v}");
+    assert!(v["result"]["ttlMs"].is_u64(), "cache hints: {v}");
+    let r = stateless(3, "logging/setLevel").await.unwrap();
+    assert_eq!(r.status(), 404, "removed in 2026-07-28");
+    // The 2025 handshake on the same URL.
+    let sid = init(&http, &url).await;
+    let v = rpc(
+        &http,
+        &url,
+        &sid,
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}),
+    )
+    .await;
+    assert_eq!(v["result"]["tools"][0]["name"], "ask", "{v}");
+}
