@@ -41,6 +41,7 @@ mod route;
 mod session;
 mod sse;
 mod state;
+pub mod tasks;
 pub mod tools;
 mod trace;
 mod ws;
@@ -102,8 +103,18 @@ impl McpServer {
             orphan_lock: Arc::new(Mutex::new(())),
             backend,
             routes: Default::default(),
+            task_store: None,
         };
         Self { state, stop }
+    }
+
+    /// Durable tasks (MCP 2026-07-28's tasks extension): `tasks/get`,
+    /// `tasks/update` and `tasks/cancel` are answered from `store`'s log on
+    /// any instance; handlers create tasks with the same store
+    /// ([`tasks::TaskStore::spawn`]). Build it on this server's log.
+    pub fn with_tasks(mut self, store: tasks::TaskStore) -> Self {
+        self.state.task_store = Some(store);
+        self
     }
 
     /// The log this server commits to and reads from, for an embedding

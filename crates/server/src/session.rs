@@ -40,6 +40,10 @@ pub struct SessionRecord {
     /// session's backend from them (its peer's capabilities and info).
     #[serde(rename = "i", default, skip_serializing_if = "Option::is_none")]
     pub init: Option<serde_json::Value>,
+    /// Set for a durable task ([`crate::tasks`]), which is a log session of
+    /// its own but never an MCP session: a client naming it as one gets 404.
+    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<crate::tasks::TaskRecord>,
 }
 
 /// The MCP revision whose sessions may still send JSON-RPC batches (they

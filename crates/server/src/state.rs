@@ -41,6 +41,8 @@ pub(crate) struct AppState {
     pub(crate) backend: Option<Arc<dyn crate::backend::Backend>>,
     /// The routes of the sessions whose backend runs on this instance.
     pub(crate) routes: Arc<crate::route::Routes>,
+    /// Durable tasks, answered by the transport (`tasks/*`), if the server has them.
+    pub(crate) task_store: Option<crate::tasks::TaskStore>,
 }
 
 impl AppState {

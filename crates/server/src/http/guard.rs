@@ -174,7 +174,7 @@ pub(crate) async fn live_session(
         return Ok(None);
     }
     let rec = state.record(id).await?;
-    if rec.principal != *principal {
+    if rec.principal != *principal || rec.task.is_some() {
         return Err(ApiError::NoSession(id.to_owned()));
     }
     if let Some(v) = version {

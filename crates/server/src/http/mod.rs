@@ -6,6 +6,7 @@ mod guard;
 mod post;
 pub(crate) mod relay;
 mod stateless;
+pub(crate) use stateless::{META_CAPABILITIES, META_VERSION};
 
 pub(crate) use relay::socket_message;
 

@@ -62,7 +62,8 @@ pub async fn post(
     };
     let session = session_header(&headers)?;
     if session.is_none() && super::stateless::is_stateless(&headers, &value) {
-        return Ok(super::stateless::serve(&state, uri, headers, bytes, &value).await);
+        let caller = crate::tasks::Caller(principal);
+        return Ok(super::stateless::serve(&state, caller, uri, headers, bytes, &value).await);
     }
     check_version(&headers)?;
     if let Value::Array(items) = &value {
@@ -158,6 +159,7 @@ async fn initialize(
         dynamic_tools: Vec::new(),
         principal,
         init: None,
+        task: None,
     };
     state.log.create_session(&sid, record.encode()).await?;
     let mut resp = answer(

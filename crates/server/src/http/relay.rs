@@ -57,6 +57,7 @@ pub(super) async fn initialize(
         dynamic_tools: Vec::new(),
         principal,
         init: Some(params.clone()),
+        task: None,
     };
     state.log.create_session(&sid, record.encode()).await?;
     let opened = match route::lease::claim_new(state, &sid).await {

@@ -13,7 +13,10 @@
 //! rmcp's own stateless Streamable HTTP service, which validates the `_meta`
 //! and the SEP-2243 headers and answers as JSON or SSE). The transport
 //! answers what the stateless era removed and the backend may still accept:
-//! `initialize` and `logging/setLevel` are 404 with -32601. A backend that
+//! `initialize` and `logging/setLevel` are 404 with -32601; with a durable
+//! task store, `tasks/*` are answered from the log ([`crate::tasks`]). The
+//! caller, as authenticated, rides the request's extensions
+//! ([`Caller`]). A backend that
 //! speaks only the session era answers -32022 with the revisions it does
 //! speak, so a client that probes (the SDKs' "auto" mode) falls back to
 //! `initialize` on the same URL.
@@ -27,6 +30,7 @@ use serde_json::{json, Value};
 
 use crate::jsonrpc;
 use crate::state::AppState;
+use crate::tasks::{self, Caller};
 
 /// The `_meta` key of a stateless request's protocol version.
 pub(crate) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -61,6 +65,7 @@ pub(super) fn is_stateless(headers: &HeaderMap, message: &Value) -> bool {
 /// Serves one stateless-era request.
 pub(super) async fn serve(
     state: &AppState,
+    caller: Caller,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -80,6 +85,14 @@ pub(super) async fn serve(
                 format!("{method} does not exist in the stateless protocol revisions"),
             ),
         );
+    }
+    if let Some(store) = state
+        .task_store
+        .as_ref()
+        .filter(|_| tasks::serve::is_task_method(method))
+    {
+        let (status, reply) = tasks::serve::serve(store, &caller, &headers, message).await;
+        return error(status, reply);
     }
     let Some(service) = state.backend.as_ref().and_then(|b| b.stateless()) else {
         let requested = headers
@@ -111,6 +124,7 @@ pub(super) async fn serve(
         .body(Body::from(body))
         .unwrap_or_default();
     *request.headers_mut() = headers;
+    request.extensions_mut().insert(caller);
     service.serve(request).await
 }
 

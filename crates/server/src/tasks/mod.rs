@@ -1,0 +1,334 @@
+//! Durable tasks (the `io.modelcontextprotocol/tasks` extension of MCP
+//! 2026-07-28): long-running work whose state and result live in the log,
+//! so `tasks/get` answers on any instance, within the task's TTL, and after
+//! the instance that ran the task died (`kill -9`): with the result if it was
+//! committed, else `failed` with `data.reason: "server-restarted"`; never
+//! "not found" for a task that existed. No SDK's task store is durable; this
+//! one is the log.
+//!
+//! A task is a log session of its own (its id is a session id: 256 random
+//! bits), whose record says who owns it (the instance running its work) and
+//! whose stream carries its events ([`fold`]). A handler creates one with
+//! [`TaskStore::spawn`]; the work runs on this instance and talks to the
+//! client through its [`TaskContext`] (input requests answered with
+//! `tasks/update`, cancellation by `tasks/cancel`). `tasks/get`,
+//! `tasks/update` and `tasks/cancel` are answered by the transport from the
+//! log ([`serve`]); they never reach the backend.
+
+pub(crate) mod fold;
+pub(crate) mod serve;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use mcp_resume_log::{Log, LogError, StreamKey, Subscription};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::session::{new_session_id, SessionRecord};
+
+/// The extension's identifier, in capabilities.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// How long a cancelled task's work may run on before it is dropped.
+const CANCEL_GRACE: Duration = Duration::from_secs(1);
+
+/// Who made a stateless-era request, as the transport authenticated it
+/// (`None`: no credentials configured). The transport puts it in the HTTP
+/// request's extensions, so a handler that creates a task can make it
+/// readable by that principal only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller(pub Option<String>);
+
+/// What the server keeps of a task in its session record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The instance that runs the task's work.
+    #[serde(rename = "o")]
+    pub owner: String,
+    /// When it was created (Unix ms).
+    #[serde(rename = "c")]
+    pub created_ms: u64,
+    /// How long it is kept after its last use (ms).
+    #[serde(rename = "ttl")]
+    pub ttl_ms: u64,
+    /// How often a client should poll it (ms).
+    #[serde(rename = "poll")]
+    pub poll_ms: u64,
+}
+
+impl TaskRecord {
+    /// The task's fields common to every answer about it (SEP-2663 `Task`),
+    /// in the state `state`.
+    pub(crate) fn wire(&self, id: &str, state: &fold::TaskState) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("taskId".into(), json!(id));
+        m.insert("status".into(), json!(state.status));
+        m.insert("createdAt".into(), json!(fold::iso8601(self.created_ms)));
+        m.insert(
+            "lastUpdatedAt".into(),
+            json!(fold::iso8601(state.updated_ms)),
+        );
+        m.insert("ttlMs".into(), json!(self.ttl_ms));
+        m.insert("pollIntervalMs".into(), json!(self.poll_ms));
+        m
+    }
+}
+
+/// How a task's work ended.
+#[derive(Debug)]
+pub enum TaskEnd {
+    /// With a result (a tool's result, even one with `isError: true`).
+    Completed(Value),
+    /// With a JSON-RPC error object (`code`, `message`, `data`).
+    Failed(Value),
+    /// Cancelled, as the client asked.
+    Cancelled,
+}
+
+/// Why a [`TaskContext`] call could not go on.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// The client cancelled the task (or it ended otherwise): stop.
+    #[error("the task was cancelled")]
+    Cancelled,
+    /// The log refused a write.
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// Creates durable tasks; clone it freely (one per server, shared with the
+/// handlers that create tasks and with the transport, [`crate::McpServer::with_tasks`]).
+#[derive(Clone)]
+pub struct TaskStore {
+    log: Arc<dyn Log>,
+    ttl: Duration,
+    poll: Duration,
+}
+
+impl TaskStore {
+    /// Tasks in `log`, kept 30 minutes after their last use (the server's
+    /// default session TTL, which must not be shorter: a task is a session
+    /// and ends with the same idle expiry), polled every 500 ms.
+    pub fn new(log: Arc<dyn Log>) -> Self {
+        Self {
+            log,
+            ttl: Duration::from_secs(30 * 60),
+            poll: Duration::from_millis(500),
+        }
+    }
+
+    /// The TTL tasks advertise; at most the server's session TTL.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The log tasks live in.
+    pub(crate) fn log(&self) -> &Arc<dyn Log> {
+        &self.log
+    }
+
+    /// Creates a task readable by `caller` and runs `work` for it on this
+    /// instance; returns once the task is committed, with its wire fields
+    /// (`taskId`, `status`, `createdAt`, ... of a `CreateTaskResult`), so a
+    /// `tasks/get` on any instance finds it at once.
+    pub async fn spawn<F, Fut>(
+        &self,
+        caller: Caller,
+        work: F,
+    ) -> Result<Map<String, Value>, LogError>
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = TaskEnd> + Send + 'static,
+    {
+        let id = new_session_id();
+        let record = TaskRecord {
+            owner: self.log.instance().to_owned(),
+            created_ms: now_ms(),
+            ttl_ms: self.ttl.as_millis() as u64,
+            poll_ms: self.poll.as_millis() as u64,
+        };
+        let session = SessionRecord {
+            protocol_version: "2026-07-28".into(),
+            principal: caller.0,
+            task: Some(record.clone()),
+            ..SessionRecord::default()
+        };
+        self.log.create_session(&id, session.encode()).await?;
+        let (_, sub) = self.log.subscribe(&id, StreamKey::Session).await?;
+        let ctx = TaskContext {
+            shared: Arc::new(Shared {
+                log: self.log.clone(),
+                id: id.clone(),
+                pending: Mutex::default(),
+                waiters: Mutex::default(),
+                cancel: CancellationToken::new(),
+                commit: tokio::sync::Mutex::new(()),
+            }),
+        };
+        tokio::spawn(run(ctx, sub, work));
+        Ok(record.wire(&id, &fold::TaskState::new(record.created_ms)))
+    }
+}
+
+/// What a task's work holds to talk to its client.
+#[derive(Clone)]
+pub struct TaskContext {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    log: Arc<dyn Log>,
+    id: String,
+    /// Input requests waiting for an answer.
+    pending: Mutex<Map<String, Value>>,
+    waiters: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    /// Fires when the task ends by someone else's word (a cancel).
+    cancel: CancellationToken,
+    /// One snapshot commit at a time, so the last committed is the newest.
+    commit: tokio::sync::Mutex<()>,
+}
+
+impl TaskContext {
+    /// The task's id.
+    pub fn task_id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// Asks the client for input (an `elicitation/create`,
+    /// `sampling/createMessage` or `roots/list` request, as JSON) under
+    /// `key`: the task shows `input_required` with it until the client
+    /// answers with `tasks/update`; returns the answer.
+    pub async fn request_input(&self, key: &str, request: Value) -> Result<Value, TaskError> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.shared.waiters).insert(key.to_owned(), tx);
+        lock(&self.shared.pending).insert(key.to_owned(), request);
+        self.snapshot().await?;
+        tokio::select! {
+            answer = rx => answer.map_err(|_| TaskError::Cancelled),
+            _ = self.shared.cancel.cancelled() => Err(TaskError::Cancelled),
+        }
+    }
+
+    /// Completes when the task is cancelled: work that can stop early
+    /// selects on it and returns [`TaskEnd::Cancelled`].
+    pub async fn cancelled(&self) {
+        self.shared.cancel.cancelled().await
+    }
+
+    /// Commits the task's status as its pending input requests say.
+    async fn snapshot(&self) -> Result<(), LogError> {
+        let _one = self.shared.commit.lock().await;
+        let pending = lock(&self.shared.pending).clone();
+        let e = if pending.is_empty() {
+            fold::event("working", now_ms(), None)
+        } else {
+            fold::event(
+                "input_required",
+                now_ms(),
+                Some(("inputRequests", Value::Object(pending))),
+            )
+        };
+        self.shared.append(&e).await
+    }
+}
+
+impl Shared {
+    async fn append(&self, event: &Value) -> Result<(), LogError> {
+        let bytes = Bytes::from(serde_json::to_vec(event).unwrap_or_default());
+        self.log
+            .append(&self.id, StreamKey::Session, vec![bytes])
+            .await?;
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs a task's work and commits how it ended, unless the task ended first
+/// (cancelled): then the work is stopped after [`CANCEL_GRACE`].
+async fn run<F, Fut>(ctx: TaskContext, sub: Subscription, work: F)
+where
+    F: FnOnce(TaskContext) -> Fut + Send + 'static,
+    Fut: Future<Output = TaskEnd> + Send + 'static,
+{
+    let shared = ctx.shared.clone();
+    let watcher = tokio::spawn(watch(shared.clone(), sub, ctx.clone()));
+    let grace = async {
+        shared.cancel.cancelled().await;
+        tokio::time::sleep(CANCEL_GRACE).await;
+    };
+    let end = tokio::select! {
+        end = work(ctx) => end,
+        _ = grace => TaskEnd::Cancelled,
+    };
+    watcher.abort();
+    if shared.cancel.is_cancelled() {
+        return; // ended by someone else's word: the first terminal event stands
+    }
+    let at = now_ms();
+    let e = match end {
+        TaskEnd::Completed(result) => fold::event("completed", at, Some(("result", result))),
+        TaskEnd::Failed(error) => fold::event("failed", at, Some(("error", error))),
+        TaskEnd::Cancelled => fold::event("cancelled", at, None),
+    };
+    if let Err(e) = shared.append(&e).await {
+        tracing::warn!(task = %shared.id, error = %e, "could not commit how a task ended; tasks/get will report it failed once this instance is gone");
+    }
+}
+
+/// Follows the task's stream for answers to its input requests and for its
+/// end by another's word.
+async fn watch(shared: Arc<Shared>, mut sub: Subscription, ctx: TaskContext) {
+    loop {
+        let ev = match sub.next().await {
+            Ok(ev) => ev,
+            Err(e) => {
+                tracing::debug!(task = %shared.id, error = %e, "stopped following a task's stream");
+                return;
+            }
+        };
+        let Ok(v) = serde_json::from_slice::<Value>(&ev.message) else {
+            continue;
+        };
+        if let Some(answers) = v.get("in").and_then(Value::as_object) {
+            let mut answered = false;
+            for (key, answer) in answers {
+                let waiter = lock(&shared.waiters).remove(key);
+                if let Some(tx) = waiter {
+                    lock(&shared.pending).remove(key);
+                    let _ = tx.send(answer.clone());
+                    answered = true;
+                }
+            }
+            if answered && lock(&shared.pending).is_empty() {
+                if let Err(e) = ctx.snapshot().await {
+                    tracing::warn!(task = %shared.id, error = %e, "could not commit a task's status");
+                }
+            }
+        } else if v
+            .get("s")
+            .and_then(Value::as_str)
+            .is_some_and(|s| fold::TERMINAL.contains(&s))
+        {
+            shared.cancel.cancel();
+            return;
+        }
+    }
+}
+
+/// Now, in Unix ms.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}

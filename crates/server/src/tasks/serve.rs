@@ -1,0 +1,282 @@
+//! `tasks/get`, `tasks/update` and `tasks/cancel`, answered by the transport
+//! from the log on any instance (the tasks extension, SEP-2663), and the
+//! rule that makes a task durable: a task whose owner died before it
+//! committed an end is failed (`data.reason: "server-restarted"`) by the
+//! first instance that looks at it.
+
+use axum::http::{HeaderMap, StatusCode};
+use mcp_resume_log::{LogError, StreamKey};
+use mcp_resume_proto::headers as h;
+use serde_json::{json, Value};
+
+use super::fold::{self, TaskState};
+use super::{now_ms, Caller, TaskRecord, TaskStore, TASKS_EXTENSION};
+use crate::jsonrpc;
+use crate::session::{valid_session_id, SessionRecord};
+
+/// JSON-RPC: a header disagrees with the body (SEP-2243).
+const HEADER_MISMATCH: i64 = -32020;
+/// JSON-RPC: the client lacks a capability the request needs.
+const MISSING_CAPABILITY: i64 = -32021;
+/// The most events of a task that are read to fold it.
+const MAX_EVENTS: usize = 4096;
+
+/// Methods of the first tasks draft that the extension removed.
+const REMOVED: &[&str] = &["tasks/result", "tasks/list"];
+
+/// Whether the transport answers `method` itself when it has a task store.
+pub(crate) fn is_task_method(method: &str) -> bool {
+    method.starts_with("tasks/")
+}
+
+/// Answers one `tasks/*` request: the HTTP status and the JSON-RPC reply.
+pub(crate) async fn serve(
+    store: &TaskStore,
+    caller: &Caller,
+    headers: &HeaderMap,
+    message: &Value,
+) -> (StatusCode, Value) {
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let method = message["method"].as_str().unwrap_or_default();
+    let params = message.get("params").cloned().unwrap_or(Value::Null);
+    let fail = |status, code, msg: String, data: Option<Value>| {
+        let reply = match data {
+            Some(d) => jsonrpc::error_with_data(&id, code, msg, d),
+            None => jsonrpc::error(&id, code, msg),
+        };
+        (status, reply)
+    };
+    if REMOVED.contains(&method) {
+        return fail(
+            StatusCode::NOT_FOUND,
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("{method} was removed from the tasks extension"),
+            None,
+        );
+    }
+    let meta = params.get("_meta");
+    let version = meta
+        .and_then(|m| m.get(crate::http::META_VERSION))
+        .and_then(Value::as_str);
+    let caps = meta.and_then(|m| m.get(crate::http::META_CAPABILITIES));
+    let (Some(version), Some(caps)) = (version, caps.filter(|c| c.is_object())) else {
+        return fail(StatusCode::BAD_REQUEST, jsonrpc::INVALID_PARAMS, "the request's _meta needs io.modelcontextprotocol/protocolVersion and clientCapabilities".into(), None);
+    };
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if header(h::MCP_PROTOCOL_VERSION).is_some_and(|v| v != version) {
+        return fail(
+            StatusCode::BAD_REQUEST,
+            HEADER_MISMATCH,
+            "MCP-Protocol-Version differs from the request's _meta".into(),
+            None,
+        );
+    }
+    if header(h::MCP_METHOD).is_some_and(|v| v != method) {
+        return fail(
+            StatusCode::BAD_REQUEST,
+            HEADER_MISMATCH,
+            format!("Mcp-Method differs from the body's method {method:?}"),
+            None,
+        );
+    }
+    if caps
+        .get("extensions")
+        .and_then(|e| e.get(TASKS_EXTENSION))
+        .is_none()
+    {
+        return fail(
+            StatusCode::BAD_REQUEST,
+            MISSING_CAPABILITY,
+            format!("{method} needs the client capability extensions.{TASKS_EXTENSION}"),
+            Some(json!({"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})),
+        );
+    }
+    let Some(task_id) = params.get("taskId").and_then(Value::as_str) else {
+        return fail(
+            StatusCode::OK,
+            jsonrpc::INVALID_PARAMS,
+            "taskId is required".into(),
+            None,
+        );
+    };
+    if header(h::MCP_NAME).is_some_and(|v| v != task_id) {
+        return fail(
+            StatusCode::BAD_REQUEST,
+            HEADER_MISMATCH,
+            "Mcp-Name differs from the body's taskId".into(),
+            None,
+        );
+    }
+    let outcome = match method {
+        "tasks/get" => get(store, caller, task_id).await,
+        "tasks/update" => {
+            let answers = params.get("inputResponses").cloned().unwrap_or(json!({}));
+            if !answers.is_object() {
+                return fail(
+                    StatusCode::OK,
+                    jsonrpc::INVALID_PARAMS,
+                    "inputResponses must be an object".into(),
+                    None,
+                );
+            }
+            act(
+                store,
+                caller,
+                task_id,
+                json!({"in": answers, "at": now_ms()}),
+            )
+            .await
+        }
+        "tasks/cancel" => {
+            act(
+                store,
+                caller,
+                task_id,
+                fold::event("cancelled", now_ms(), None),
+            )
+            .await
+        }
+        other => {
+            return fail(
+                StatusCode::NOT_FOUND,
+                jsonrpc::METHOD_NOT_FOUND,
+                format!("no method {other}"),
+                None,
+            )
+        }
+    };
+    match outcome {
+        Ok(result) => (
+            StatusCode::OK,
+            json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        ),
+        Err(Lookup::Unknown) => fail(
+            StatusCode::OK,
+            jsonrpc::INVALID_PARAMS,
+            format!("no task {task_id:?} (unknown, expired, or not yours)"),
+            None,
+        ),
+        Err(Lookup::Log(e)) => fail(
+            StatusCode::SERVICE_UNAVAILABLE,
+            jsonrpc::INTERNAL_ERROR,
+            e.to_string(),
+            None,
+        ),
+    }
+}
+
+/// Why a task could not be answered.
+enum Lookup {
+    /// No such task for this caller.
+    Unknown,
+    /// The log failed.
+    Log(LogError),
+}
+
+impl From<LogError> for Lookup {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::NoSession(_) | LogError::SessionEnded => Lookup::Unknown,
+            other => Lookup::Log(other),
+        }
+    }
+}
+
+/// The task's record, for `caller`.
+async fn record(store: &TaskStore, caller: &Caller, task_id: &str) -> Result<TaskRecord, Lookup> {
+    if !valid_session_id(task_id) {
+        return Err(Lookup::Unknown);
+    }
+    let log = store.log();
+    let rec = SessionRecord::decode(&log.session(task_id).await?.meta);
+    match rec.task {
+        Some(t) if rec.principal == caller.0 => {
+            log.touch(task_id).await?;
+            Ok(t)
+        }
+        _ => Err(Lookup::Unknown),
+    }
+}
+
+/// The task's state, failing it first if its owner died before it ended.
+async fn state(store: &TaskStore, task_id: &str, rec: &TaskRecord) -> Result<TaskState, Lookup> {
+    let log = store.log();
+    let events = log.read(task_id, StreamKey::Session, 0, MAX_EVENTS).await?;
+    let values: Vec<Value> = events
+        .iter()
+        .filter_map(|e| serde_json::from_slice(&e.message).ok())
+        .collect();
+    let state = fold::fold(rec.created_ms, &values);
+    if state.terminal() || rec.owner == log.instance() || log.instance_alive(&rec.owner).await? {
+        return Ok(state);
+    }
+    let failed = fold::event(
+        "failed",
+        now_ms(),
+        Some((
+            "error",
+            json!({"code": jsonrpc::INTERNAL_ERROR,
+                "message": "the server running this task stopped before it finished; it may be retried",
+                "data": {"reason": "server-restarted"}}),
+        )),
+    );
+    append(store, task_id, &failed).await?;
+    tracing::info!(
+        task = task_id,
+        "failed a task whose owner died before it ended"
+    );
+    // Read again: an end the owner committed just before dying wins.
+    let events = log.read(task_id, StreamKey::Session, 0, MAX_EVENTS).await?;
+    let values: Vec<Value> = events
+        .iter()
+        .filter_map(|e| serde_json::from_slice(&e.message).ok())
+        .collect();
+    Ok(fold::fold(rec.created_ms, &values))
+}
+
+async fn append(store: &TaskStore, task_id: &str, event: &Value) -> Result<(), LogError> {
+    let bytes = bytes::Bytes::from(serde_json::to_vec(event).unwrap_or_default());
+    store
+        .log()
+        .append(task_id, StreamKey::Session, vec![bytes])
+        .await?;
+    Ok(())
+}
+
+/// `tasks/get`: the task with its status's payload.
+async fn get(store: &TaskStore, caller: &Caller, task_id: &str) -> Result<Value, Lookup> {
+    let rec = record(store, caller, task_id).await?;
+    let state = state(store, task_id, &rec).await?;
+    let mut m = rec.wire(task_id, &state);
+    m.insert("resultType".into(), json!("complete"));
+    if state.status == "input_required" {
+        m.insert("inputRequests".into(), Value::Object(state.pending()));
+    } else {
+        for (k, v) in state.payload {
+            if k != "inputRequests" {
+                m.insert(k, v);
+            }
+        }
+    }
+    Ok(Value::Object(m))
+}
+
+/// `tasks/update` and `tasks/cancel`: commits `event` unless the task has
+/// ended, and acknowledges.
+async fn act(
+    store: &TaskStore,
+    caller: &Caller,
+    task_id: &str,
+    event: Value,
+) -> Result<Value, Lookup> {
+    let rec = record(store, caller, task_id).await?;
+    if !state(store, task_id, &rec).await?.terminal() {
+        append(store, task_id, &event).await?;
+    }
+    Ok(json!({"resultType": "complete"}))
+}
