@@ -11,7 +11,8 @@
 //!
 //! - `tools`: the 2025-11-25 tools;
 //! - `modern`: the 2026-07-28 diagnostic tools and `subscriptions/listen`;
-//! - `mrtr`: the `input_required` (SEP-2322) tools and prompt;
+//! - `mrtr`: the `input_required` (SEP-2322) tools and prompt, built with
+//!   `inputs`;
 //! - `prompts`, `resources`: the prompts, resources and templates.
 
 // Logging, sampling and resources/subscribe are deprecated in rmcp 3.11 by
@@ -20,6 +21,7 @@
 #![allow(deprecated)]
 
 mod elicitation;
+mod inputs;
 mod media;
 mod modern;
 mod mrtr;
@@ -33,16 +35,14 @@ use std::{
 };
 
 use rmcp::{
-    handler::server::{
-        prompt::PromptContext, router::prompt::PromptRouter, tool::ToolRouter,
-    },
+    handler::server::{prompt::PromptContext, router::prompt::PromptRouter, tool::ToolRouter},
     model::{
         CacheScope, CallToolResult, CompleteRequestParams, CompleteResult, CompletionInfo,
-        ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation,
-        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, LoggingLevel,
-        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-        Reference, ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+        ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, LoggingLevel, PaginatedRequestParams,
+        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType,
+        ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+        SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{RequestContext, SubscriptionContext},
     tool_handler, ErrorData, RoleServer, ServerHandler,
