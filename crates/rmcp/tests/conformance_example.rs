@@ -137,3 +137,75 @@ fn typed_arguments_that_do_not_fit_fail_the_tool_with_the_validation_message() {
         assert!(message.contains("expected a string"), "{reply}");
     });
 }
+
+/// A 2026-07-28 `tools/call` without a session, with the headers and
+/// `_meta` the suite sends; `extra` is merged into the params. Returns the
+/// JSON-RPC response.
+async fn call_2026(http: &reqwest::Client, url: &str, id: u64, name: &str, extra: Value) -> Value {
+    let mut params = json!({"name": name, "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities":
+            {"sampling": {}, "elicitation": {}, "roots": {"listChanged": true}}}});
+    if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+        params.extend(extra);
+    }
+    let mut resp = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .json(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))
+        .send()
+        .await
+        .unwrap();
+    let got = read_until(&mut resp, |m| m.get("id") == Some(&json!(id))).await;
+    got.last().map(|(_, v)| v.clone()).unwrap_or_default()
+}
+
+fn accept(content: Value) -> Value {
+    json!({"action": "accept", "content": content})
+}
+
+#[test]
+fn multi_round_states_differ_and_a_tampered_or_foreign_state_is_invalid_params() {
+    let server = Instance::spawn_example_with("conformance", "memory", &["--transport", "rmcp"]);
+    common::rt().block_on(async {
+        let http = reqwest::Client::new();
+        let tool = "test_input_required_result_multi_round";
+        let r1 = call_2026(&http, &server.url, 1, tool, json!({})).await;
+        assert_eq!(r1["result"]["resultType"], "input_required", "{r1}");
+        assert!(r1["result"]["inputRequests"]["step1"].is_object(), "{r1}");
+        let s1 = r1["result"]["requestState"].as_str().unwrap().to_owned();
+
+        let step1 = json!({"inputResponses": {"step1": accept(json!({"name": "Alice"}))}});
+        let mut round2 = step1.clone();
+        round2["requestState"] = json!(s1);
+        let r2 = call_2026(&http, &server.url, 2, tool, round2).await;
+        assert!(r2["result"]["inputRequests"]["step2"].is_object(), "{r2}");
+        let s2 = r2["result"]["requestState"].as_str().unwrap().to_owned();
+        assert_ne!(s1, s2);
+
+        let mut tampered = step1.clone();
+        tampered["requestState"] = json!(format!("{s1}-TAMPERED"));
+        let bad = call_2026(&http, &server.url, 3, tool, tampered).await;
+        assert_eq!(bad["error"]["code"], -32602, "{bad}");
+        // A state sealed for one tool does not open for another.
+        let foreign = json!({"requestState": s1,
+            "inputResponses": {"confirm": accept(json!({"ok": true}))}});
+        let other = "test_input_required_result_request_state";
+        let bad = call_2026(&http, &server.url, 4, other, foreign).await;
+        assert_eq!(bad["error"]["code"], -32602, "{bad}");
+
+        let round3 = json!({"requestState": s2,
+            "inputResponses": {"step2": accept(json!({"color": "blue"}))}});
+        let r3 = call_2026(&http, &server.url, 5, tool, round3).await;
+        assert_eq!(r3["result"]["resultType"], "complete", "{r3}");
+        let text = r3["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("name=Alice, color=blue"), "{r3}");
+    });
+}

@@ -1,11 +1,19 @@
 //! The fixture server the official MCP conformance suite calls: every tool,
-//! resource, resource template and prompt its 2025-11-25 server scenarios
-//! name (`docs/design/conformance-baseline.md`, "The fixtures the scenarios
-//! call"), as one rmcp [`ServerHandler`].
+//! resource, resource template and prompt its 2025-11-25 and 2026-07-28
+//! server scenarios name (`docs/design/conformance-baseline.md`, "The
+//! fixtures the scenarios call"; `docs/plans/mcp-2026-07-28.md` section 4),
+//! as one rmcp [`ServerHandler`].
 //!
 //! It holds no transport: whoever serves it (rmcp's `StreamableHttpService`
-//! or mcp-resume's own) builds one [`Conformance`] per session by cloning a
-//! prototype, so the suite measures the transport and not the fixture.
+//! or mcp-resume's own) builds one [`Conformance`] per session, or at
+//! 2026-07-28 per request, by cloning a prototype, so the suite measures the
+//! transport and not the fixture.
+//!
+//! - `tools`: the 2025-11-25 tools;
+//! - `modern`: the 2026-07-28 diagnostic tools and `subscriptions/listen`;
+//! - `mrtr`: the `input_required` (SEP-2322) tools and prompt, built with
+//!   `inputs`;
+//! - `prompts`, `resources`: the prompts, resources and templates.
 
 // Logging, sampling and resources/subscribe are deprecated in rmcp 3.11 by
 // SEP-2577 (protocol 2026-07-28), but 2025-11-25 requires them and the
@@ -13,61 +21,76 @@
 #![allow(deprecated)]
 
 mod elicitation;
+mod inputs;
 mod media;
+mod modern;
+mod mrtr;
 mod prompts;
 mod resources;
+mod tools;
 
 use std::{
     collections::BTreeSet,
-    sync::{Mutex, PoisonError},
-    time::Duration,
+    sync::{Arc, Mutex, PoisonError},
 };
 
 use rmcp::{
-    handler::server::{router::prompt::PromptRouter, tool::ToolRouter, wrapper::Parameters},
+    handler::server::{prompt::PromptContext, router::prompt::PromptRouter, tool::ToolRouter},
     model::{
-        CallToolResult, CompleteRequestParams, CompleteResult, CompletionInfo, ContentBlock,
-        CreateMessageRequestParams, ElicitRequestParams, ElicitationSchema, Implementation,
-        JsonObject, ListResourceTemplatesResult, ListResourcesResult, LoggingLevel,
-        LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
-        ReadResourceRequestParams, ReadResourceResponse, Reference, ResourceContents,
-        SamplingMessage, SamplingMessageContentBlock, ServerCapabilities, ServerConfig,
-        SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+        CacheScope, CallToolResult, CompleteRequestParams, CompleteResult, CompletionInfo,
+        ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, LoggingLevel, PaginatedRequestParams,
+        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType,
+        ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+        SubscriptionFilter, UnsubscribeRequestParams,
     },
-    prompt_handler, schemars,
-    service::{ElicitationMode, RequestContext},
-    tool, tool_handler, tool_router, ErrorData, Peer, RoleServer, ServerHandler,
+    service::{RequestContext, SubscriptionContext},
+    tool_handler, ErrorData, RoleServer, ServerHandler,
 };
-use serde::Deserialize;
-use serde_json::{json, Value};
 
 /// The `serverInfo.name` the fixture reports in `initialize`.
 pub const SERVER_NAME: &str = "mcp-resume-conformance";
 
-/// The conformance fixture: tools, resources, prompts, completion and
-/// logging for the suite's 2025-11-25 server scenarios.
+/// The conformance fixture: tools, resources, prompts, completion, logging
+/// and subscriptions for the suite's 2025-11-25 and 2026-07-28 server
+/// scenarios.
 ///
-/// Its log level and resource subscriptions belong to one session. Cloning
-/// shares the (immutable) routers but starts a fresh session state, so a
-/// transport's factory `move || Ok(proto.clone())` gives every session its
-/// own level: one client's `logging/setLevel` never silences another's.
+/// Its log level and resource subscriptions belong to one 2025-11-25
+/// session. Cloning shares the (immutable) routers and the process-wide
+/// [`Shared`] state but starts a fresh session state, so a transport's
+/// factory `move || Ok(proto.clone())` gives every session its own level:
+/// one client's `logging/setLevel` never silences another's.
 pub struct Conformance {
     tool_router: ToolRouter<Self>,
     prompt_router: PromptRouter<Self>,
+    /// What every clone shares: the listen streams and the state sealer.
+    shared: Arc<Shared>,
     /// The lowest level `notifications/message` goes out at (`logging/setLevel`).
     level: Mutex<LoggingLevel>,
     /// URIs this session subscribed to (`resources/subscribe`).
     subscriptions: Mutex<BTreeSet<String>>,
 }
 
+/// The state all clones of one [`Conformance`] share.
+#[derive(Default)]
+pub struct Shared {
+    /// The open `subscriptions/listen` streams the trigger tools notify.
+    listeners: modern::Listeners,
+    /// Seals and opens `requestState`.
+    states: mrtr::States,
+}
+
 impl Clone for Conformance {
-    /// A new session on the same fixtures: the routers are shared, the log
-    /// level and the subscriptions start afresh.
+    /// A new session (or 2026-07-28 request) on the same fixtures: the
+    /// routers and [`Shared`] state are shared, the log level and the
+    /// resource subscriptions start afresh.
     fn clone(&self) -> Self {
         Self {
             tool_router: self.tool_router.clone(),
             prompt_router: self.prompt_router.clone(),
-            ..Self::new()
+            shared: self.shared.clone(),
+            level: Mutex::new(LoggingLevel::Info),
+            subscriptions: Mutex::new(BTreeSet::new()),
         }
     }
 }
@@ -79,22 +102,52 @@ impl Default for Conformance {
 }
 
 impl Conformance {
-    /// A fixture with every tool and prompt, at log level `info` and with
-    /// no subscription; serve one per session (see the type's docs).
+    /// A fixture with every tool and prompt, at log level `info`, with no
+    /// subscription and a fresh [`Shared`] state; serve clones of one
+    /// prototype (see the type's docs).
     pub fn new() -> Self {
         Self {
-            tool_router: Self::tool_router(),
+            tool_router: Self::legacy_tools() + Self::modern_tools() + Self::mrtr_tools(),
             prompt_router: Self::prompt_router(),
+            shared: Arc::new(Shared::default()),
             level: Mutex::new(LoggingLevel::Info),
             subscriptions: Mutex::new(BTreeSet::new()),
         }
     }
 
-    /// Whether a message at `level` passes this session's `logging/setLevel`.
-    fn logs(&self, level: LoggingLevel) -> bool {
-        let min = *self.level.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Whether a message at `level` may go out for this request: at
+    /// 2026-07-28 only if its `_meta` logLevel admits it, on a 2025-11-25
+    /// session if the session's `logging/setLevel` does.
+    fn logs(&self, context: &RequestContext<RoleServer>, level: LoggingLevel) -> bool {
+        let min = if is_modern(context) {
+            match context.meta.log_level() {
+                Some(min) => min,
+                None => return false,
+            }
+        } else {
+            *self.level.lock().unwrap_or_else(PoisonError::into_inner)
+        };
         severity(level) >= severity(min)
     }
+}
+
+/// Whether the request speaks 2026-07-28 or later (per-request `_meta`, no
+/// session), rather than a 2025-11-25 session's protocol.
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+}
+
+/// An `isError` result: the tool ran and failed, which the caller should
+/// read (a JSON-RPC error would hide the message).
+fn tool_error(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+/// A successful result with one text content item.
+fn text_result(text: impl Into<String>) -> Result<CallToolResult, ErrorData> {
+    Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
 }
 
 /// RFC 5424 order of the MCP log levels (`LoggingLevel` has no `Ord`).
@@ -111,275 +164,7 @@ fn severity(level: LoggingLevel) -> u8 {
     }
 }
 
-/// `test_sampling`'s arguments.
-#[derive(Deserialize, schemars::JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-pub struct SamplingArgs {
-    /// The prompt to send to the client's LLM.
-    pub prompt: String,
-}
-
-/// `test_elicitation`'s arguments.
-#[derive(Deserialize, schemars::JsonSchema)]
-#[schemars(crate = "rmcp::schemars")]
-pub struct ElicitationArgs {
-    /// The message to show the user.
-    pub message: String,
-}
-
-/// An `isError` result: the tool ran and failed, which the caller should
-/// read (a JSON-RPC error would hide the message).
-fn tool_error(text: impl Into<String>) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(text)])
-}
-
-fn text_result(text: impl Into<String>) -> Result<CallToolResult, ErrorData> {
-    Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
-}
-
-/// Sends `elicitation/create` (form mode) to the client and reports its answer.
-async fn elicit(
-    peer: &Peer<RoleServer>,
-    message: String,
-    requested_schema: ElicitationSchema,
-) -> Result<CallToolResult, ErrorData> {
-    if !peer
-        .supported_elicitation_modes()
-        .contains(&ElicitationMode::Form)
-    {
-        return Ok(tool_error("the client did not declare form elicitation"));
-    }
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message,
-        requested_schema,
-    };
-    match peer.create_elicitation(params).await {
-        Ok(answer) => {
-            let action = serde_json::to_value(&answer.action).unwrap_or(Value::Null);
-            let action = action.as_str().unwrap_or("unknown");
-            let content = answer.content.unwrap_or(Value::Null);
-            text_result(format!(
-                "Elicitation completed: action={action}, content={content}"
-            ))
-        }
-        Err(e) => Ok(tool_error(format!("elicitation failed: {e}"))),
-    }
-}
-
-#[tool_router]
-impl Conformance {
-    #[tool(description = "Returns one text content item.")]
-    async fn test_simple_text(&self) -> Result<CallToolResult, ErrorData> {
-        text_result("This is a simple text response for testing.")
-    }
-
-    #[tool(description = "Returns one image content item (a 1x1 PNG).")]
-    async fn test_image_content(&self) -> Result<CallToolResult, ErrorData> {
-        Ok(CallToolResult::success(vec![ContentBlock::image(
-            media::PNG_BASE64,
-            "image/png",
-        )]))
-    }
-
-    #[tool(description = "Returns one audio content item (a short WAV).")]
-    async fn test_audio_content(&self) -> Result<CallToolResult, ErrorData> {
-        Ok(CallToolResult::success(vec![ContentBlock::audio(
-            media::WAV_BASE64,
-            "audio/wav",
-        )]))
-    }
-
-    #[tool(description = "Returns one embedded text resource.")]
-    async fn test_embedded_resource(&self) -> Result<CallToolResult, ErrorData> {
-        Ok(CallToolResult::success(vec![ContentBlock::resource(
-            ResourceContents::text(
-                "This is an embedded resource content.",
-                "test://embedded-resource",
-            ),
-        )]))
-    }
-
-    #[tool(description = "Returns text, image and embedded resource content together.")]
-    async fn test_multiple_content_types(&self) -> Result<CallToolResult, ErrorData> {
-        Ok(CallToolResult::success(vec![
-            ContentBlock::text("Multiple content types test:"),
-            ContentBlock::image(media::PNG_BASE64, "image/png"),
-            ContentBlock::resource(
-                ResourceContents::text(
-                    r#"{"test":"data","value":123}"#,
-                    "test://mixed-content-resource",
-                )
-                .with_mime_type("application/json"),
-            ),
-        ]))
-    }
-
-    #[tool(
-        description = "Sends three notifications/message at info (as logging/setLevel allows), then returns."
-    )]
-    async fn test_tool_with_logging(
-        &self,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let steps = [
-            "Tool execution started",
-            "Tool processing data",
-            "Tool execution completed",
-        ];
-        for (i, step) in steps.into_iter().enumerate() {
-            if i > 0 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            if self.logs(LoggingLevel::Info) {
-                let params = LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(step))
-                    .with_logger("test_tool_with_logging");
-                if let Err(e) = peer.notify_logging_message(params).await {
-                    return Ok(tool_error(format!("sending a log message failed: {e}")));
-                }
-            }
-        }
-        text_result("Tool with logging completed")
-    }
-
-    #[tool(description = "Returns a result with isError true (not a JSON-RPC error).")]
-    async fn test_error_handling(&self) -> Result<CallToolResult, ErrorData> {
-        Ok(tool_error(
-            "This tool intentionally returns an error for testing",
-        ))
-    }
-
-    #[tool(
-        description = "Sends progress 0, 50 and 100 of 100 for the request's progressToken, then returns."
-    )]
-    async fn test_tool_with_progress(
-        &self,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        if let Some(token) = context.meta.get_progress_token() {
-            for (i, progress) in [0.0, 50.0, 100.0].into_iter().enumerate() {
-                if i > 0 {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                let params =
-                    ProgressNotificationParam::new(token.clone(), progress).with_total(100.0);
-                if let Err(e) = context.peer.notify_progress(params).await {
-                    return Ok(tool_error(format!("sending progress failed: {e}")));
-                }
-            }
-        }
-        text_result("Tool with progress completed")
-    }
-
-    #[tool(description = "Asks the client's LLM (sampling/createMessage) and returns its answer.")]
-    async fn test_sampling(
-        &self,
-        Parameters(SamplingArgs { prompt }): Parameters<SamplingArgs>,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let declared = peer
-            .peer_info()
-            .is_some_and(|info| info.capabilities.sampling.is_some());
-        if !declared {
-            return Ok(tool_error("the client did not declare sampling"));
-        }
-        let request =
-            CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 100);
-        match peer.create_message(request).await {
-            Ok(answer) => {
-                let text = answer
-                    .message
-                    .content
-                    .into_vec()
-                    .into_iter()
-                    .find_map(|block| match block {
-                        SamplingMessageContentBlock::Text(t) => Some(t.text),
-                        _ => None,
-                    })
-                    .unwrap_or_default();
-                text_result(format!("LLM response: {text}"))
-            }
-            Err(e) => Ok(tool_error(format!("sampling failed: {e}"))),
-        }
-    }
-
-    #[tool(description = "Asks the user (elicitation/create) for a username and an email.")]
-    async fn test_elicitation(
-        &self,
-        Parameters(ElicitationArgs { message }): Parameters<ElicitationArgs>,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        elicit(&peer, message, elicitation::user_schema()?).await
-    }
-
-    #[tool(description = "Elicits a form whose every primitive field has a default (SEP-1034).")]
-    async fn test_elicitation_sep1034_defaults(
-        &self,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let message = "Please review and update the form fields with defaults".to_owned();
-        elicit(&peer, message, elicitation::defaults_schema()?).await
-    }
-
-    #[tool(description = "Elicits a form with the five enum shapes of SEP-1330.")]
-    async fn test_elicitation_sep1330_enums(
-        &self,
-        peer: Peer<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let message = "Please select options from the enum fields".to_owned();
-        elicit(&peer, message, elicitation::enums_schema()?).await
-    }
-
-    #[tool(
-        description = "Tool with JSON Schema 2020-12 features",
-        input_schema = json_schema_2020_12()
-    )]
-    async fn json_schema_2020_12_tool(
-        &self,
-        _args: JsonObject,
-    ) -> Result<CallToolResult, ErrorData> {
-        text_result("ok")
-    }
-
-    #[tool(
-        description = "Answers after 1.5 s, long enough for a transport to close the request's SSE stream and have the client resume it (SEP-1699)."
-    )]
-    async fn test_reconnection(&self) -> Result<CallToolResult, ErrorData> {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        text_result("Reconnection test completed")
-    }
-}
-
-/// The `inputSchema` the suite's `json-schema-2020-12` scenario expects to
-/// find unchanged in `tools/list`: `$schema`, `$defs` with an `$anchor`,
-/// `$ref`, `allOf`/`anyOf`, `if`/`then`/`else`, `additionalProperties`.
-fn json_schema_2020_12() -> JsonObject {
-    let schema = json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object",
-        "$defs": {"address": {"$anchor": "addressDef", "type": "object", "properties": {
-            "street": {"type": "string"}, "city": {"type": "string"}}}},
-        "properties": {
-            "name": {"type": "string"},
-            "address": {"$ref": "#/$defs/address"},
-            "contactMethod": {"type": "string", "enum": ["phone", "email"]},
-            "phone": {"type": "string"},
-            "email": {"type": "string"}
-        },
-        "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
-        "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
-        "then": {"required": ["phone"]},
-        "else": {"required": ["email"]},
-        "additionalProperties": false
-    });
-    match schema {
-        Value::Object(map) => map,
-        _ => JsonObject::new(),
-    }
-}
-
 #[tool_handler(router = self.tool_router)]
-#[prompt_handler(router = self.prompt_router)]
 impl ServerHandler for Conformance {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
@@ -399,6 +184,50 @@ impl ServerHandler for Conformance {
                 "Test fixtures for the MCP conformance suite: the test_* tools, \
                  test:// resources and test_* prompts its server scenarios call.",
             )
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // rmcp narrows it to what get_info advertises.
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        self.shared.listeners.serve(context).await;
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let mut prompts = self.prompt_router.list_all();
+        prompts.push(Self::mrtr_prompt());
+        prompts.sort_by(|a, b| a.name.cmp(&b.name));
+        let modern = is_modern(&context);
+        Ok(ListPromptsResult {
+            result_type: Some(ResultType::COMPLETE),
+            prompts,
+            meta: None,
+            next_cursor: None,
+            ttl_ms: modern.then_some(0),
+            cache_scope: modern.then_some(CacheScope::Public),
+        })
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if request.name == mrtr::PROMPT {
+            return self.get_mrtr_prompt(&request, &context);
+        }
+        let prompt = PromptContext::new(self, request.name, request.arguments, context);
+        self.prompt_router.get_prompt(prompt).await
     }
 
     async fn set_level(

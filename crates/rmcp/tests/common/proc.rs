@@ -28,12 +28,22 @@ impl Instance {
     /// Starts the example `name` (which takes `--listen` and `--store` and
     /// prints `listening on URL`, as `rmcp_durable` does).
     pub fn spawn_example(name: &str, store: &str) -> Self {
-        Self::spawn_bin(&example(name), store)
+        Self::spawn_bin_with(&example(name), store, &[])
+    }
+
+    /// [`Self::spawn_example`] with `args` added (e.g. `--transport rmcp`).
+    pub fn spawn_example_with(name: &str, store: &str, args: &[&str]) -> Self {
+        Self::spawn_bin_with(&example(name), store, args)
     }
 
     fn spawn_bin(bin: &Path, store: &str) -> Self {
+        Self::spawn_bin_with(bin, store, &[])
+    }
+
+    fn spawn_bin_with(bin: &Path, store: &str, args: &[&str]) -> Self {
         let mut child = Command::new(bin)
             .args(["--listen", "127.0.0.1:0", "--store", store])
+            .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
