@@ -32,9 +32,11 @@ mod event_store;
 mod manager;
 mod owner;
 mod session_store;
+pub mod tasks;
 
 pub use backend::RmcpBackend;
 pub use error::StoreError;
 pub use event_store::LogEventStore;
 pub use manager::{DurableSessionManager, ManagerError};
 pub use session_store::LogSessionStore;
+pub use tasks::{DurableTaskContext, DurableTasks};

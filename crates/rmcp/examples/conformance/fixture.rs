@@ -27,6 +27,7 @@ mod modern;
 mod mrtr;
 mod prompts;
 mod resources;
+mod tasks;
 mod tools;
 
 use std::{
@@ -78,6 +79,8 @@ pub struct Shared {
     listeners: modern::Listeners,
     /// Seals and opens `requestState`.
     states: mrtr::States,
+    /// Durable tasks, on mcp-resume's transport (`tasks`).
+    tasks: Option<mcp_resume_rmcp::DurableTasks>,
 }
 
 impl Clone for Conformance {
@@ -106,10 +109,26 @@ impl Conformance {
     /// subscription and a fresh [`Shared`] state; serve clones of one
     /// prototype (see the type's docs).
     pub fn new() -> Self {
+        Self::build(None)
+    }
+
+    /// The same, whose task tools make durable tasks in `tasks` (the tasks
+    /// extension is declared only then).
+    pub fn with_tasks(tasks: mcp_resume_rmcp::DurableTasks) -> Self {
+        Self::build(Some(tasks))
+    }
+
+    fn build(tasks: Option<mcp_resume_rmcp::DurableTasks>) -> Self {
         Self {
-            tool_router: Self::legacy_tools() + Self::modern_tools() + Self::mrtr_tools(),
+            tool_router: Self::legacy_tools()
+                + Self::modern_tools()
+                + Self::mrtr_tools()
+                + Self::task_tools(),
             prompt_router: Self::prompt_router(),
-            shared: Arc::new(Shared::default()),
+            shared: Arc::new(Shared {
+                tasks,
+                ..Shared::default()
+            }),
             level: Mutex::new(LoggingLevel::Info),
             subscriptions: Mutex::new(BTreeSet::new()),
         }
@@ -176,8 +195,12 @@ impl ServerHandler for Conformance {
             .enable_resources_subscribe()
             .enable_resources_list_changed()
             .enable_tools()
-            .enable_tool_list_changed()
-            .build();
+            .enable_tool_list_changed();
+        let capabilities = if self.shared.tasks.is_some() {
+            capabilities.enable_tasks().build()
+        } else {
+            capabilities.build()
+        };
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
             .with_instructions(

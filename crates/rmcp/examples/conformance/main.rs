@@ -26,7 +26,9 @@ mod fixture;
 use std::sync::Arc;
 
 use clap::Parser;
+use mcp_resume_rmcp::DurableTasks;
 use mcp_resume_rmcp::RmcpBackend;
+use mcp_resume_server::tasks::TaskStore;
 use mcp_resume_server::{McpServer, ServerConfig};
 use rmcp::transport::streamable_http_server::{
     session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
@@ -53,13 +55,16 @@ async fn main() -> std::process::ExitCode {
 async fn run(args: Args) -> Result<(), String> {
     // One prototype, cloned per session (per request at 2026-07-28): shared
     // routers and listen streams, per-session state.
-    let proto = fixture::Conformance::new();
     if args.transport == "rmcp" {
-        return serve_rmcp(&args, proto).await;
+        return serve_rmcp(&args, fixture::Conformance::new()).await;
     }
     let log = args.serving.open_log().await?;
+    // Durable tasks in the same log: tasks/* are answered from it on any
+    // instance, the fixture's task tools create them.
+    let store = TaskStore::new(log.clone());
+    let proto = fixture::Conformance::with_tasks(DurableTasks::new(store.clone()));
     let backend = Arc::new(RmcpBackend::new(move || proto.clone()));
-    let server = McpServer::with_backend(log, backend, ServerConfig::default());
+    let server = McpServer::with_backend(log, backend, ServerConfig::default()).with_tasks(store);
     let listener = args.serving.listen().await?;
     server
         .serve(listener, example::ctrl_c())

@@ -24,6 +24,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub use axum::body::Body;
+pub use axum::http::request::Parts as RequestParts;
 pub use axum::http::{Request, Response};
 
 use mcp_resume_log::LogError;
