@@ -12,6 +12,7 @@
 
 mod error;
 mod jitter;
+mod listen;
 mod reader;
 mod session;
 /// The SSE parser (the one codec lives in `mcp_resume_proto::sse`).

@@ -8,6 +8,9 @@ pub const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
 pub const MCP_METHOD: &str = "mcp-method";
 /// The tool, prompt, resource or task a stateless-era request names (SEP-2243).
 pub const MCP_NAME: &str = "mcp-name";
+/// Names the log session `L` of a resumable listen stream, on the answer to
+/// `subscriptions/listen` (docs/protocol.md 3.7).
+pub const RESUME_LISTEN: &str = "x-mcp-resume-listen";
 /// The SSE resumption cursor (WHATWG name).
 pub const LAST_EVENT_ID: &str = "last-event-id";
 /// Query-string spelling of the cursor, for browsers' `EventSource`.

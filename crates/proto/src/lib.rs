@@ -33,6 +33,11 @@ pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "
 /// which a backend may serve beside the session era on the same endpoint.
 pub const STATELESS_PROTOCOL_VERSIONS: &[&str] = &["2026-07-28"];
 
+/// The extension (in `server/discover`'s capabilities and a client's
+/// `clientCapabilities.extensions`) that makes `subscriptions/listen` a
+/// resumable stream read from a cursor (docs/protocol.md 3.7).
+pub const RESUMABLE_LISTEN_EXTENSION: &str = "dev.mcp-resume/resumable-listen";
+
 /// The WebSocket subprotocol that marks a cursor-safe upgrade (docs/protocol.md 5.1).
 pub const SUBPROTOCOL: &str = "mcp.resume.v1";
 

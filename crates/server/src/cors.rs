@@ -37,6 +37,7 @@ pub(crate) fn layer(state: &AppState) -> CorsLayer {
         .expose_headers([
             HeaderName::from_static(h::MCP_SESSION_ID),
             HeaderName::from_static(h::RESUME_CURSOR),
+            HeaderName::from_static(crate::http::subs::LISTEN_HEADER),
             header::WWW_AUTHENTICATE,
         ])
         .max_age(Duration::from_secs(600))

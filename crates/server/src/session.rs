@@ -44,6 +44,18 @@ pub struct SessionRecord {
     /// its own but never an MCP session: a client naming it as one gets 404.
     #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
     pub task: Option<crate::tasks::TaskRecord>,
+    /// Set for a resumable listen stream (MCP 2026-07-28 extension): a log
+    /// session read like a session stream, fed by the backend on its owner.
+    #[serde(rename = "l", default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<ListenRecord>,
+}
+
+/// What the server keeps of a resumable listen stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenRecord {
+    /// The instance whose backend feeds it.
+    #[serde(rename = "o")]
+    pub owner: String,
 }
 
 /// The MCP revision whose sessions may still send JSON-RPC batches (they

@@ -80,6 +80,7 @@ pub(crate) async fn upgrade(
     // 3. The session and the cursor.
     let prior = session_cursor(headers, q)?;
     live_session(&state, &id, headers, &principal, false).await?;
+    crate::http::subs::end_if_orphaned(&state, &id).await?;
     let ws = WebSocketUpgrade::from_request_parts(parts, &())
         .await
         .map_err(|e| ApiError::bad("invalid-upgrade", e.body_text()))?

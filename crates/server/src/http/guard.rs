@@ -24,23 +24,29 @@ pub struct CursorQuery {
 
 /// Credentials (bearer token or OAuth access token), then `Origin` and
 /// `MCP-Protocol-Version`, before anything else; returns who is calling.
-/// A client of the stateless era (its `MCP-Protocol-Version` names one) has
-/// no session stream to GET and no session to DELETE: 405.
 pub(crate) async fn guard(
     state: &AppState,
     headers: &HeaderMap,
     token_in_subprotocol: bool,
 ) -> Result<Principal, ApiError> {
     let principal = credentials(state, headers, token_in_subprotocol).await?;
-    if headers
-        .get(h::MCP_PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| STATELESS_PROTOCOL_VERSIONS.contains(&v))
-    {
-        return Err(ApiError::MethodNotAllowed);
-    }
     check_version(headers)?;
     Ok(principal)
+}
+
+/// `GET P` or `DELETE P` without a session from a client of the stateless
+/// era (its `MCP-Protocol-Version` names one): it has no session stream to
+/// read and no session to end, 405. (A resumable listen stream is read with
+/// its id as the session.)
+pub(crate) fn refuse_stateless(headers: &HeaderMap) -> Result<(), ApiError> {
+    let stateless = headers
+        .get(h::MCP_PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| STATELESS_PROTOCOL_VERSIONS.contains(&v));
+    if stateless && !headers.contains_key(h::MCP_SESSION_ID) {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    Ok(())
 }
 
 /// Credentials, then `Origin`: what every request, of either era, passes first.
@@ -64,12 +70,12 @@ pub(crate) async fn credentials(
     Ok(principal)
 }
 
-/// A session-era request's `MCP-Protocol-Version`, if any, must be one this
-/// server negotiates.
+/// A request's `MCP-Protocol-Version`, if any, must be one this server
+/// speaks (a session's must then equal its negotiated one, [`live_session`]).
 pub(crate) fn check_version(headers: &HeaderMap) -> Result<(), ApiError> {
     if let Some(v) = headers.get(h::MCP_PROTOCOL_VERSION) {
         let v = v.to_str().unwrap_or_default();
-        if !SUPPORTED_PROTOCOL_VERSIONS.contains(&v) {
+        if !SUPPORTED_PROTOCOL_VERSIONS.contains(&v) && !STATELESS_PROTOCOL_VERSIONS.contains(&v) {
             return Err(ApiError::bad(
                 "unsupported-protocol-version",
                 format!("MCP-Protocol-Version {v:?} is not supported; use one of {SUPPORTED_PROTOCOL_VERSIONS:?}"),

@@ -6,6 +6,7 @@ mod guard;
 mod post;
 pub(crate) mod relay;
 mod stateless;
+pub(crate) mod subs;
 pub(crate) use stateless::{META_CAPABILITIES, META_VERSION};
 
 pub(crate) use relay::socket_message;
@@ -34,6 +35,7 @@ pub async fn get(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let principal = guard(&state, &headers, false).await?;
+    guard::refuse_stateless(&headers)?;
     let q = query(q)?;
     if !accepts(&headers).sse {
         return Err(ApiError::NotAcceptable(
@@ -47,6 +49,10 @@ pub async fn get(
         ));
     };
     live_session(&state, &session, &headers, &principal, false).await?;
+    match cursor(&headers, &q)? {
+        Some(EventId::Session(_)) | None => subs::end_if_orphaned(&state, &session).await?,
+        _ => {}
+    }
     match cursor(&headers, &q)? {
         Some(EventId::Request { stream, seq }) => {
             open_reader(state, session, StreamKey::Request(stream), Some(seq)).await
@@ -92,6 +98,7 @@ pub async fn delete(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let principal = guard(&state, &headers, false).await?;
+    guard::refuse_stateless(&headers)?;
     let Some(session) = session_header(&headers)? else {
         return Err(ApiError::bad(
             "missing-session-id",
@@ -140,6 +147,7 @@ pub async fn session_events(
     }
     let prior = session_cursor(&parts.headers, &q)?;
     live_session(&state, &id, &parts.headers, &principal, false).await?;
+    subs::end_if_orphaned(&state, &id).await?;
     open_reader(state, id, StreamKey::Session, prior).await
 }
 

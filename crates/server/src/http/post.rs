@@ -160,6 +160,7 @@ async fn initialize(
         principal,
         init: None,
         task: None,
+        listen: None,
     };
     state.log.create_session(&sid, record.encode()).await?;
     let mut resp = answer(

@@ -58,6 +58,7 @@ pub(super) async fn initialize(
         principal,
         init: Some(params.clone()),
         task: None,
+        listen: None,
     };
     state.log.create_session(&sid, record.encode()).await?;
     let opened = match route::lease::claim_new(state, &sid).await {

@@ -32,6 +32,8 @@ use crate::jsonrpc;
 use crate::state::AppState;
 use crate::tasks::{self, Caller};
 
+use super::subs;
+
 /// The `_meta` key of a stateless request's protocol version.
 pub(crate) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// The `_meta` key of a stateless request's client capabilities.
@@ -94,6 +96,9 @@ pub(super) async fn serve(
         let (status, reply) = tasks::serve::serve(store, &caller, &headers, message).await;
         return error(status, reply);
     }
+    if subs::wants_resumable(state, message) {
+        return subs::open(state, caller, &headers, message.clone()).await;
+    }
     let Some(service) = state.backend.as_ref().and_then(|b| b.stateless()) else {
         let requested = headers
             .get(h::MCP_PROTOCOL_VERSION)
@@ -125,7 +130,44 @@ pub(super) async fn serve(
         .unwrap_or_default();
     *request.headers_mut() = headers;
     request.extensions_mut().insert(caller);
-    service.serve(request).await
+    let resp = service.serve(request).await;
+    if method == "server/discover" {
+        return offer_extensions(resp).await;
+    }
+    resp
+}
+
+/// Adds the transport's own extensions (the resumable listen stream) to a
+/// `server/discover` result's capabilities.
+async fn offer_extensions(resp: Response) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let json = parts
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let Ok(bytes) = axum::body::to_bytes(body, 4 << 20).await else {
+        return (
+            StatusCode::BAD_GATEWAY,
+            "the backend's discover answer could not be read",
+        )
+            .into_response();
+    };
+    let mut v: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) if json => v,
+        _ => return Response::from_parts(parts, Body::from(bytes)),
+    };
+    if let Some(caps) = v
+        .pointer_mut("/result/capabilities")
+        .and_then(Value::as_object_mut)
+    {
+        let ext = caps.entry("extensions").or_insert_with(|| json!({}));
+        if let Some(ext) = ext.as_object_mut() {
+            ext.insert(subs::EXTENSION.into(), json!({}));
+        }
+    }
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(v.to_string()))
 }
 
 fn error(status: StatusCode, body: Value) -> Response {

@@ -77,7 +77,12 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
             None => {} // one process: every session is this instance's
         }
     }
-    let Some(init) = state.record(session).await?.init else {
+    let rec = state.record(session).await?;
+    let Some(init) = rec.init else {
+        if rec.listen.is_some() || rec.task.is_some() {
+            // A listen stream or a task: read, never sent to.
+            return Err(ApiError::NoSession(session.to_owned()));
+        }
         return Err(ApiError::Internal(
             "this session was not created through the server's backend".into(),
         ));
