@@ -142,3 +142,44 @@ fn chaos_fails_when_iterations_cannot_be_judged() {
         "unjudged iterations fail the run"
     );
 }
+
+/// The MCP 2026-07-28 era: every iteration reads a resumable listen stream
+/// (the dev.mcp-resume/resumable-listen extension) through the same upgrades,
+/// drops, kills and resumes; the safe mode loses nothing, and the legacy
+/// upgrade shows its gaps there too.
+#[test]
+fn chaos_on_resumable_listen_streams_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("chaos.json");
+    let (out, v) = chaos(
+        &[
+            "--spawn",
+            "--listen-streams",
+            "--compare-legacy",
+            "--iterations",
+            "150",
+            "--seed",
+            "2026",
+        ],
+        &report,
+    );
+    assert_eq!(v["listen_streams"], true, "{v}");
+    let safe = &v["modes"][0];
+    let legacy = &v["modes"][1];
+    assert_eq!(safe["iterations"], 150);
+    assert_accounted(safe);
+    assert_eq!(safe["harness_errors"], 0, "{safe}");
+    assert!(safe["judged_iterations"].as_u64().unwrap() >= 135, "{safe}");
+    assert_eq!(safe["silent_gaps"], 0, "{safe}");
+    assert_eq!(safe["duplicates"], 0);
+    assert_eq!(safe["reorders"], 0);
+    assert_eq!(
+        safe["content_mismatches"], 0,
+        "the acknowledgement, then emitted events only"
+    );
+    assert!(
+        legacy["silent_gaps"].as_u64().unwrap() > 0,
+        "the legacy upgrade must show its gaps on listen streams too: {legacy}"
+    );
+    assert!(out.status.success());
+}

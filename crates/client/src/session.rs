@@ -51,6 +51,13 @@ impl McpClient {
         Ok(self)
     }
 
+    /// The same session (and protocol revision) at another URL: another
+    /// instance serving the same log.
+    pub fn with_url(mut self, url: impl Into<String>) -> Self {
+        self.url = url.into();
+        self
+    }
+
     /// Attaches to an existing session instead of initialising one.
     pub fn with_session(mut self, session: impl Into<String>) -> Self {
         self.session = Some(session.into());

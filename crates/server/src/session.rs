@@ -53,9 +53,10 @@ pub struct SessionRecord {
 /// What the server keeps of a resumable listen stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListenRecord {
-    /// The instance whose backend feeds it.
-    #[serde(rename = "o")]
-    pub owner: String,
+    /// The instance whose backend feeds it; `None` when any instance may
+    /// (the built-in tools' `emit`), so no instance's death ends it.
+    #[serde(rename = "o", default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// The MCP revision whose sessions may still send JSON-RPC batches (they

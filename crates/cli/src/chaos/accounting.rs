@@ -62,6 +62,12 @@ fn as_emit(text: &str) -> Option<(u64, u64)> {
     (v == emit_message(k, count)).then_some((k, count))
 }
 
+/// Whether `text` is the acknowledgement a resumable listen stream starts with.
+fn is_listen_ack(text: &str) -> bool {
+    serde_json::from_str::<Value>(text)
+        .is_ok_and(|v| v["method"] == "notifications/subscriptions/acknowledged")
+}
+
 /// The positions `k` delivered so far, per call `count`.
 pub fn positions(delivered: &[(u64, String)]) -> HashMap<u64, BTreeSet<u64>> {
     let mut ks: HashMap<u64, BTreeSet<u64>> = HashMap::new();
@@ -146,6 +152,11 @@ pub fn judge(calls: &[Emitted], delivered: &[(u64, String)], ended_loud: bool) -
             continue;
         }
         seqs.insert(*seq, text);
+        if *seq == 1 && is_listen_ack(text) {
+            // A listen stream's first event: the server's acknowledgement.
+            top = top.max(1);
+            continue;
+        }
         // Late by seq, or by its place in its call: one reorder per event.
         let mut late = *seq < top;
         top = top.max(*seq);

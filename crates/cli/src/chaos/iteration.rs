@@ -28,6 +28,9 @@ pub struct Shared {
     pub rmcp: bool,
     /// Readers never upgrade: every read, drop and resume is over SSE.
     pub sse_only: bool,
+    /// Each iteration reads a resumable listen stream (MCP 2026-07-28
+    /// extension) instead of a session stream; `emit` writes to it.
+    pub listen: bool,
 }
 
 /// One `emit` call: where it went, the kill generation of that instance
@@ -170,7 +173,18 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Xorshift64) -> Result<Outcome, H
     let http = reqwest::Client::new();
     let mut client = McpClient::new(&s.urls[pick(&mut rng)]);
     let mut tries = 0;
-    while let Err(e) = client.initialize().await {
+    loop {
+        let opened = if s.listen {
+            // The 2026-07-28 era: a resumable listen stream L, which `emit`
+            // (called with L as the session) writes to.
+            client
+                .listen(json!({"toolsListChanged": true}))
+                .await
+                .map(|l| client = l)
+        } else {
+            client.initialize().await.map(|_| ())
+        };
+        let Err(e) = opened else { break };
         tries += 1;
         if tries > 100 {
             return Err(HarnessError::Initialize(e.to_string()));
@@ -178,11 +192,7 @@ pub async fn iteration(s: Arc<Shared>, mut rng: Xorshift64) -> Result<Outcome, H
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let sid = client.session_id().unwrap_or_default().to_owned();
-    let clients: Vec<McpClient> = s
-        .urls
-        .iter()
-        .map(|u| McpClient::new(u).with_session(&sid))
-        .collect();
+    let clients: Vec<McpClient> = s.urls.iter().map(|u| client.clone().with_url(u)).collect();
     // The sibling reader of the seed: reads the whole stream over SSE, concurrently.
     let sibling = {
         let mut r =

@@ -81,6 +81,13 @@ pub struct ChaosArgs {
     #[arg(long)]
     sse_only: bool,
 
+    /// The MCP 2026-07-28 era: each iteration opens a resumable listen
+    /// stream (`subscriptions/listen` with the dev.mcp-resume/resumable-listen
+    /// extension) instead of initializing a session, `emit` writes to it, and
+    /// every read, upgrade, drop, kill and resume is on it.
+    #[arg(long)]
+    listen_streams: bool,
+
     /// Also run the same iterations, SSE only, against an rmcp server on
     /// mcp-resume-rmcp's stores at this URL (event ids `SESSION/0/SEQ`).
     #[arg(long, value_name = "URL", conflicts_with = "spawn_rmcp")]
@@ -143,6 +150,7 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
             args.instances
         },
         sse_only: args.sse_only,
+        listen: args.listen_streams,
     };
     if args.instances > 1
         && !args

@@ -134,6 +134,7 @@ pub fn write_json(path: &Path, results: &[Results], opts: &Options) -> std::io::
         "truth": "emit numbering (each call's own count, k = 1..=count)",
         "instances": opts.instances,
         "sse_only": opts.sse_only,
+        "listen_streams": opts.listen,
         "modes": modes,
     });
     std::fs::write(path, serde_json::to_vec_pretty(&doc).unwrap_or_default())

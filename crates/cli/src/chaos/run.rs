@@ -52,6 +52,8 @@ pub struct Options {
     /// Readers never upgrade: every read, drop and resume is over SSE
     /// (always so in the rmcp mode).
     pub sse_only: bool,
+    /// Resumable listen streams (MCP 2026-07-28) instead of session streams.
+    pub listen: bool,
 }
 
 /// Runs `opts.iterations` iterations against `target` in `mode`.
@@ -63,6 +65,7 @@ pub async fn run(mode: Mode, target: Target, opts: &Options) -> Result<Results, 
         target: Arc::new(Mutex::new(target)),
         rmcp: mode == Mode::Rmcp,
         sse_only: opts.sse_only || mode == Mode::Rmcp,
+        listen: opts.listen && mode != Mode::Rmcp,
     });
     let mut res = Results::new(mode.name());
     let bar = if opts.quiet {

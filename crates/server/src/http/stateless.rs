@@ -96,7 +96,7 @@ pub(super) async fn serve(
         let (status, reply) = tasks::serve::serve(store, &caller, &headers, message).await;
         return error(status, reply);
     }
-    if subs::wants_resumable(state, message) {
+    if subs::wants_resumable(message) {
         return subs::open(state, caller, &headers, message.clone()).await;
     }
     let Some(service) = state.backend.as_ref().and_then(|b| b.stateless()) else {

@@ -40,10 +40,9 @@ pub const EXTENSION: &str = mcp_resume_proto::RESUMABLE_LISTEN_EXTENSION;
 pub const LISTEN_HEADER: &str = h::RESUME_LISTEN;
 
 /// Whether `message` is a `subscriptions/listen` whose client declared the
-/// extension, and this server can serve it (a backend).
-pub(super) fn wants_resumable(state: &AppState, message: &Value) -> bool {
-    state.backend.is_some()
-        && message.get("method").and_then(Value::as_str) == Some("subscriptions/listen")
+/// extension.
+pub(super) fn wants_resumable(message: &Value) -> bool {
+    message.get("method").and_then(Value::as_str) == Some("subscriptions/listen")
         && message
             .pointer("/params/_meta")
             .and_then(|m| m.get(super::META_CAPABILITIES))
@@ -91,22 +90,37 @@ async fn open_stream(
         protocol_version: mcp_resume_proto::STATELESS_PROTOCOL_VERSIONS[0].to_owned(),
         principal: caller.0,
         listen: Some(ListenRecord {
-            owner: state.log.instance().to_owned(),
+            owner: state
+                .backend
+                .is_some()
+                .then(|| state.log.instance().to_owned()),
         }),
         ..SessionRecord::default()
     };
     state.log.create_session(&listen, record.encode()).await?;
-    let route = match state.routes.open(state, &listen, None, None) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = state.log.end_session(&listen).await;
-            return Err(ApiError::Internal(e.to_string()));
-        }
-    };
     let (bounds, sub) = state.log.subscribe(&listen, StreamKey::Session).await?;
-    // Everything the backend sends for it (the acknowledgement, the
-    // notifications, a final result) is committed to L's session stream.
-    relay::dispatch(state, &listen, &route, StreamKey::Session, message).await;
+    if state.backend.is_some() {
+        let route = match state.routes.open(state, &listen, None, None) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = state.log.end_session(&listen).await;
+                return Err(ApiError::Internal(e.to_string()));
+            }
+        };
+        // Everything the backend sends for it (the acknowledgement, the
+        // notifications, a final result) is committed to L's session stream.
+        relay::dispatch(state, &listen, &route, StreamKey::Session, message).await;
+    } else {
+        // The built-in tools: the transport acknowledges, and the demo tools
+        // called on L as a session (`Mcp-Session-Id: L`) write to it (`emit`).
+        let filter = message
+            .pointer("/params/notifications")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}));
+        let ack = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+            "params": {"notifications": filter, "_meta": {"io.modelcontextprotocol/subscriptionId": listen}}});
+        state.append(&listen, StreamKey::Session, &ack).await?;
+    }
     tracing::debug!(listen = %listen, id = %id, "resumable listen stream opened");
     let mut resp = sse::respond(
         state.clone(),
@@ -134,10 +148,10 @@ pub(crate) async fn end_if_orphaned(state: &AppState, session: &str) -> Result<(
         }
         Err(e) => return Err(e.into()),
     };
-    let Some(listen) = rec.listen else {
+    let Some(owner) = rec.listen.and_then(|l| l.owner) else {
         return Ok(());
     };
-    if listen.owner == state.log.instance() || state.log.instance_alive(&listen.owner).await? {
+    if owner == state.log.instance() || state.log.instance_alive(&owner).await? {
         return Ok(());
     }
     tracing::info!(
