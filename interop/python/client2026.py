@@ -12,6 +12,10 @@ answers `input_required`; the SDK fulfils it through the elicitation callback
 below and retries the call itself (MRTR). Legacy: a 2025 session has no
 `input_required` (the server refuses it), so `test_elicitation` asks the same
 callback with a server-to-client `elicitation/create` (ELICITED).
+
+`mode="2026-07-28"` adopts the version without a `server/discover` round trip,
+so its `ERA modern` line says what the SDK chose; the requests after it (each
+a stateless 2026-07-28 request) are what prove the server speaks that version.
 """
 
 import asyncio
