@@ -5,13 +5,18 @@
 //   node client2026.mjs URL MODE
 //     MODE: pin = pinned to 2026-07-28, auto = probe server/discover,
 //           legacy = the 2025 initialize handshake (the SDK's default)
-//   stdout: ERA modern|legacy VERSION | TOOLS n | TEXT text | MRTR text | ELICITED text | DONE
+//   stdout: ERA modern|legacy VERSION | TOOLS n | TEXT text | MRTR text | LISTEN ack |
+//           CHANGED tools | ELICITED text | DONE
 //
 // Modern: the conformance example's `test_input_required_result_elicitation`
 // answers `input_required`; the SDK fulfils it through the elicitation handler
 // below and retries the call itself (MRTR). Legacy: a 2025 session has no
 // `input_required` (the server refuses it), so `test_elicitation` asks the same
 // handler with a server-to-client `elicitation/create` (ELICITED).
+//
+// Modern only: `listen` opens a `subscriptions/listen` stream for tools changes
+// (LISTEN once acknowledged), then `test_trigger_tool_change` must make a
+// `notifications/tools/list_changed` arrive on it (CHANGED).
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 
 const [url, mode] = process.argv.slice(2);
@@ -41,6 +46,23 @@ console.log(`TEXT ${text(await client.callTool({ name: 'test_simple_text', argum
 if (client.getProtocolEra() === 'modern') {
   const asked = await client.callTool({ name: 'test_input_required_result_elicitation', arguments: {} });
   console.log(`MRTR ${text(asked)}`);
+
+  let onChanged;
+  const changed = new Promise((resolve) => {
+    onChanged = resolve;
+  });
+  client.setNotificationHandler('notifications/tools/list_changed', () => onChanged());
+  const sub = await client.listen({ toolsListChanged: true });
+  console.log(`LISTEN ${sub.honoredFilter.toolsListChanged ? 'ack' : 'refused'}`);
+  await client.callTool({ name: 'test_trigger_tool_change', arguments: {} });
+  const late = new Promise((_, reject) => setTimeout(() => reject(new Error('no tools change in 10 s')), 10_000).unref());
+  await Promise.race([changed, late]);
+  console.log('CHANGED tools');
+  // close() aborts the listen stream (the 2026-07-28 cancellation) and also POSTs
+  // notifications/cancelled without an Mcp-Method header (SDK 2.4.0 stamps the
+  // SEP-2243 headers on requests only); a server that requires the header on
+  // notifications answers 400 -32020, which onerror reports on stderr.
+  await sub.close();
 } else {
   const asked = await client.callTool({ name: 'test_elicitation', arguments: { message: 'who are you?' } });
   console.log(`ELICITED ${text(asked)}`);

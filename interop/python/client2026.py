@@ -5,13 +5,18 @@ line at a time.
     python client2026.py URL MODE
       MODE: pin = mode="2026-07-28", auto = mode="auto" (probes server/discover),
             legacy = mode="legacy" (the 2025 initialize handshake)
-    stdout: ERA modern|legacy VERSION | TOOLS n | TEXT text | MRTR text | ELICITED text | DONE
+    stdout: ERA modern|legacy VERSION | TOOLS n | TEXT text | MRTR text | LISTEN ack |
+            CHANGED tools | ELICITED text | DONE
 
 Modern: the conformance example's `test_input_required_result_elicitation`
 answers `input_required`; the SDK fulfils it through the elicitation callback
 below and retries the call itself (MRTR). Legacy: a 2025 session has no
 `input_required` (the server refuses it), so `test_elicitation` asks the same
 callback with a server-to-client `elicitation/create` (ELICITED).
+
+Modern only: `listen` opens a `subscriptions/listen` stream for tools changes
+(LISTEN once acknowledged), then `test_trigger_tool_change` must make a
+`notifications/tools/list_changed` arrive on it (CHANGED).
 
 `mode="2026-07-28"` adopts the version without a `server/discover` round trip,
 so its `ERA modern` line says what the SDK chose; the requests after it (each
@@ -21,7 +26,9 @@ a stateless 2026-07-28 request) are what prove the server speaks that version.
 import asyncio
 import sys
 
+import anyio
 from mcp import Client, types
+from mcp.client.subscriptions import ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 MODES = {"pin": "2026-07-28", "auto": "auto", "legacy": "legacy"}
@@ -50,6 +57,12 @@ async def main(url: str, mode: str) -> None:
         say("TEXT " + text(await client.call_tool("test_simple_text", {})))
         if era == "modern":
             say("MRTR " + text(await client.call_tool("test_input_required_result_elicitation", {})))
+            async with client.listen(tools_list_changed=True) as sub:
+                say("LISTEN " + ("ack" if sub.honored.tools_list_changed else "refused"))
+                await client.call_tool("test_trigger_tool_change", {})
+                with anyio.fail_after(10):
+                    event = await anext(sub)
+                say("CHANGED " + ("tools" if isinstance(event, ToolsListChanged) else repr(event)))
         else:
             asked = await client.call_tool("test_elicitation", {"message": "who are you?"})
             say("ELICITED " + text(asked))

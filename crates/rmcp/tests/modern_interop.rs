@@ -10,11 +10,17 @@
 //!   and the Python SDK's `ClientSession` + `initialize` (`interop/python/ask.py`).
 //!
 //! The 2026 clients must negotiate 2026-07-28 (`ERA modern`), list the tools,
-//! call one, and get an `input_required` tool's answer after the SDK fulfilled
-//! it from its own elicitation handler (MRTR). The legacy ones answer the
+//! call one, get an `input_required` tool's answer after the SDK fulfilled it
+//! from its own elicitation handler (MRTR), and receive a
+//! `notifications/tools/list_changed` on a `subscriptions/listen` stream after
+//! calling the fixture's trigger (LISTEN, CHANGED). The legacy ones answer the
 //! server's `elicitation/create` (and the 1.x ones `sampling/createMessage`)
 //! on their sessions. Every line is checked, so a server that lost the 2026
 //! path (discover, stateless requests, MRTR) fails here.
+//!
+//! Known noise on stderr: the TypeScript client's `McpSubscription.close()`
+//! also POSTs `notifications/cancelled` without `Mcp-Method`, which the
+//! server refuses (400, -32020); the stream's close is the cancellation.
 //!
 //! The clients come from `scripts/test` (`npm ci` in interop/node, the venv in
 //! interop/python); a missing one fails the test, it is never skipped.
@@ -71,23 +77,30 @@ fn python() -> String {
 /// The lines `client2026.{mjs,py}` prints, exactly, for `who`'s elicitation
 /// answer on `era` with `tools` tools listed.
 fn expected_2026(era: &str, tools: usize, who: &str) -> Vec<String> {
-    let asked = match era {
-        "modern" => format!("MRTR Hello, {who}!"),
-        _ => {
-            format!(r#"ELICITED Elicitation completed: action=accept, content={{"name":"{who}"}}"#)
-        }
+    let (version, asked) = match era {
+        "modern" => (
+            "2026-07-28",
+            vec![
+                format!("MRTR Hello, {who}!"),
+                "LISTEN ack".to_owned(),
+                "CHANGED tools".to_owned(),
+            ],
+        ),
+        _ => (
+            "2025-11-25",
+            vec![format!(
+                r#"ELICITED Elicitation completed: action=accept, content={{"name":"{who}"}}"#
+            )],
+        ),
     };
-    let version = match era {
-        "modern" => "2026-07-28",
-        _ => "2025-11-25",
-    };
-    vec![
+    let mut lines = vec![
         format!("ERA {era} {version}"),
         format!("TOOLS {tools}"),
         "TEXT This is a simple text response for testing.".to_owned(),
-        asked,
-        "DONE".to_owned(),
-    ]
+    ];
+    lines.extend(asked);
+    lines.push("DONE".to_owned());
+    lines
 }
 
 /// Waits for `DONE` and returns every line the client printed.
