@@ -60,8 +60,8 @@ if (client.getProtocolEra() === 'modern') {
   console.log('CHANGED tools');
   // close() aborts the listen stream (the 2026-07-28 cancellation) and also POSTs
   // notifications/cancelled without an Mcp-Method header (SDK 2.4.0 stamps the
-  // SEP-2243 headers on requests only); a server that requires the header on
-  // notifications answers 400 -32020, which onerror reports on stderr.
+  // SEP-2243 headers on requests only); 2026-07-28 sets no header rules for
+  // notifications, and the server accepts it (202).
   await sub.close();
 } else {
   const asked = await client.callTool({ name: 'test_elicitation', arguments: { message: 'who are you?' } });

@@ -18,9 +18,10 @@
 //! on their sessions. Every line is checked, so a server that lost the 2026
 //! path (discover, stateless requests, MRTR) fails here.
 //!
-//! Known noise on stderr: the TypeScript client's `McpSubscription.close()`
-//! also POSTs `notifications/cancelled` without `Mcp-Method`, which the
-//! server refuses (400, -32020); the stream's close is the cancellation.
+//! The TypeScript client's `McpSubscription.close()` also POSTs
+//! `notifications/cancelled` without `Mcp-Method`; 2026-07-28 sets no header
+//! rules for notifications, so the server accepts it (202) and drops it (the
+//! stream's close is the cancellation).
 //!
 //! The clients come from `scripts/test` (`npm ci` in interop/node, the venv in
 //! interop/python); a missing one fails the test, it is never skipped.

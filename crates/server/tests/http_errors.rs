@@ -449,3 +449,33 @@ async fn a_stateless_era_request_to_a_session_only_server_names_the_session_revi
         assert_eq!(r.status(), 405, "{method}");
     }
 }
+
+/// A stateless-era notification (2026-07-28 defines no header rules for
+/// them, and a request is cancelled by closing its stream): 202, whatever
+/// its headers; a response to a server request that era never sends: 400.
+#[tokio::test]
+async fn stateless_era_notifications_are_accepted_and_stray_responses_refused() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let c = reqwest::Client::new();
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let r = c
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .body(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x","_meta":meta}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let r = c
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .body(json!({"jsonrpc":"2.0","id":"mr.1","result":{}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(body(r).await["error"]["code"], -32600);
+}

@@ -78,6 +78,22 @@ pub(super) async fn serve(
         .get("method")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    if message.get("id").is_none() {
+        // A notification: nothing in the stateless era routes it (a request
+        // is cancelled by closing its stream), and 2026-07-28 defines no
+        // header rules for it. Accepted and dropped.
+        return StatusCode::ACCEPTED.into_response();
+    }
+    if message.get("method").is_none() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            jsonrpc::error(
+                &id,
+                jsonrpc::INVALID_REQUEST,
+                "the stateless era has no server requests to answer",
+            ),
+        );
+    }
     if REMOVED.contains(&method) {
         return error(
             StatusCode::NOT_FOUND,
