@@ -13,6 +13,7 @@
 mod cross;
 mod gateway;
 mod servers;
+mod stateless;
 mod workloads;
 mod ws;
 
@@ -113,6 +114,23 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// MCP 2026-07-28's stateless tools/call beside the 2025 session path,
+    /// alternating in one run, on the `conformance` example (both eras at one
+    /// URL): round trips/s and the ratio stateless/session.
+    Stateless {
+        /// Rounds; each runs both paths once, in alternating order.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Seconds per path per round.
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Connections.
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        /// Write the table here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Upgrade time to first live frame, safe vs legacy; events/s over WebSocket vs SSE.
     Upgrade {
         /// Upgrades per mode.
@@ -159,6 +177,43 @@ fn emit(out: &mut String, line: String) {
 async fn main() {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Stateless {
+            rounds,
+            duration,
+            conns,
+            out,
+        } => {
+            let server = servers::conformance_example();
+            let d = Duration::from_secs(duration);
+            let (mut sess, mut free) = (Vec::new(), Vec::new());
+            for round in 0..rounds {
+                for first in [round % 2 == 0, round % 2 != 0] {
+                    if first {
+                        sess.push(stateless::session_rps(&server.url, conns, d).await);
+                    } else {
+                        free.push(stateless::stateless_rps(&server.url, conns, d).await);
+                    }
+                }
+                eprintln!(
+                    "round {round}: session {:.0}/s, stateless {:.0}/s",
+                    sess.last().unwrap(),
+                    free.last().unwrap()
+                );
+            }
+            let text = format!(
+                "| tools/call `test_simple_text` ({conns} connections, {duration} s, median of {rounds}) | round trips/s |\n| --- | ---: |\n\
+                 | 2025-11-25 session (mcp-resume's route) | {:.0} |\n\
+                 | 2026-07-28 stateless (rmcp's stateless service) | {:.0} |\n\n\
+                 stateless/session: {:.3}\n",
+                pct(&sess, 0.5),
+                pct(&free, 0.5),
+                pct(&free, 0.5) / pct(&sess, 0.5)
+            );
+            print!("{text}");
+            if let Some(p) = out {
+                std::fs::write(&p, text).unwrap();
+            }
+        }
         Cmd::Gateway {
             calls,
             sessions,

@@ -103,6 +103,27 @@ pub fn gateway(bin: &Path, extra: &[&str], command: &[&str]) -> Server {
     started("mcp-resume gateway", child, Some(dir))
 }
 
+/// The `conformance` example (release build, next to this binary under
+/// `examples/`) on a disk log of its own.
+pub fn conformance_example() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = our_binary().with_file_name("examples").join("conformance");
+    let child = Command::new(&bin)
+        .args(["--listen", "127.0.0.1:0", "--store"])
+        .arg(format!("disk:{}", dir.path().join("log").display()))
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "spawn {} (cargo build --release -p mcp-resume-rmcp --example conformance): {e}",
+                bin.display()
+            )
+        });
+    started("conformance example", child, Some(dir))
+}
+
 /// The TypeScript SDK server of `benches/peers/node`.
 pub fn node(root: &Path) -> Server {
     let child = Command::new("node")

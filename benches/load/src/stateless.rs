@@ -1,0 +1,101 @@
+//! MCP 2026-07-28's stateless `tools/call` beside the 2025 session path, on
+//! one server in the same run: the `conformance` example (an rmcp handler on
+//! mcp-resume's transport, the disk log), which serves both eras at one URL.
+//!
+//! The session path is mcp-resume's own: a session record in the log, its
+//! route and backend kept per session, the call answered as JSON. The
+//! stateless path hands each request whole to rmcp's stateless service: a
+//! handler per request, nothing logged. Rounds alternate the order.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::workloads::session;
+
+/// `tools/call test_simple_text` round trips/s over `conns` connections,
+/// each with a 2025 session of its own.
+pub async fn session_rps(url: &str, conns: usize, duration: Duration) -> f64 {
+    let mut sessions = Vec::new();
+    for _ in 0..conns {
+        sessions.push(session(url).await);
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let start = Instant::now();
+    let tasks: Vec<_> = sessions
+        .into_iter()
+        .map(|s| {
+            let done = done.clone();
+            tokio::spawn(async move {
+                let mut i = 1;
+                while Instant::now() < deadline {
+                    let body = s.call(i, "test_simple_text", json!({})).await;
+                    if body.contains("simple text response") {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The same calls without a session: each carries the 2026-07-28 `_meta`
+/// and headers.
+pub async fn stateless_rps(url: &str, conns: usize, duration: Duration) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + duration;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            let done = done.clone();
+            let url = url.to_owned();
+            tokio::spawn(async move {
+                let http = reqwest::Client::builder()
+                    .pool_max_idle_per_host(1)
+                    .build()
+                    .unwrap();
+                let mut i = 1u64;
+                while Instant::now() < deadline {
+                    let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
+                    "name": "test_simple_text", "arguments": {},
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {},
+                        "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"}
+                    }}});
+                    let resp = http
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .header("accept", "application/json, text/event-stream")
+                        .header("mcp-protocol-version", "2026-07-28")
+                        .header("mcp-method", "tools/call")
+                        .header("mcp-name", "test_simple_text")
+                        .body(body.to_string())
+                        .send()
+                        .await;
+                    if let Ok(r) = resp {
+                        if r.text()
+                            .await
+                            .is_ok_and(|t| t.contains("simple text response"))
+                        {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
