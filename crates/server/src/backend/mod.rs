@@ -18,6 +18,7 @@
 //! - everything else goes onto the session stream.
 
 pub mod stdio;
+pub mod upstream;
 
 use std::future::Future;
 use std::time::Duration;
