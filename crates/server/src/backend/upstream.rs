@@ -316,7 +316,12 @@ async fn exchange(sh: Arc<Shared>, message: Value, sent: Sent, ready: oneshot::S
         Ok(r) => r,
         Err(e) => {
             go_on();
-            return unreachable(&sh, &sent, format!("cannot reach the upstream: {e}")).await;
+            return unreachable(
+                &sh,
+                &sent,
+                format!("cannot reach the upstream: {}", chain(&e)),
+            )
+            .await;
         }
     };
     let status = resp.status();
@@ -355,6 +360,19 @@ async fn exchange(sh: Arc<Shared>, message: Value, sent: Sent, ready: oneshot::S
         )
         .await;
     }
+}
+
+/// `e` with its causes ("error sending request: ...: Connection refused"):
+/// reqwest's own message alone does not say what failed.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 /// The upstream could not be reached for `sent`: its caller is told; a

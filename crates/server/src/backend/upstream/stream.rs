@@ -15,7 +15,7 @@ use crate::backend::Outbound;
 
 /// Most attempts to resume a POST's dropped SSE stream in a row without
 /// getting an event (with backoff: about 8 s in all).
-const RESUME_ATTEMPTS: u32 = 6;
+const RESUME_ATTEMPTS: u32 = 5;
 /// The first wait before a resume; doubled after each failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The longest wait between attempts to reopen the GET stream.
