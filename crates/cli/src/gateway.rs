@@ -1,11 +1,15 @@
-//! `mcp-resume gateway`: any MCP server that speaks stdio behind the
-//! durable, resumable transport, one child process per session.
+//! `mcp-resume gateway`: an existing MCP server behind the durable,
+//! resumable transport: one that speaks stdio (one child process per
+//! session, `-- CMD`) or a remote one that speaks Streamable HTTP (one
+//! upstream session per session, `--upstream URL`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
 use mcp_resume_server::backend::stdio::StdioBackend;
+use mcp_resume_server::backend::upstream::UpstreamBackend;
+use mcp_resume_server::backend::Backend;
 
 use crate::serve::{self, ServeArgs};
 
@@ -13,15 +17,23 @@ use crate::serve::{self, ServeArgs};
 #[command(after_help = "Examples:\n  \
 mcp-resume gateway -- npx -y @modelcontextprotocol/server-everything stdio\n  \
 mcp-resume gateway --store redis://127.0.0.1:6379/0 --env API_KEY -- python server.py\n  \
-mcp-resume gateway --listen 127.0.0.1:0 --max-children 64 -- ./my-mcp-server --flag\n\n\
-Each session gets its own child, started on `initialize` with the client's params. Everything\n\
-the child writes is committed to the session's log before any client sees it, so SSE resumes,\n\
-request streams and the WebSocket upgrade work as with `serve`; the client's requests,\n\
+mcp-resume gateway --listen 127.0.0.1:0 --max-children 64 -- ./my-mcp-server --flag\n  \
+mcp-resume gateway --upstream http://127.0.0.1:3001/mcp\n  \
+mcp-resume gateway --upstream https://mcp.example.com/mcp --upstream-header 'Authorization: Bearer T'\n\n\
+With `-- CMD`, each session gets its own child, started on `initialize` with the client's params.\n\
+Everything the child writes is committed to the session's log before any client sees it, so SSE\n\
+resumes, request streams and the WebSocket upgrade work as with `serve`; the client's requests,\n\
 notifications and answers to the child's sampling and elicitation requests go to its stdin.\n\
 The child's stderr goes to this log with the session id. A child that exits ends its session\n\
 (calls in flight get a JSON-RPC error, then 404). After a restart, even `kill -9`, a session's\n\
 child is started again on its next message and initialized with the stored params; calls that\n\
-were in flight end with an error.")]
+were in flight end with an error.\n\n\
+With `--upstream URL` (instead of `-- CMD`), each session gets its own session on that MCP\n\
+Streamable HTTP server, with the same guarantees: the client's messages are POSTed to it in\n\
+order, everything it answers or sends (SSE bodies, its GET stream) is committed first. A dropped\n\
+upstream stream is resumed with Last-Event-ID; an upstream that cannot be reached answers the\n\
+call with a JSON-RPC error (data.reason upstream-unreachable or upstream-lost), and a 404 for\n\
+the upstream session ends the session. `--upstream-header` adds headers for its authorization.")]
 pub struct GatewayArgs {
     #[command(flatten)]
     serve: ServeArgs,
@@ -35,15 +47,54 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 256)]
     max_children: usize,
 
+    /// Serve each session from a session on this MCP Streamable HTTP
+    /// endpoint (http:// or https://) instead of a child process.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["env", "max_children", "command"])]
+    upstream: Option<String>,
+
+    /// A header sent with every request to the upstream, 'Name: value'
+    /// (repeatable), e.g. 'Authorization: Bearer T'.
+    #[arg(long, value_name = "'NAME: VALUE'", value_parser = header)]
+    upstream_header: Vec<(String, String)>,
+
     /// The MCP server to run for each session, after `--`: CMD [ARGS...].
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "upstream", value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// Parses `--upstream-header 'Name: value'`.
+fn header(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => Err(format!(
+            "expected 'Name: value' (e.g. 'Authorization: Bearer T'), got {s:?}"
+        )),
+    }
 }
 
 /// Runs the gateway until SIGTERM or Ctrl-C.
 pub async fn run(args: GatewayArgs) -> Result<ExitCode, String> {
+    let backend: Arc<dyn Backend> = match &args.upstream {
+        Some(url) => Arc::new(
+            UpstreamBackend::new(url, args.upstream_header.clone()).map_err(|e| e.to_string())?,
+        ),
+        None if !args.upstream_header.is_empty() => {
+            return Err("--upstream-header needs --upstream URL".into())
+        }
+        None => Arc::new(stdio(&args)?),
+    };
+    serve::run_with(args.serve, Some(backend)).await
+}
+
+/// The stdio backend of `-- CMD ARGS`.
+fn stdio(args: &GatewayArgs) -> Result<StdioBackend, String> {
     let Some((program, rest)) = args.command.split_first() else {
-        return Err("gateway needs the server to run after --, e.g. -- python server.py".into());
+        return Err(
+            "gateway needs the server to run after --, e.g. -- python server.py, or --upstream URL"
+                .into(),
+        );
     };
     let mut env = Vec::new();
     for name in &args.env {
@@ -56,11 +107,10 @@ pub async fn run(args: GatewayArgs) -> Result<ExitCode, String> {
             }
         }
     }
-    let backend = StdioBackend::new(
+    Ok(StdioBackend::new(
         program.clone(),
         rest.to_vec(),
         env,
         args.max_children.max(1),
-    );
-    serve::run_with(args.serve, Some(Arc::new(backend))).await
+    ))
 }

@@ -38,7 +38,8 @@ struct Cli {
 enum Command {
     /// Run an MCP server with the demo tools on a durable log.
     Serve(Box<serve::ServeArgs>),
-    /// Put any stdio MCP server behind the durable transport: one child process per session.
+    /// Put any MCP server behind the durable transport: a stdio one (one child process per
+    /// session) or a Streamable HTTP one (--upstream URL, one upstream session per session).
     Gateway(Box<gateway::GatewayArgs>),
     /// Call one tool and print its result.
     Call(client_cmds::CallArgs),

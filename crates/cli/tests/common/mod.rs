@@ -35,6 +35,14 @@ impl Serve {
         Self::spawn_args("gateway", data_dir, listen, rest)
     }
 
+    /// Starts `gateway --upstream URL` (flags `extra`), as [`Serve::gateway`]
+    /// does with a command.
+    pub fn upstream(data_dir: &Path, listen: &str, extra: &[&str], url: &str) -> Self {
+        let mut rest: Vec<String> = vec!["--upstream".into(), url.into()];
+        rest.extend(extra.iter().map(|s| s.to_string()));
+        Self::spawn_args("gateway", data_dir, listen, rest)
+    }
+
     fn spawn_args(sub: &'static str, data_dir: &Path, listen: &str, rest: Vec<String>) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
             .args([sub, "--listen", listen, "--data-dir"])

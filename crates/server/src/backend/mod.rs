@@ -1,7 +1,7 @@
 //! The seam between the transport and whatever serves MCP: a session's
 //! *backend* is anything that speaks MCP JSON-RPC (an in-process handler such
-//! as an rmcp `ServerHandler`, later a child process over stdio or an
-//! upstream HTTP server).
+//! as an rmcp `ServerHandler`, a child process over stdio ([`stdio`]), a
+//! session on an upstream Streamable HTTP server ([`upstream`])).
 //!
 //! The transport owns everything the client sees: it commits what the
 //! backend sends to the log, on the right stream, before any client can read
@@ -18,6 +18,7 @@
 //! - everything else goes onto the session stream.
 
 pub mod stdio;
+pub mod upstream;
 
 use std::future::Future;
 use std::pin::Pin;
