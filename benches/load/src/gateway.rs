@@ -33,7 +33,10 @@ pub async fn direct(python: &Path, script: &Path, calls: usize) -> Vec<f64> {
         line.push(b'\n');
         stdin.write_all(&line).await.unwrap();
         stdin.flush().await.unwrap();
-        while wait {
+        if !wait {
+            return Value::Null;
+        }
+        loop {
             let l = lines
                 .next_line()
                 .await
@@ -44,7 +47,6 @@ pub async fn direct(python: &Path, script: &Path, calls: usize) -> Vec<f64> {
                 return v;
             }
         }
-        Value::Null
     };
     rpc(init_message(), true).await;
     rpc(

@@ -8,12 +8,12 @@
 //!
 //! A task is a log session of its own (its id is a session id: 256 random
 //! bits), whose record says who owns it (the instance running its work) and
-//! whose stream carries its events ([`fold`]). A handler creates one with
+//! whose stream carries its events (`fold.rs`). A handler creates one with
 //! [`TaskStore::spawn`]; the work runs on this instance and talks to the
 //! client through its [`TaskContext`] (input requests answered with
 //! `tasks/update`, cancellation by `tasks/cancel`). `tasks/get`,
 //! `tasks/update` and `tasks/cancel` are answered by the transport from the
-//! log ([`serve`]); they never reach the backend.
+//! log (`serve.rs`); they never reach the backend.
 
 pub(crate) mod fold;
 pub(crate) mod serve;
