@@ -70,7 +70,7 @@ async def main(url: str) -> None:
             got = await session.read_resource(str(resources[0].uri))
             say(f"RESOURCE {got.contents[0].uri}")
             prompt = await session.get_prompt("args-prompt", {"city": "Paris", "state": "IDF"})
-            say(f"PROMPT {len(prompt.messages)} {'Paris' in prompt.messages[0].content.text}")
+            say(f"PROMPT {len(prompt.messages)} {str('Paris' in prompt.messages[0].content.text).lower()}")
             seen = []
 
             async def on_progress(progress, total, message):

@@ -107,16 +107,16 @@ fn server_everything_behind_the_gateway_with_the_typescript_sdk_client() {
         &[],
         &[bin.to_str().unwrap(), "stdio"],
     );
-    sdk_client_uses_everything(&gw.url);
+    sdk_client_uses_everything("node", "interop/node/gateway.mjs", &gw.url);
 }
 
-/// The official TypeScript SDK client (interop/node/gateway.mjs) lists and
-/// calls server-everything's tools through the gateway at `url`, reads a
-/// resource, gets a prompt, receives progress, and answers its sampling and
-/// elicitation requests.
-fn sdk_client_uses_everything(url: &str) {
-    let script = root().join("interop/node/gateway.mjs");
-    let mut client = SdkClient::spawn("node", &[script.display().to_string(), url.to_owned()]);
+/// An official SDK client (`program script`: interop/node/gateway.mjs or
+/// interop/python/gateway.py) lists and calls server-everything's tools
+/// through the gateway at `url`, reads a resource, gets a prompt, receives
+/// progress, and answers its sampling and elicitation requests.
+fn sdk_client_uses_everything(program: &str, script: &str, url: &str) {
+    let script = root().join(script);
+    let mut client = SdkClient::spawn(program, &[script.display().to_string(), url.to_owned()]);
     let tools = client.wait_for("TOOLS", |l| l.starts_with("TOOLS"));
     assert!(tools.contains("trigger-sampling-request"), "{tools}");
     assert_eq!(
@@ -152,33 +152,7 @@ fn server_everything_behind_the_gateway_with_the_python_sdk_client() {
         &[bin.to_str().unwrap(), "stdio"],
     );
     let python = python_server()[0].clone();
-    let script = root().join("interop/python/gateway.py");
-    let mut client = SdkClient::spawn(&python, &[script.display().to_string(), gw.url.clone()]);
-    let tools = client.wait_for("TOOLS", |l| l.starts_with("TOOLS"));
-    assert!(tools.contains("trigger-elicitation-request"), "{tools}");
-    assert_eq!(
-        client.wait_for("ECHO", |l| l.starts_with("ECHO")),
-        "ECHO Echo: hello"
-    );
-    assert!(client
-        .wait_for("RESOURCE", |l| l.starts_with("RESOURCE"))
-        .contains("demo://"));
-    assert_eq!(
-        client.wait_for("PROMPT", |l| l.starts_with("PROMPT")),
-        "PROMPT 1 True"
-    );
-    assert_eq!(
-        client.wait_for("PROGRESS", |l| l.starts_with("PROGRESS")),
-        "PROGRESS 3"
-    );
-    let sampled = client.wait_for("SAMPLED", |l| l.starts_with("SAMPLED"));
-    assert!(
-        sampled.contains("python-gateway-sampler-says-42"),
-        "{sampled}"
-    );
-    let elicited = client.wait_for("ELICITED", |l| l.starts_with("ELICITED"));
-    assert!(elicited.contains("python-gateway-user"), "{elicited}");
-    client.wait_for("DONE", |l| l == "DONE");
+    sdk_client_uses_everything(&python, "interop/python/gateway.py", &gw.url);
 }
 
 #[test]
@@ -512,7 +486,7 @@ fn server_everything_over_streamable_http_behind_gateway_upstream_with_the_types
     let upstream = Upstream::start();
     let dir = tempfile::tempdir().unwrap();
     let gw = Serve::upstream(dir.path(), "127.0.0.1:0", &[], &upstream.url);
-    sdk_client_uses_everything(&gw.url);
+    sdk_client_uses_everything("node", "interop/node/gateway.mjs", &gw.url);
 }
 
 #[test]

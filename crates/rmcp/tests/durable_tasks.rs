@@ -10,38 +10,13 @@ use mcp_resume_testkit::RedisServer;
 use serde_json::{json, Value};
 
 mod common;
+use common::mcp_http::stateless;
 use common::proc::Instance;
 
-/// A stateless-era request (`_meta` with the tasks extension declared).
-async fn call(url: &str, id: u64, method: &str, name: Option<&str>, mut params: Value) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-        "io.modelcontextprotocol/clientInfo": {"name": "durable-tasks-test", "version": "1"}
-    });
-    let mut rb = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method);
-    if let Some(n) = name {
-        rb = rb.header("mcp-name", n);
-    }
-    let resp = rb
-        .body(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string())
-        .send()
-        .await
-        .unwrap();
-    let text = resp.text().await.unwrap();
-    // JSON, or SSE whose last data line is the response.
-    serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|v| v["id"] == id)
-            .unwrap_or_else(|| panic!("no answer in {text}"))
-    })
+/// A stateless-era request from a client that declares the tasks extension.
+async fn call(url: &str, id: u64, method: &str, name: Option<&str>, params: Value) -> Value {
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    stateless(url, id, method, name, params, tasks).await
 }
 
 /// Starts `tool` as a task on `url`; its id.

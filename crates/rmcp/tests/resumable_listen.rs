@@ -12,36 +12,13 @@ use mcp_resume_client::{McpClient, ReaderOptions, Transport};
 use serde_json::{json, Value};
 
 mod common;
+use common::mcp_http::stateless;
 use common::proc::Instance;
-
-fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "listen-test", "version": "1"}
-    })
-}
 
 /// A stateless `tools/call` of one of the fixture's list-change triggers.
 async fn trigger(url: &str, tool: &str) {
-    let v: Value = reqwest::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .body(
-            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-            "params": {"name": tool, "arguments": {}, "_meta": meta()}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let args = json!({"name": tool, "arguments": {}});
+    let v = stateless(url, 9, "tools/call", Some(tool), args, json!({})).await;
     assert!(v.get("result").is_some(), "{v}");
 }
 
@@ -66,26 +43,18 @@ fn a_listen_stream_resumes_from_its_cursor_and_upgrades_to_a_websocket() {
     let rt = common::rt();
     let (listen, seen) = rt.block_on(async {
         // discover offers the extension.
-        let d: Value = reqwest::Client::new()
-            .post(&first.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "server/discover")
-            .body(json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta()}}).to_string())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let d = stateless(&first.url, 1, "server/discover", None, json!({}), json!({})).await;
         assert!(
-            d["result"]["capabilities"]["extensions"]["dev.mcp-resume/resumable-listen"].is_object(),
+            d["result"]["capabilities"]["extensions"]["dev.mcp-resume/resumable-listen"]
+                .is_object(),
             "{d}"
         );
         // Listen, and drop the POST at once.
         let client = McpClient::new(&first.url);
-        let listen = client.listen(json!({"toolsListChanged": true})).await.unwrap();
+        let listen = client
+            .listen(json!({"toolsListChanged": true}))
+            .await
+            .unwrap();
         let id = listen.session_id().unwrap().to_owned();
         // Changes while nobody reads are committed to L.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -97,11 +66,18 @@ fn a_listen_stream_resumes_from_its_cursor_and_upgrades_to_a_websocket() {
         let mut sse = listen.reader(opts).unwrap();
         let got = take(&mut sse, 3).await;
         assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3]);
-        assert_eq!(got[0].1["method"], "notifications/subscriptions/acknowledged", "{:?}", got[0]);
+        assert_eq!(
+            got[0].1["method"], "notifications/subscriptions/acknowledged",
+            "{:?}",
+            got[0]
+        );
         let sub = got[0].1["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone();
         for (_, m) in &got[1..] {
             assert_eq!(m["method"], "notifications/tools/list_changed", "{m}");
-            assert_eq!(m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], sub);
+            assert_eq!(
+                m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+                sub
+            );
         }
         drop(sse);
         // Upgraded to a WebSocket from cursor 2: 3, then what comes live.

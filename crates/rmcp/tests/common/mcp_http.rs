@@ -24,6 +24,50 @@ pub fn post(
     rb
 }
 
+/// A stateless-era (MCP 2026-07-28) request: `params` with the `_meta`
+/// (declaring `capabilities`), and the SEP-2243 headers (`Mcp-Name` when
+/// `name` is given). Returns the answer: JSON, or the response an SSE body
+/// carries.
+pub async fn stateless(
+    url: &str,
+    id: u64,
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+    capabilities: Value,
+) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "mcp-resume-tests", "version": "1"}
+    });
+    let mut rb = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(n) = name {
+        rb = rb.header("mcp-name", n);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let text = rb
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {id} in {text}"))
+    })
+}
+
 /// `initialize` (declaring sampling and elicitation) and `notifications/initialized`.
 pub async fn init(http: &reqwest::Client, url: &str) -> String {
     let resp = post(
