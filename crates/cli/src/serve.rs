@@ -326,6 +326,10 @@ pub async fn run_with(
     config.auth = auth.clone();
     config.max_body_bytes = args.max_body_bytes;
     config.session_ttl = Duration::from_secs(args.session_ttl_secs);
+    // Idle sessions end within about half a TTL past it, not up to 30 s
+    // later when the TTL is short.
+    config.maintenance_interval =
+        (config.session_ttl / 2).clamp(Duration::from_secs(1), config.maintenance_interval);
     config.tombstone_ttl = Duration::from_secs(args.tombstone_ttl_secs);
     config.keepalive = Duration::from_secs(args.keepalive_secs.max(1));
     config.upgrade_timeout = Duration::from_millis(args.upgrade_timeout_ms);

@@ -577,3 +577,33 @@ fn gateway_upstream_relays_the_upstreams_own_stream_and_ends_calls_loudly_when_i
         );
     });
 }
+
+#[test]
+fn an_idle_session_s_child_is_stopped_after_the_session_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_python(dir.path(), &["--session-ttl-secs", "2"]);
+    rt().block_on(async {
+        let sid = init(&gw.url).await;
+        let child = pid(&pid_of(&gw.url, &sid, 1).await).expect("a pid");
+        let proc_dir = std::path::PathBuf::from(format!("/proc/{child}"));
+        assert!(proc_dir.exists());
+        // Nothing happens for longer than the TTL: the session ends, its child stops.
+        let mut gone = false;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let status = std::fs::read_to_string(proc_dir.join("status")).unwrap_or_default();
+            if status.is_empty() || status.contains("State:\tZ") {
+                gone = true;
+                break;
+            }
+        }
+        assert!(gone, "the idle session's child {child} still runs");
+        let r = post(
+            &gw.url,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+        )
+        .await;
+        assert_eq!(r.status(), 404, "the session ended");
+    });
+}
