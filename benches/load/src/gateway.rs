@@ -191,3 +191,21 @@ pub fn table(direct: &[f64], gw: &Gateway) -> String {
         gw.sessions
     )
 }
+
+/// The `gateway` subcommand: both measurements with the Python SDK stdio
+/// server of the repository (`root`), printed and written to `out`.
+pub async fn run(root: &Path, calls: usize, sessions: usize, out: Option<std::path::PathBuf>) {
+    let python = root.join("interop/python/.venv/bin/python");
+    let script = root.join("interop/python/stdio_server.py");
+    assert!(
+        python.exists(),
+        "the Python SDK is not installed: run scripts/test's setup (interop/python/.venv)"
+    );
+    let direct = direct(&python, &script, calls).await;
+    let through = through(&python, &script, calls, sessions).await;
+    let text = table(&direct, &through);
+    print!("{text}");
+    if let Some(p) = out {
+        std::fs::write(&p, text).unwrap();
+    }
+}

@@ -182,57 +182,12 @@ async fn main() {
             duration,
             conns,
             out,
-        } => {
-            let server = servers::conformance_example();
-            let d = Duration::from_secs(duration);
-            let (mut sess, mut free) = (Vec::new(), Vec::new());
-            for round in 0..rounds {
-                for first in [round % 2 == 0, round % 2 != 0] {
-                    if first {
-                        sess.push(stateless::session_rps(&server.url, conns, d).await);
-                    } else {
-                        free.push(stateless::stateless_rps(&server.url, conns, d).await);
-                    }
-                }
-                eprintln!(
-                    "round {round}: session {:.0}/s, stateless {:.0}/s",
-                    sess.last().unwrap(),
-                    free.last().unwrap()
-                );
-            }
-            let text = format!(
-                "| tools/call `test_simple_text` ({conns} connections, {duration} s, median of {rounds}) | round trips/s |\n| --- | ---: |\n\
-                 | 2025-11-25 session (mcp-resume's route) | {:.0} |\n\
-                 | 2026-07-28 stateless (rmcp's stateless service) | {:.0} |\n\n\
-                 stateless/session: {:.3}\n",
-                pct(&sess, 0.5),
-                pct(&free, 0.5),
-                pct(&free, 0.5) / pct(&sess, 0.5)
-            );
-            print!("{text}");
-            if let Some(p) = out {
-                std::fs::write(&p, text).unwrap();
-            }
-        }
+        } => stateless::run(rounds, Duration::from_secs(duration), conns, out).await,
         Cmd::Gateway {
             calls,
             sessions,
             out,
-        } => {
-            let python = root().join("interop/python/.venv/bin/python");
-            let script = root().join("interop/python/stdio_server.py");
-            assert!(
-                python.exists(),
-                "the Python SDK is not installed: run scripts/test's setup (interop/python/.venv)"
-            );
-            let direct = gateway::direct(&python, &script, calls).await;
-            let through = gateway::through(&python, &script, calls, sessions).await;
-            let text = gateway::table(&direct, &through);
-            print!("{text}");
-            if let Some(p) = out {
-                std::fs::write(&p, text).unwrap();
-            }
-        }
+        } => gateway::run(&root(), calls, sessions, out).await,
         Cmd::Cross {
             probes,
             sessions,

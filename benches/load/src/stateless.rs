@@ -99,3 +99,40 @@ pub async fn stateless_rps(url: &str, conns: usize, duration: Duration) -> f64 {
     }
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
 }
+
+/// The `stateless` subcommand: both paths on one `conformance` example,
+/// `rounds` times in alternating order; prints (and writes to `out`) the
+/// medians and their ratio.
+pub async fn run(rounds: usize, duration: Duration, conns: usize, out: Option<std::path::PathBuf>) {
+    let server = crate::servers::conformance_example();
+    let (mut sess, mut free) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for session_first in [round % 2 == 0, round % 2 != 0] {
+            if session_first {
+                sess.push(session_rps(&server.url, conns, duration).await);
+            } else {
+                free.push(stateless_rps(&server.url, conns, duration).await);
+            }
+        }
+        eprintln!(
+            "round {round}: session {:.0}/s, stateless {:.0}/s",
+            sess.last().unwrap(),
+            free.last().unwrap()
+        );
+    }
+    let med = |v: &[f64]| crate::pct(v, 0.5);
+    let text = format!(
+        "| tools/call `test_simple_text` ({conns} connections, {} s, median of {rounds}) | round trips/s |\n| --- | ---: |\n\
+         | 2025-11-25 session (mcp-resume's route) | {:.0} |\n\
+         | 2026-07-28 stateless (rmcp's stateless service) | {:.0} |\n\n\
+         stateless/session: {:.3}\n",
+        duration.as_secs(),
+        med(&sess),
+        med(&free),
+        med(&free) / med(&sess)
+    );
+    print!("{text}");
+    if let Some(p) = out {
+        std::fs::write(&p, text).unwrap();
+    }
+}

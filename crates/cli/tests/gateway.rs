@@ -3,99 +3,19 @@
 //! the official TypeScript SDK client; a stdio server built with the Python
 //! SDK through `kill -9` of the gateway, a child that exits, the cap on
 //! children, and two gateways on one Redis: one child per session, on the
-//! lease holder, through `kill -9` of it. The same reference server over
-//! Streamable HTTP behind `gateway --upstream URL`, and that upstream going
-//! away mid-call.
+//! lease holder, through `kill -9` of it; an idle session's child stopped.
+//! `--upstream URL`: gateway_upstream.rs.
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{post, read, read_until, root, rt, RedisServer, Serve};
+use common::gateway::{
+    call, everything, gateway_python, init, pid, pid_of, python_server, sdk_client_uses_everything,
+};
+use common::{post, read, read_until, rt, RedisServer, Serve};
 use mcp_resume_client::{McpClient, ReaderOptions, Transport};
-use mcp_resume_testkit::SdkClient;
 use serde_json::{json, Value};
-
-fn everything() -> PathBuf {
-    let bin = root().join("interop/node/node_modules/.bin/mcp-server-everything");
-    assert!(
-        bin.exists(),
-        "server-everything is not installed: run scripts/test (cd interop/node && npm ci)"
-    );
-    bin
-}
-
-fn python_server() -> [String; 2] {
-    let python = root().join("interop/python/.venv/bin/python");
-    assert!(
-        python.exists(),
-        "the Python SDK is not installed: run scripts/test (interop/python/.venv)"
-    );
-    [
-        python.display().to_string(),
-        root()
-            .join("interop/python/stdio_server.py")
-            .display()
-            .to_string(),
-    ]
-}
-
-fn gateway_python(dir: &std::path::Path, extra: &[&str]) -> Serve {
-    let cmd = python_server();
-    Serve::gateway(dir, "127.0.0.1:0", extra, &[&cmd[0], &cmd[1]])
-}
-
-async fn init(url: &str) -> String {
-    init_as(url, "python-stdio").await
-}
-
-/// Initializes a session through the gateway, whose server must say it is `server`.
-async fn init_as(url: &str, server: &str) -> String {
-    let resp = post(url, None, json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}))
-    .await;
-    assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let body: Value = resp.json().await.unwrap();
-    assert_eq!(body["result"]["serverInfo"]["name"], server, "{body}");
-    let r = post(
-        url,
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .await;
-    assert_eq!(r.status(), 202);
-    sid
-}
-
-/// Calls `name` and returns every message its answer carried: the response
-/// alone as JSON, or the request stream it opened.
-async fn call(url: &str, sid: &str, id: u64, name: &str, args: Value) -> Vec<Value> {
-    let resp = post(
-        url,
-        Some(sid),
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": name, "arguments": args}}),
-    )
-    .await;
-    assert_eq!(resp.status(), 200);
-    if resp.headers()["content-type"] == "application/json" {
-        return vec![resp.json().await.unwrap()];
-    }
-    let events = read(resp, Duration::from_secs(20), |e| {
-        serde_json::from_str::<Value>(&e.data).is_ok_and(|v| v["id"] == id)
-    })
-    .await
-    .expect("the call's stream went silent");
-    events
-        .iter()
-        .filter_map(|e| serde_json::from_str(&e.data).ok())
-        .collect()
-}
 
 #[test]
 fn server_everything_behind_the_gateway_with_the_typescript_sdk_client() {
@@ -108,37 +28,6 @@ fn server_everything_behind_the_gateway_with_the_typescript_sdk_client() {
         &[bin.to_str().unwrap(), "stdio"],
     );
     sdk_client_uses_everything("node", "interop/node/gateway.mjs", &gw.url);
-}
-
-/// An official SDK client (`program script`: interop/node/gateway.mjs or
-/// interop/python/gateway.py) lists and calls server-everything's tools
-/// through the gateway at `url`, reads a resource, gets a prompt, receives
-/// progress, and answers its sampling and elicitation requests.
-fn sdk_client_uses_everything(program: &str, script: &str, url: &str) {
-    let script = root().join(script);
-    let mut client = SdkClient::spawn(program, &[script.display().to_string(), url.to_owned()]);
-    let tools = client.wait_for("TOOLS", |l| l.starts_with("TOOLS"));
-    assert!(tools.contains("trigger-sampling-request"), "{tools}");
-    assert_eq!(
-        client.wait_for("ECHO", |l| l.starts_with("ECHO")),
-        "ECHO Echo: hello"
-    );
-    assert!(client
-        .wait_for("RESOURCE", |l| l.starts_with("RESOURCE"))
-        .contains("demo://"));
-    assert_eq!(
-        client.wait_for("PROMPT", |l| l.starts_with("PROMPT")),
-        "PROMPT 1 true"
-    );
-    assert_eq!(
-        client.wait_for("PROGRESS", |l| l.starts_with("PROGRESS")),
-        "PROGRESS 3"
-    );
-    let sampled = client.wait_for("SAMPLED", |l| l.starts_with("SAMPLED"));
-    assert!(sampled.contains("gateway-sampler-says-42"), "{sampled}");
-    let elicited = client.wait_for("ELICITED", |l| l.starts_with("ELICITED"));
-    assert!(elicited.contains("gateway-user"), "{elicited}");
-    client.wait_for("DONE", |l| l == "DONE");
 }
 
 #[test]
@@ -307,15 +196,6 @@ fn children_beyond_the_cap_get_429() {
     });
 }
 
-/// The result of the `pid` tool: which child answered.
-async fn pid_of(url: &str, sid: &str, id: u64) -> Vec<Value> {
-    call(url, sid, id, "pid", json!({})).await
-}
-
-fn pid(got: &[Value]) -> Option<u64> {
-    got.last()?["result"]["structuredContent"]["result"].as_u64()
-}
-
 #[test]
 fn two_gateways_on_redis_run_one_child_per_session_and_survive_the_owners_kill_9() {
     let redis = RedisServer::start();
@@ -403,178 +283,6 @@ fn two_gateways_on_redis_run_one_child_per_session_and_survive_the_owners_kill_9
         let on_b = pid(&got).unwrap_or_else(|| panic!("B serves the session: {got:?}"));
         assert_ne!(on_b, on_a, "a new child");
         assert_eq!(pid(&pid_of(&b.url, &sid, 9).await), Some(on_b));
-    });
-}
-
-/// server-everything in its Streamable HTTP mode on a free port of
-/// 127.0.0.1, under `timeout` so that it stops by itself; ended (SIGTERM,
-/// which `timeout` passes on) by [`Upstream::stop`] or when dropped.
-struct Upstream {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Upstream {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = std::process::Command::new("timeout")
-            .arg("600")
-            .arg(everything())
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn server-everything");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if line.contains("listening on port") {
-                    let _ = tx.send(());
-                }
-                eprintln!("server-everything: {line}");
-            }
-        });
-        let mut up = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-        };
-        if rx.recv_timeout(Duration::from_secs(30)).is_err() {
-            up.stop();
-            panic!("server-everything (streamableHttp) did not start on port {port}");
-        }
-        up
-    }
-
-    /// Ends the upstream server and waits for it (bounded).
-    fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        let _ = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        for _ in 0..100 {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-#[test]
-fn server_everything_over_streamable_http_behind_gateway_upstream_with_the_typescript_sdk_client() {
-    let upstream = Upstream::start();
-    let dir = tempfile::tempdir().unwrap();
-    let gw = Serve::upstream(dir.path(), "127.0.0.1:0", &[], &upstream.url);
-    sdk_client_uses_everything("node", "interop/node/gateway.mjs", &gw.url);
-}
-
-#[test]
-fn gateway_upstream_relays_the_upstreams_own_stream_and_ends_calls_loudly_when_it_goes_away() {
-    let mut upstream = Upstream::start();
-    let dir = tempfile::tempdir().unwrap();
-    let gw = Serve::upstream(dir.path(), "127.0.0.1:0", &[], &upstream.url);
-    rt().block_on(async {
-        let sid = init_as(&gw.url, "mcp-servers/everything").await;
-        // A server-initiated message (a log line, sent on the upstream's GET
-        // stream) reaches the session stream.
-        let session_stream = reqwest::Client::new()
-            .get(&gw.url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &sid)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(session_stream.status(), 200);
-        let got = call(&gw.url, &sid, 1, "toggle-simulated-logging", json!({})).await;
-        assert!(got.last().unwrap()["result"].is_object(), "{got:?}");
-        // (Bounded as a whole: keepalive comments keep a silent stream busy.)
-        let logged = tokio::time::timeout(
-            Duration::from_secs(20),
-            read(session_stream, Duration::from_secs(15), |e| {
-                e.data.contains("notifications/message")
-            }),
-        )
-        .await
-        .ok()
-        .flatten()
-        .expect("the upstream's log message reaches the session stream");
-        assert!(logged.last().unwrap().data.contains("notifications/message"));
-
-        // A long call whose progress opened its request stream.
-        let slow = post(&gw.url, Some(&sid), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "trigger-long-running-operation", "arguments": {"duration": 60, "steps": 60},
-            "_meta": {"progressToken": "p2"}}}))
-        .await;
-        assert_eq!(slow.status(), 200);
-        assert_eq!(slow.headers()["content-type"], "text/event-stream");
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let mut tx = Some(tx);
-        let reader = tokio::spawn(read(slow, Duration::from_secs(40), move |e| {
-            if e.data.contains("notifications/progress") {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(());
-                }
-            }
-            e.data.contains("\"id\":2")
-        }));
-        tokio::time::timeout(Duration::from_secs(15), rx)
-            .await
-            .expect("progress of the long call")
-            .unwrap();
-
-        // The upstream goes away mid-call: the call ends with an error.
-        let started = std::time::Instant::now();
-        upstream.stop();
-        let events = tokio::time::timeout(Duration::from_secs(40), reader)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten()
-            .expect("the in-flight call ends instead of waiting forever");
-        let last: Value = serde_json::from_str(&events.last().unwrap().data).unwrap();
-        assert_eq!(last["id"], 2, "{last}");
-        assert_eq!(last["error"]["code"], -32603, "{last}");
-        assert_eq!(last["error"]["data"]["reason"], "upstream-lost", "{last}");
-        assert!(started.elapsed() < Duration::from_secs(30));
-
-        // A new call gets an error at once.
-        let got = tokio::time::timeout(
-            Duration::from_secs(20),
-            call(&gw.url, &sid, 3, "echo", json!({"message": "anyone?"})),
-        )
-        .await
-        .expect("a call to a gone upstream is answered");
-        let last = got.last().unwrap();
-        assert_eq!(last["error"]["code"], -32603, "{last}");
-        assert_eq!(
-            last["error"]["data"]["reason"], "upstream-unreachable",
-            "{last}"
-        );
-        assert!(
-            last["error"]["message"].as_str().unwrap().contains("cannot reach"),
-            "{last}"
-        );
     });
 }
 

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod gateway;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
