@@ -220,19 +220,13 @@ fn two_gateways_on_redis_run_one_child_per_session_and_survive_the_owners_kill_9
         );
         // A notification sent to B reaches the child (its answer to the
         // cancelled call is dropped, the call's stream ends with an error).
-        let slow = reqwest::Client::new()
-            .post(&b.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-session-id", &sid)
-            .body(
-                json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
-                "params": {"name": "wait", "arguments": {"seconds": 60}}})
-                .to_string(),
-            )
-            .send()
-            .await
-            .unwrap();
+        let slow = post(
+            &b.url,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "wait", "arguments": {"seconds": 60}}}),
+        )
+        .await;
         assert_eq!(slow.status(), 200);
         let r = post(
             &b.url,
@@ -251,19 +245,13 @@ fn two_gateways_on_redis_run_one_child_per_session_and_survive_the_owners_kill_9
         assert_eq!(last["error"]["data"]["reason"], "cancelled", "{last}");
 
         // A call in flight on A's child, read through B, when A dies.
-        let slow = reqwest::Client::new()
-            .post(&b.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-session-id", &sid)
-            .body(
-                json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                "params": {"name": "wait", "arguments": {"seconds": 60}}})
-                .to_string(),
-            )
-            .send()
-            .await
-            .unwrap();
+        let slow = post(
+            &b.url,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "wait", "arguments": {"seconds": 60}}}),
+        )
+        .await;
         assert_eq!(slow.status(), 200);
         tokio::time::sleep(Duration::from_millis(500)).await;
         a.kill9();

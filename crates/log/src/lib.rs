@@ -103,6 +103,24 @@ pub trait Log: Send + Sync + 'static {
         messages: Vec<Bytes>,
     ) -> Result<Seq, LogError>;
 
+    /// [`Log::append`], at most once per `key` (a random number the caller
+    /// keeps for one batch): a retry after an error whose outcome is unknown
+    /// (a connection lost mid-call, a replica acknowledgement that timed
+    /// out, after which the events may still become visible) returns the
+    /// head of the attempt that went through instead of appending the batch
+    /// again. Keys are remembered about ten minutes. The default appends: a
+    /// log of one process commits nothing when it refuses an append.
+    async fn append_once(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
+        let _ = key;
+        self.append(id, stream, messages).await
+    }
+
     /// Up to `max` committed events after `after`, in order.
     ///
     /// `after` above the head is [`LogError::Ahead`]; below `floor - 1` is

@@ -40,9 +40,9 @@ const EMIT_RETRY_FOR: Duration = Duration::from_secs(30);
 /// Commits `emit` notifications `k..k+n`, retrying with backoff while the log
 /// answers [`LogError::Unavailable`](mcp_resume_log::LogError::Unavailable):
 /// the call already answered, so giving up at the first refusal would break
-/// its promise silently. (An append whose outcome was unknown, such as a
-/// replica acknowledgement that timed out, may then be committed twice: a
-/// duplicate the reader can see, never a hole.)
+/// its promise silently. Every attempt carries one key, so an attempt whose
+/// outcome was unknown (a replica acknowledgement that timed out, whose
+/// events may still become visible) is never committed twice.
 async fn commit_retrying(
     ctx: &crate::tools::ToolContext,
     k: u64,
@@ -50,10 +50,11 @@ async fn commit_retrying(
     count: u64,
 ) -> Result<(), ToolError> {
     let give_up = tokio::time::Instant::now() + EMIT_RETRY_FOR;
+    let key = crate::state::AppState::once_key();
     let mut pause = Duration::from_millis(50);
     loop {
         let batch = (k..k + n).map(|i| emit_message(i, count)).collect();
-        match ctx.notify_session_encoded(batch).await {
+        match ctx.notify_session_once(batch, key).await {
             Ok(_) => return Ok(()),
             Err(ToolError::Log(mcp_resume_log::LogError::Unavailable(why)))
                 if tokio::time::Instant::now() + pause < give_up =>

@@ -72,6 +72,29 @@ impl AppState {
         Ok(seq)
     }
 
+    /// [`AppState::commit`] for a batch that may be retried: at most once
+    /// per `key` ([`Log::append_once`]).
+    pub(crate) async fn commit_once(
+        &self,
+        session: &str,
+        stream: StreamKey,
+        messages: Vec<bytes::Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
+        let n = messages.len();
+        let started = std::time::Instant::now();
+        let seq = self.log.append_once(session, stream, messages, key).await?;
+        self.metrics.committed(n, started.elapsed());
+        Ok(seq)
+    }
+
+    /// A random key for [`AppState::commit_once`].
+    pub(crate) fn once_key() -> u64 {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).expect("the OS random source failed");
+        u64::from_le_bytes(b)
+    }
+
     /// Spawns a task the server's shutdown waits for.
     pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
     where

@@ -180,6 +180,20 @@ impl ToolContext {
             .await?)
     }
 
+    /// [`ToolContext::notify_session_encoded`] for a batch that may be sent
+    /// again after an error: committed at most once per `key`
+    /// ([`Log::append_once`](mcp_resume_log::Log::append_once)).
+    pub async fn notify_session_once(
+        &self,
+        messages: Vec<bytes::Bytes>,
+        key: u64,
+    ) -> Result<Seq, ToolError> {
+        Ok(self
+            .state
+            .commit_once(&self.session, StreamKey::Session, messages, key)
+            .await?)
+    }
+
     /// Reports progress on the request's own stream (the session stream when
     /// the call was answered as JSON); a no-op without a `progressToken`.
     pub async fn progress(&self, progress: u64, total: Option<u64>) -> Result<(), ToolError> {

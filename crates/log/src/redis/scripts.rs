@@ -5,13 +5,19 @@
 use redis::Script;
 
 /// Assigns seqs, appends, trims by count (or to `ARGV[4]`, for age) short of
-/// pins, and moves the heads, in one step.
+/// pins, and moves the heads, in one step. With a key (`ARGV[6]`, kept ten
+/// minutes in `KEYS[5]`), a batch already appended under it is not appended
+/// again: its head is returned (a retry after an unknown outcome).
 pub(super) const APPEND: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
+if ARGV[6] ~= '' then
+  local done = redis.call('HGET', KEYS[5], ARGV[6])
+  if done then return {tonumber(done), -3} end
+end
 local h = tonumber(redis.call('HGET', KEYS[2], 'h'))
 if not h then return {-2} end
 local f = tonumber(redis.call('HGET', KEYS[2], 'f'))
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   h = h + 1
   redis.call('XADD', KEYS[3], h .. '-0', 't', ARGV[2], 'm', ARGV[i])
 end
@@ -44,6 +50,10 @@ if ARGV[5] == '1' then
 else
   redis.call('HSET', KEYS[2], 'h', h, 'f', f)
 end
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[5], ARGV[6], h)
+  redis.call('PEXPIRE', KEYS[5], 600000)
+end
 return {h, f}
 "#;
 
@@ -64,7 +74,7 @@ local r = tonumber(redis.call('HGET', KEYS[1], 'r'))
 for n = 0, r - 1 do
   redis.call('DEL', ARGV[1] .. ':st:' .. n, ARGV[1] .. ':ev:' .. n)
 end
-redis.call('DEL', ARGV[1] .. ':pin', ARGV[1] .. ':f')
+redis.call('DEL', ARGV[1] .. ':pin', ARGV[1] .. ':f', ARGV[1] .. ':once')
 redis.call('HSET', KEYS[1], 'e', 1)
 redis.call('HDEL', KEYS[1], 'm', 'a', 'r', 'o')
 if KEYS[2] then

@@ -206,3 +206,38 @@ fn a_redis_heartbeat_is_refreshed_while_its_handle_runs() {
         assert_eq!(ttl().await, -2, "deleted on close");
     });
 }
+
+#[test]
+fn a_batch_appended_under_a_key_is_not_appended_again() {
+    rt().block_on(async {
+        let mut shared = 0;
+        for b in backends(Retention::default(), 1024).await {
+            if b.redis_url().is_none() {
+                continue; // a log of one process: the default appends
+            }
+            shared += 1;
+            let log = b.log();
+            log.create_session("once", Bytes::new()).await.unwrap();
+            let batch = || vec![msg(1), msg(2)];
+            let first = log
+                .append_once("once", StreamKey::Session, batch(), 7)
+                .await
+                .unwrap();
+            // The retry of an attempt whose outcome was unknown.
+            let again = log
+                .append_once("once", StreamKey::Session, batch(), 7)
+                .await
+                .unwrap();
+            assert_eq!((first, again), (2, 2), "{}", b.name);
+            let next = log
+                .append_once("once", StreamKey::Session, vec![msg(3)], 8)
+                .await
+                .unwrap();
+            assert_eq!(next, 3);
+            let events = log.read("once", StreamKey::Session, 0, 10).await.unwrap();
+            assert_eq!(events.len(), 3, "{}: each batch once", b.name);
+            log.end_session("once").await.unwrap();
+        }
+        assert!(shared > 0, "a shared log was tested");
+    });
+}

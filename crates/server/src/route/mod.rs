@@ -341,17 +341,19 @@ async fn open_lazy(state: &AppState, session: &str, table: &Mutex<Table>, call: 
 }
 
 /// Commits, retrying once after a moment: a response that is never
-/// committed would leave its request stream open.
+/// committed would leave its request stream open. Both attempts carry one
+/// key, so a first attempt whose outcome was unknown is not committed twice.
 async fn commit_with_retry(
     state: &AppState,
     session: &str,
     k: StreamKey,
     messages: Vec<Bytes>,
 ) -> Result<u64, LogError> {
-    match state.commit(session, k, messages.clone()).await {
+    let key = AppState::once_key();
+    match state.commit_once(session, k, messages.clone(), key).await {
         Err(LogError::Unavailable(_) | LogError::Storage(_)) => {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            state.commit(session, k, messages).await
+            state.commit_once(session, k, messages, key).await
         }
         other => other,
     }
