@@ -49,11 +49,11 @@ pub async fn get(
         ));
     };
     live_session(&state, &session, &headers, &principal, false).await?;
-    match cursor(&headers, &q)? {
-        Some(EventId::Session(_)) | None => subs::end_if_orphaned(&state, &session).await?,
-        _ => {}
+    let at = cursor(&headers, &q)?;
+    if !matches!(at, Some(EventId::Request { .. })) {
+        subs::end_if_orphaned(&state, &session).await?;
     }
-    match cursor(&headers, &q)? {
+    match at {
         Some(EventId::Request { stream, seq }) => {
             open_reader(state, session, StreamKey::Request(stream), Some(seq)).await
         }

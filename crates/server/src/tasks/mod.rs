@@ -286,43 +286,79 @@ where
 }
 
 /// Follows the task's stream for answers to its input requests and for its
-/// end by another's word.
+/// end by another's word. A subscription that ends (a lost connection to
+/// the log, a lag) is taken again, and what was committed meanwhile is read,
+/// so an answer is never missed; a task that expired stops its work.
 async fn watch(shared: Arc<Shared>, mut sub: Subscription, ctx: TaskContext) {
+    let mut last = 0;
     loop {
-        let ev = match sub.next().await {
-            Ok(ev) => ev,
-            Err(e) => {
-                tracing::debug!(task = %shared.id, error = %e, "stopped following a task's stream");
+        match sub.next().await {
+            Ok(ev) => {
+                last = ev.seq;
+                if on_event(&shared, &ctx, &ev.message).await {
+                    return;
+                }
+            }
+            Err(LogError::NoSession(_) | LogError::SessionEnded | LogError::Closed) => {
+                shared.cancel.cancel();
                 return;
             }
-        };
-        let Ok(v) = serde_json::from_slice::<Value>(&ev.message) else {
-            continue;
-        };
-        if let Some(answers) = v.get("in").and_then(Value::as_object) {
-            let mut answered = false;
-            for (key, answer) in answers {
-                let waiter = lock(&shared.waiters).remove(key);
-                if let Some(tx) = waiter {
-                    lock(&shared.pending).remove(key);
-                    let _ = tx.send(answer.clone());
-                    answered = true;
+            Err(e) => {
+                tracing::debug!(task = %shared.id, error = %e, "following a task's stream again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let Ok((bounds, again)) =
+                    shared.log.subscribe(&shared.id, StreamKey::Session).await
+                else {
+                    continue;
+                };
+                let missed = shared
+                    .log
+                    .read(&shared.id, StreamKey::Session, last, serve::MAX_EVENTS)
+                    .await
+                    .unwrap_or_default();
+                for ev in missed.into_iter().take_while(|ev| ev.seq <= bounds.head) {
+                    last = ev.seq;
+                    if on_event(&shared, &ctx, &ev.message).await {
+                        return;
+                    }
                 }
+                sub = again;
             }
-            if answered && lock(&shared.pending).is_empty() {
-                if let Err(e) = ctx.snapshot().await {
-                    tracing::warn!(task = %shared.id, error = %e, "could not commit a task's status");
-                }
-            }
-        } else if v
-            .get("s")
-            .and_then(Value::as_str)
-            .is_some_and(|s| fold::TERMINAL.contains(&s))
-        {
-            shared.cancel.cancel();
-            return;
         }
     }
+}
+
+/// Applies one event of the task's stream to its running work; whether the
+/// task has ended.
+async fn on_event(shared: &Shared, ctx: &TaskContext, message: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<Value>(message) else {
+        return false;
+    };
+    if let Some(answers) = v.get("in").and_then(Value::as_object) {
+        let mut answered = false;
+        for (key, answer) in answers {
+            let waiter = lock(&shared.waiters).remove(key);
+            if let Some(tx) = waiter {
+                lock(&shared.pending).remove(key);
+                let _ = tx.send(answer.clone());
+                answered = true;
+            }
+        }
+        if answered && lock(&shared.pending).is_empty() {
+            if let Err(e) = ctx.snapshot().await {
+                tracing::warn!(task = %shared.id, error = %e, "could not commit a task's status");
+            }
+        }
+        return false;
+    }
+    if v.get("s")
+        .and_then(Value::as_str)
+        .is_some_and(|s| fold::TERMINAL.contains(&s))
+    {
+        shared.cancel.cancel();
+        return true;
+    }
+    false
 }
 
 /// Now, in Unix ms.

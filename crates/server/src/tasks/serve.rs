@@ -19,7 +19,7 @@ const HEADER_MISMATCH: i64 = -32020;
 /// JSON-RPC: the client lacks a capability the request needs.
 const MISSING_CAPABILITY: i64 = -32021;
 /// The most events of a task that are read to fold it.
-const MAX_EVENTS: usize = 4096;
+pub(crate) const MAX_EVENTS: usize = 4096;
 
 /// Methods of the first tasks draft that the extension removed.
 const REMOVED: &[&str] = &["tasks/result", "tasks/list"];
