@@ -214,11 +214,13 @@ impl RedisLog {
             .key(format!("{p}:st:{n}"))
             .key(format!("{p}:ev:{n}"))
             .key(format!("{p}:pin"))
+            .key(format!("{p}:once"))
             .arg(n)
             .arg(now_ms())
             .arg(self.retention.max_events)
             .arg(floor)
             .arg(self.commit_at_ack())
+            .arg("")
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;

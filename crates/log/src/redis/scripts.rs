@@ -10,8 +10,9 @@ use redis::Script;
 /// again: its head is returned (a retry after an unknown outcome).
 pub(super) const APPEND: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
-if ARGV[6] ~= '' then
-  local done = redis.call('HGET', KEYS[5], ARGV[6])
+local once = ARGV[6] or ''
+if once ~= '' then
+  local done = redis.call('HGET', KEYS[5], once)
   if done then return {tonumber(done), -3} end
 end
 local h = tonumber(redis.call('HGET', KEYS[2], 'h'))
@@ -50,8 +51,8 @@ if ARGV[5] == '1' then
 else
   redis.call('HSET', KEYS[2], 'h', h, 'f', f)
 end
-if ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[5], ARGV[6], h)
+if once ~= '' then
+  redis.call('HSET', KEYS[5], once, h)
   redis.call('PEXPIRE', KEYS[5], 600000)
 end
 return {h, f}
