@@ -40,6 +40,7 @@ use redis::Value;
 use conn::Conn;
 
 use crate::types::now_ms;
+mod append;
 mod conn;
 mod durability;
 mod heal;
@@ -84,73 +85,6 @@ pub struct RedisLog {
 }
 
 impl RedisLog {
-    /// Appends, at most once per `key` when given ([`Log::append_once`]).
-    async fn append_keyed(
-        &self,
-        id: &str,
-        stream: StreamKey,
-        messages: Vec<Bytes>,
-        key: Option<u64>,
-    ) -> Result<Seq, LogError> {
-        if messages.is_empty() {
-            return Ok(self.bounds_of(id, stream).await?.head);
-        }
-        let p = prefix(id);
-        let n = stream.number();
-        let mut inv = self.scripts.append.key(format!("{p}:s"));
-        inv.key(format!("{p}:st:{n}"))
-            .key(format!("{p}:ev:{n}"))
-            .key(format!("{p}:pin"))
-            .key(format!("{p}:once"))
-            .arg(n)
-            .arg(now_ms())
-            .arg(self.retention.max_events)
-            .arg(0)
-            .arg(self.commit_at_ack())
-            .arg(key.map(|k| k.to_string()).unwrap_or_default());
-        for m in &messages {
-            inv.arg(m.as_ref());
-        }
-        let r: Vec<i64> = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        match r.as_slice() {
-            [-1] => Err(LogError::NoSession(id.to_owned())),
-            [-2] => Err(LogError::NoStream {
-                session: id.to_owned(),
-                stream: n,
-            }),
-            [h, _] => {
-                if self.replicas > 0 {
-                    // Readers see nothing above `c`, and `c` moves only once the
-                    // replicas hold the events: nothing sent can be taken back
-                    // by a failover to a replica.
-                    self.wait_replicas(id).await?;
-                    let _: i64 = self
-                        .scripts
-                        .commit
-                        .key(format!("{p}:st:{n}"))
-                        .arg(*h)
-                        .invoke_async(&mut self.conn.clone())
-                        .await
-                        .map_err(unavailable)?;
-                }
-                if self.cluster() {
-                    // Committed: wake the instances that follow it (a hint;
-                    // their safety reads cover a lost one).
-                    tokio::spawn(tail::ring(
-                        self.conn.clone(),
-                        p,
-                        format!("{}:ev:{n}", prefix(id)),
-                    ));
-                }
-                Ok(*h as u64)
-            }
-            _ => Err(LogError::Corrupt(format!("unexpected append reply {r:?}"))),
-        }
-    }
-
     /// For tests: the next `n` reads fail (`u64::MAX`: all until reset with
     /// 0), to prove that housekeeping trims nothing it could not read.
     #[doc(hidden)]
@@ -201,29 +135,6 @@ impl RedisLog {
         if r < 0 {
             return Err(LogError::NoSession(id.to_owned()));
         }
-        Ok(())
-    }
-
-    async fn trim_to(&self, id: &str, stream: StreamKey, floor: Seq) -> Result<(), LogError> {
-        let p = prefix(id);
-        let n = stream.number();
-        let _: Value = self
-            .scripts
-            .append
-            .key(format!("{p}:s"))
-            .key(format!("{p}:st:{n}"))
-            .key(format!("{p}:ev:{n}"))
-            .key(format!("{p}:pin"))
-            .key(format!("{p}:once"))
-            .arg(n)
-            .arg(now_ms())
-            .arg(self.retention.max_events)
-            .arg(floor)
-            .arg(self.commit_at_ack())
-            .arg("")
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
         Ok(())
     }
 }

@@ -1,0 +1,108 @@
+//! The append step of the Redis backend, the commit point: one script that
+//! assigns seqs, appends, trims and moves the heads (`scripts::APPEND`),
+//! then `WAIT` for the replicas and the move of the committed head `c`
+//! that readers see, then the wake-up of followers on a cluster. The age
+//! trim of maintenance runs the same script with no events.
+
+use bytes::Bytes;
+
+use super::{now_ms, prefix, tail, unavailable, RedisLog};
+use crate::{LogError, Seq, StreamKey};
+
+impl RedisLog {
+    /// Runs the append script on stream `stream` of `id`: appends
+    /// `messages` (at most once per `key` when given, [`crate::Log::append_once`]),
+    /// trims by count and to `floor`; the reply's head.
+    async fn run_append(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: &[Bytes],
+        floor: Seq,
+        key: Option<u64>,
+    ) -> Result<i64, LogError> {
+        let p = prefix(id);
+        let n = stream.number();
+        let mut inv = self.scripts.append.key(format!("{p}:s"));
+        inv.key(format!("{p}:st:{n}"))
+            .key(format!("{p}:ev:{n}"))
+            .key(format!("{p}:pin"))
+            .key(format!("{p}:once"))
+            .arg(n)
+            .arg(now_ms())
+            .arg(self.retention.max_events)
+            .arg(floor)
+            .arg(self.commit_at_ack())
+            .arg(key.map(|k| k.to_string()).unwrap_or_default());
+        for m in messages {
+            inv.arg(m.as_ref());
+        }
+        let r: Vec<i64> = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match r.as_slice() {
+            [-1] => Err(LogError::NoSession(id.to_owned())),
+            [-2] => Err(LogError::NoStream {
+                session: id.to_owned(),
+                stream: n,
+            }),
+            [h, _] => Ok(*h),
+            _ => Err(LogError::Corrupt(format!("unexpected append reply {r:?}"))),
+        }
+    }
+
+    /// Appends, at most once per `key` when given; returns once committed.
+    pub(super) async fn append_keyed(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+        key: Option<u64>,
+    ) -> Result<Seq, LogError> {
+        if messages.is_empty() {
+            return Ok(self.bounds_of(id, stream).await?.head);
+        }
+        let h = self.run_append(id, stream, &messages, 0, key).await?;
+        let p = prefix(id);
+        let n = stream.number();
+        if self.replicas > 0 {
+            // Readers see nothing above `c`, and `c` moves only once the
+            // replicas hold the events: nothing sent can be taken back by a
+            // failover to a replica.
+            self.wait_replicas(id).await?;
+            let _: i64 = self
+                .scripts
+                .commit
+                .key(format!("{p}:st:{n}"))
+                .arg(h)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?;
+        }
+        if self.cluster() {
+            // Committed: wake the instances that follow it (a hint; their
+            // safety reads cover a lost one).
+            tokio::spawn(tail::ring(
+                self.conn.clone(),
+                p.clone(),
+                format!("{p}:ev:{n}"),
+            ));
+        }
+        Ok(h as u64)
+    }
+
+    /// Trims stream `stream` of `id` to `floor` (age retention), never past a pin.
+    pub(super) async fn trim_to(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        floor: Seq,
+    ) -> Result<(), LogError> {
+        match self.run_append(id, stream, &[], floor, None).await {
+            // Ended (or never opened) meanwhile: nothing to trim.
+            Ok(_) | Err(LogError::NoSession(_) | LogError::NoStream { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
