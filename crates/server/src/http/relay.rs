@@ -172,16 +172,11 @@ async fn client_answer(state: &AppState, session: &str, message: Value) {
     let wire = wire.as_str();
     let local = state.routes.peek(session).filter(|r| r.owns(wire));
     match local {
-        Some(route) => match route.client_response(message) {
-            Some(m) => {
-                if let Err(e) = route.deliver(m) {
-                    tracing::warn!(%session, error = %e, "a response to a server request was not delivered");
-                }
-            }
-            None => {
+        Some(route) => {
+            if !deliver_answer(session, &route, message) {
                 tracing::warn!(%session, id = wire, "a response to a server request answered already is dropped")
             }
-        },
+        }
         None if wire.starts_with(crate::route::WIRE_PREFIX) => {
             if let Err(e) = crate::route::inbox::forward(state, session, &message, None).await {
                 tracing::warn!(%session, id = wire, error = %e, "could not forward a response to the instance that asked");
@@ -191,6 +186,19 @@ async fn client_answer(state: &AppState, session: &str, message: Value) {
             tracing::warn!(%session, id = %message["id"], "a response to a request this server never sent is dropped")
         }
     }
+}
+
+/// Hands the client's answer to a server request to the backend of `route`,
+/// translated back to the backend's id; false when that route awaits no
+/// such answer.
+fn deliver_answer(session: &str, route: &SessionRoute, message: Value) -> bool {
+    let Some(m) = route.client_response(message) else {
+        return false;
+    };
+    if let Err(e) = route.deliver(m) {
+        tracing::warn!(%session, error = %e, "a response to a server request was not delivered");
+    }
+    true
 }
 
 /// A request answered as JSON: registered, delivered, awaited.
@@ -343,14 +351,11 @@ pub(crate) async fn dispatch(
             }
             let _ = route.deliver(message);
         }
-        (None, _) => match route.client_response(message) {
-            Some(m) => {
-                if let Err(e) = route.deliver(m) {
-                    tracing::warn!(%session, error = %e, "a response to a server request was not delivered");
-                }
+        (None, _) => {
+            if !deliver_answer(session, route, message) {
+                tracing::debug!(%session, "a forwarded answer this route does not await")
             }
-            None => tracing::debug!(%session, "a forwarded answer this route does not await"),
-        },
+        }
     }
 }
 
