@@ -43,6 +43,21 @@ pub enum LogError {
         /// Retained floor.
         floor: Seq,
     },
+    /// Events after the cursor were committed but damaged storage lost them
+    /// (409 `data-lost`, docs/protocol.md 6.1); `to` and later cursors are served.
+    #[error("cursor {cursor} needs events {from} to {to}, which damaged storage lost")]
+    DataLost {
+        /// Asked-for cursor.
+        cursor: Seq,
+        /// First lost seq.
+        from: Seq,
+        /// Last lost seq.
+        to: Seq,
+        /// Committed head.
+        head: Seq,
+        /// Retained floor.
+        floor: Seq,
+    },
     /// A subscriber fell behind its buffer; it resumes from `cursor` (4429).
     #[error("reader lagged behind at cursor {cursor}")]
     Lagged {
@@ -88,6 +103,19 @@ impl LogError {
                 head,
                 floor,
             }),
+            LogError::DataLost {
+                cursor,
+                from,
+                to,
+                head,
+                floor,
+            } => Some(CursorDiscontinuity::DataLost {
+                prior: cursor,
+                from,
+                to,
+                head,
+                floor,
+            }),
             _ => None,
         }
     }
@@ -101,6 +129,19 @@ impl LogError {
             },
             CursorDiscontinuity::Truncated { prior, head, floor } => LogError::Truncated {
                 cursor: prior,
+                head,
+                floor,
+            },
+            CursorDiscontinuity::DataLost {
+                prior,
+                from,
+                to,
+                head,
+                floor,
+            } => LogError::DataLost {
+                cursor: prior,
+                from,
+                to,
                 head,
                 floor,
             },

@@ -30,7 +30,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 #[cfg(feature = "disk")]
-pub use disk::DiskLog;
+pub use disk::{Damage, DamageKind, DiskLog};
 pub use error::LogError;
 pub use memory::MemoryLog;
 #[cfg(feature = "redis")]

@@ -134,7 +134,7 @@ impl Log for MemoryLog {
         let max_events = self.hub.retention.max_events;
         let cache_limit = self.hub.cache_limit();
         self.hub.with_live(id, |st| {
-            let Bounds { head, floor } = st.bounds_of(id, stream)?;
+            let Bounds { head, floor, .. } = st.bounds_of(id, stream)?;
             let at_ms = now_ms();
             let events: Vec<Event> = messages
                 .into_iter()
@@ -162,7 +162,7 @@ impl Log for MemoryLog {
         match self.hub.read_cached(id, stream, after, max)? {
             Cached::Hit(events) => Ok(events),
             // The memory backend's cache holds everything retained.
-            Cached::Miss(b) => Err(LogError::Truncated {
+            Cached::Miss(b, _) => Err(LogError::Truncated {
                 cursor: after,
                 head: b.head,
                 floor: b.floor,

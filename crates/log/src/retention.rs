@@ -66,6 +66,11 @@ pub(crate) async fn first_young(
                 after = floor - 1;
                 continue;
             }
+            // Damaged storage lost these: nothing there to keep, step past them.
+            Err(LogError::DataLost { to, .. }) if to > after => {
+                after = to;
+                continue;
+            }
             Err(e) => return Err(e),
         };
         if let Some(e) = evs.iter().find(|e| e.at_ms >= cutoff_ms) {

@@ -52,12 +52,38 @@ pub struct Bounds {
     pub head: Seq,
     /// Lowest retained seq; `head + 1` when nothing is retained.
     pub floor: Seq,
+    /// Committed events that damaged storage no longer holds, `from ..= to`
+    /// (docs/protocol.md 6.1); `None` on every healthy stream. Within
+    /// `floor ..= head`: retention that passes it clears it.
+    pub lost: Option<(Seq, Seq)>,
 }
 
 impl Bounds {
-    /// Checks that a reader at `cursor` can be served every event after it.
+    /// A stream at `head` retaining `floor ..= head`, nothing lost.
+    pub fn new(head: Seq, floor: Seq) -> Self {
+        Self {
+            head,
+            floor,
+            lost: None,
+        }
+    }
+
+    /// Checks that a reader at `cursor` can be served every event after it:
+    /// within the retained range and not needing a lost event first.
     pub fn admit(&self, cursor: Seq) -> Result<(), mcp_resume_proto::CursorDiscontinuity> {
-        mcp_resume_proto::decide_start(cursor, Some(self.head), Some(self.floor)).map(|_| ())
+        mcp_resume_proto::decide_start(cursor, Some(self.head), Some(self.floor))?;
+        match self.lost {
+            Some((from, to)) if cursor + 1 >= from && cursor < to => {
+                Err(mcp_resume_proto::CursorDiscontinuity::DataLost {
+                    prior: cursor,
+                    from,
+                    to,
+                    head: self.head,
+                    floor: self.floor,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 }
 

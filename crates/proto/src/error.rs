@@ -62,6 +62,22 @@ pub enum CursorDiscontinuity {
         /// The lowest retained seq.
         floor: Seq,
     },
+    /// Committed events after the cursor are gone because the storage that
+    /// held them was damaged (docs/protocol.md 6.1): `from ..= to` will never
+    /// be served; `to` and later cursors are.
+    #[error("cursor {prior} needs events {from} to {to}, which damaged storage lost")]
+    DataLost {
+        /// The reader's cursor.
+        prior: Seq,
+        /// First lost seq.
+        from: Seq,
+        /// Last lost seq.
+        to: Seq,
+        /// The committed head.
+        head: Seq,
+        /// The lowest retained seq.
+        floor: Seq,
+    },
     /// A `101` without `X-MCP-Resume-Cursor`: the socket's ordering is unknown.
     #[error(
         "the upgrade response carried no X-MCP-Resume-Cursor; cannot prove continuity from {prior}"
@@ -102,6 +118,7 @@ impl CursorDiscontinuity {
         match self {
             Self::Ahead { .. } => "ahead",
             Self::Truncated { .. } => "truncated",
+            Self::DataLost { .. } => "data-lost",
             Self::MissingEcho { .. } => "missing-echo",
             Self::EchoBelowPrior { .. } => "echo-below-prior",
             Self::Gap { .. } => "gap",
@@ -109,7 +126,7 @@ impl CursorDiscontinuity {
         }
     }
 
-    /// The 409 body of docs/protocol.md 4, for `Ahead` and `Truncated`.
+    /// The 409 body of docs/protocol.md 4, for `Ahead`, `Truncated` and `DataLost`.
     pub fn to_body(&self) -> ErrorBody {
         let body =
             ErrorBody::new("cursor-discontinuity", self.to_string()).with("reason", self.reason());
@@ -117,6 +134,19 @@ impl CursorDiscontinuity {
             Self::Ahead { prior, head, floor } | Self::Truncated { prior, head, floor } => body
                 .with("cursor", prior)
                 .with("resume-cursor", head)
+                .with("head", head)
+                .with("floor", floor),
+            Self::DataLost {
+                prior,
+                from,
+                to,
+                head,
+                floor,
+            } => body
+                .with("cursor", prior)
+                .with("resume-cursor", to)
+                .with("lost-from", from)
+                .with("lost-to", to)
                 .with("head", head)
                 .with("floor", floor),
             _ => body,

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use fjall::PersistMode;
 use tokio::sync::oneshot;
 
+use super::heads::{Entry, HeadsWriter};
 use super::store::*;
 use crate::hub::{lock, Hub, SessionState, StreamState};
 use crate::types::now_ms;
@@ -74,6 +75,8 @@ enum Effect {
 pub(super) struct Committer {
     pub store: Store,
     pub hub: Arc<Hub>,
+    /// The committed-heads record, appended after every batch's fsync.
+    pub heads: HeadsWriter,
 }
 
 /// The state a batch sees: the hub's committed state plus this batch's writes.
@@ -85,7 +88,7 @@ struct Overlay {
 
 impl Committer {
     /// Commits batches of whatever is queued until every sender is gone.
-    pub fn run(self, rx: std_mpsc::Receiver<Op>) {
+    pub fn run(mut self, rx: std_mpsc::Receiver<Op>) {
         while let Ok(first) = rx.recv() {
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
@@ -140,7 +143,7 @@ impl Committer {
         }
     }
 
-    fn commit(&self, batch: Vec<Op>) {
+    fn commit(&mut self, batch: Vec<Op>) {
         let st = &self.store;
         let mut ov = Overlay::default();
         let mut done: Vec<(Op, Result<Effect, LogError>)> = Vec::with_capacity(batch.len());
@@ -162,7 +165,7 @@ impl Committer {
                             ended_ms: 0,
                             meta: meta.clone(),
                         };
-                        let b = Bounds { head: 0, floor: 1 };
+                        let b = Bounds::new(0, 1);
                         wb.insert(&st.sessions, id.as_bytes(), rec.encode());
                         wb.insert(&st.streams, stream_key(id, 0), bounds_value(b));
                         ov.streams.insert((id.clone(), 0), b);
@@ -234,7 +237,7 @@ impl Committer {
                 Op::OpenRequest { id, meta, .. } => self.session(&ov, id).map(|mut rec| {
                     let r = rec.next_request;
                     rec.next_request += 1;
-                    let b = Bounds { head: 0, floor: 1 };
+                    let b = Bounds::new(0, 1);
                     wb.insert(&st.sessions, id.as_bytes(), rec.encode());
                     wb.insert(&st.streams, stream_key(id, r), bounds_value(b));
                     // The call's record, in the same fsync'd batch as its stream.
@@ -272,27 +275,20 @@ impl Committer {
                             .push((n, b.head + 1, last.seq));
                     }
                     let head = b.head + evs.len() as u64;
-                    let floor = self.floor_after(
-                        id,
-                        *stream,
-                        Bounds {
-                            head,
-                            floor: b.floor,
-                        },
-                        None,
-                    );
+                    let floor = self.floor_after(id, *stream, Bounds { head, ..b }, None);
+                    let after = Bounds {
+                        head,
+                        floor,
+                        lost: b.lost.filter(|(_, to)| *to >= floor),
+                    };
                     for seq in b.floor..floor {
                         wb.remove(&st.events, event_key(id, n, seq));
                     }
                     if n > 0 && head > 0 && floor > head {
                         wb.remove(&st.requests, stream_key(id, n));
                     }
-                    wb.insert(
-                        &st.streams,
-                        stream_key(id, n),
-                        bounds_value(Bounds { head, floor }),
-                    );
-                    ov.streams.insert((id.clone(), n), Bounds { head, floor });
+                    wb.insert(&st.streams, stream_key(id, n), bounds_value(after));
+                    ov.streams.insert((id.clone(), n), after);
                     Effect::Published(id.clone(), *stream, evs, floor)
                 }),
                 Op::Forget { ids, .. } => {
@@ -331,21 +327,13 @@ impl Committer {
                             // The call's record goes with its last event.
                             wb.remove(&st.requests, stream_key(id, n));
                         }
-                        wb.insert(
-                            &st.streams,
-                            stream_key(id, n),
-                            bounds_value(Bounds {
-                                head: b.head,
-                                floor,
-                            }),
-                        );
-                        ov.streams.insert(
-                            (id.clone(), n),
-                            Bounds {
-                                head: b.head,
-                                floor,
-                            },
-                        );
+                        let after = Bounds {
+                            floor,
+                            lost: b.lost.filter(|(_, to)| *to >= floor),
+                            ..b
+                        };
+                        wb.insert(&st.streams, stream_key(id, n), bounds_value(after));
+                        ov.streams.insert((id.clone(), n), after);
                     }
                     Effect::Published(id.clone(), *stream, Vec::new(), floor)
                 }),
@@ -358,10 +346,25 @@ impl Committer {
             tracing::error!(error = %e, "log commit failed; nothing of this batch is visible");
             return fail_all(done.into_iter().map(|(op, _)| op).collect(), e);
         }
-        // Durable now: make it visible, in commit order, then answer.
+        // Durable now. First the committed-heads record, so nothing is
+        // visible that it does not cover; then visible, in commit order, and answered.
+        let entries: Vec<Entry> = done
+            .iter()
+            .filter_map(|(_, e)| e.as_ref().ok())
+            .flat_map(heads_entries)
+            .collect();
+        let rotate = self.heads.append(&entries).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "could not append to the committed-heads record; rewriting it");
+            true
+        });
         for (op, effect) in done {
             let answer = effect.map(|e| self.apply(e));
             respond(op, answer);
+        }
+        if rotate {
+            if let Err(e) = self.heads.rotate(&snapshot(&self.hub)) {
+                tracing::error!(error = %e, "could not rewrite the committed-heads record");
+            }
         }
     }
 
@@ -401,6 +404,47 @@ impl Committer {
         };
         answer
     }
+}
+
+/// What one committed effect adds to the committed-heads record.
+fn heads_entries(effect: &Effect) -> Vec<Entry> {
+    let head = |id: &String, stream: u64, head: Seq| Entry::Head {
+        id: id.clone(),
+        stream,
+        head,
+    };
+    match effect {
+        Effect::Created(id, ..) => vec![head(id, 0, 0)],
+        Effect::Opened(id, r, _) => vec![head(id, *r, 0)],
+        Effect::Published(id, key, evs, _) => evs
+            .last()
+            .map(|e| head(id, key.number(), e.seq))
+            .into_iter()
+            .collect(),
+        Effect::Ended(id) => vec![Entry::Ended { id: id.clone() }],
+        Effect::Forgotten(ids) => ids
+            .iter()
+            .map(|id| Entry::Forgotten { id: id.clone() })
+            .collect(),
+        Effect::Meta(..) => Vec::new(),
+    }
+}
+
+/// Every session the hub knows, as committed-heads entries: the heads of
+/// a live session's streams (retired ones too), the end of an ended one.
+pub(super) fn snapshot(hub: &Hub) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for (id, heads) in hub.heads() {
+        match heads {
+            None => out.push(Entry::Ended { id }),
+            Some(streams) => out.extend(streams.into_iter().map(|(stream, head)| Entry::Head {
+                id: id.clone(),
+                stream,
+                head,
+            })),
+        }
+    }
+    out
 }
 
 fn respond(op: Op, answer: Result<u64, LogError>) {

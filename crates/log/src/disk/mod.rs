@@ -38,10 +38,13 @@ use crate::{
 };
 
 mod commit;
+mod damage;
+mod heads;
 mod store;
 
 use commit::{Committer, Op, Reply};
-use store::{load, read_events, storage, Store};
+pub use damage::{Damage, DamageKind};
+use store::{load, read_events, storage, Store, HEADS_KEPT};
 
 /// Events per stream kept in memory for readers near the head.
 const CACHE_EVENTS: usize = 128;
@@ -55,6 +58,8 @@ pub struct DiskLog {
     path: PathBuf,
     faults: crate::retention::ReadFaults,
     instance: String,
+    /// Damage this open found (and made loud), docs/protocol.md 6.1.
+    found: Vec<Damage>,
 }
 
 impl Drop for DiskLog {
@@ -108,6 +113,8 @@ impl DiskLog {
                 streams: db.keyspace("streams", opts)?,
                 events: db.keyspace("events", opts)?,
                 requests: db.keyspace("requests", opts)?,
+                meta: db.keyspace("meta", opts)?,
+                pins: db.keyspace("pins", opts)?,
                 db,
             })
         })
@@ -118,15 +125,22 @@ impl DiskLog {
             ))
         })?
         .map_err(|e| fjall_error(&path, e))?;
-        let hub = Arc::new(Hub::new(retention, capacity, CACHE_EVENTS));
-        load(&store, &hub).map_err(|e| match e {
+        let named = |e: LogError| match e {
             LogError::Corrupt(m) => LogError::Corrupt(format!("{}: {m}", path.display())),
             other => other,
-        })?;
+        };
+        let found = check_heads(&store, &path).map_err(named)?;
+        let hub = Arc::new(Hub::new(retention, capacity, CACHE_EVENTS));
+        load(&store, &hub).map_err(named)?;
+        let heads = heads::HeadsWriter::create(&path, &commit::snapshot(&hub))
+            .map_err(|e| storage(format!("{}: the committed-heads record: {e}", path.display())))?;
+        keep_heads(&store)?;
+        report(&path, &found, &hub);
         let (tx, rx) = std_mpsc::channel();
         let committer = Committer {
             store: store.clone(),
             hub: hub.clone(),
+            heads,
         };
         let handle = std::thread::Builder::new()
             .name("mcp-resume-log-committer".into())
@@ -140,7 +154,28 @@ impl DiskLog {
             path,
             faults: Default::default(),
             instance: crate::types::new_instance_id(),
+            found,
         })
+    }
+
+    /// The damage this open found: committed state the files no longer
+    /// held, now served under docs/protocol.md 6.1 (kept heads, lost ranges
+    /// refused with `data-lost`, lost sessions ended). Empty on a healthy log.
+    pub fn damage_found(&self) -> &[Damage] {
+        &self.found
+    }
+
+    /// Every stream with a lost range now, found by this open or an earlier
+    /// one (retention clears a range once it passes it).
+    pub fn lost_ranges(&self) -> Vec<Damage> {
+        self.hub
+            .lost_ranges()
+            .into_iter()
+            .map(|(session, stream, from, to)| Damage {
+                session,
+                kind: DamageKind::EventsLost { stream, from, to },
+            })
+            .collect()
     }
 
     /// The directory this log lives in.
@@ -196,6 +231,56 @@ impl DiskLog {
         let (tx, rx) = oneshot::channel();
         self.ops.send(make(tx)).map_err(|_| LogError::Closed)?;
         rx.await.map_err(|_| LogError::Closed)?
+    }
+}
+
+/// Reads the committed-heads record and applies it (docs/protocol.md 6.1);
+/// refuses a log whose record went missing.
+fn check_heads(store: &Store, path: &Path) -> Result<Vec<Damage>, LogError> {
+    let recorded = heads::read(path)
+        .map_err(|m| LogError::Corrupt(format!("the committed-heads record: {m}")))?;
+    let kept = store.meta.get(HEADS_KEPT).map_err(storage)?.is_some();
+    match recorded {
+        Some(rec) => {
+            if let Some(why) = &rec.stopped {
+                tracing::warn!(log = %path.display(), "the committed-heads record is cut short ({why}); what it holds before that is checked");
+            }
+            damage::reconcile(store, &rec, true)
+        }
+        None if kept => Err(LogError::Corrupt(format!(
+            "the committed-heads record ({}) is missing, so a journal cut short cannot be told from a crash; `mcp-resume log check --repair` accepts the log as it is",
+            heads::FILE
+        ))),
+        // A new log, or one written before the record existed.
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Notes in the log itself that it keeps a committed-heads record.
+fn keep_heads(store: &Store) -> Result<(), LogError> {
+    if store.meta.get(HEADS_KEPT).map_err(storage)?.is_some() {
+        return Ok(());
+    }
+    let mut wb = store
+        .db
+        .batch()
+        .durability(Some(fjall::PersistMode::SyncAll));
+    wb.insert(&store.meta, HEADS_KEPT, b"1");
+    wb.commit().map_err(storage)
+}
+
+/// Logs every damaged stream at open: what this open found as errors,
+/// what was known from before as warnings.
+fn report(path: &Path, found: &[Damage], hub: &Hub) {
+    for d in found {
+        tracing::error!(log = %path.display(), "storage damage found: {d}");
+    }
+    for (session, stream, from, to) in hub.lost_ranges() {
+        let new = found.iter().any(|d| d.session == session);
+        if !new {
+            tracing::warn!(log = %path.display(), session, stream = stream.number(), from, to,
+                "known storage damage: committed events lost; readers that need them get 409 data-lost");
+        }
     }
 }
 
@@ -296,7 +381,7 @@ impl Log for DiskLog {
         self.faults.check()?;
         match self.hub.read_cached(id, stream, after, max)? {
             Cached::Hit(events) => Ok(events),
-            Cached::Miss(b) => {
+            Cached::Miss(b, max) => {
                 let (id, store, hub) = (id.to_owned(), self.store.clone(), self.hub.clone());
                 tokio::task::spawn_blocking(move || {
                     read_events(&store, &hub, &id, stream, after, max, b)

@@ -10,7 +10,7 @@ use fjall::{Database, Keyspace};
 use crate::hub::{Hub, SessionState, StreamState};
 use crate::{Bounds, Event, LogError, Seq, StreamKey};
 
-/// The three keyspaces of one database.
+/// The keyspaces of one database.
 #[derive(Clone)]
 pub(super) struct Store {
     pub db: Database,
@@ -18,7 +18,16 @@ pub(super) struct Store {
     pub streams: Keyspace,
     pub events: Keyspace,
     pub requests: Keyspace,
+    /// Facts about the log itself, e.g. [`HEADS_KEPT`].
+    pub meta: Keyspace,
+    /// Retention pins, `id 0 stream pin -> seq | until_ms`, so an upgrade's
+    /// pin outlives a restart within its time.
+    pub pins: Keyspace,
 }
+
+/// Key in `meta`: present once the log keeps a committed-heads record, so a
+/// record that goes missing afterwards is damage, not an older log.
+pub(super) const HEADS_KEPT: &[u8] = b"committed-heads";
 
 /// The prefix of every key of one session: its id and a 0 byte.
 pub(super) fn session_prefix(id: &str) -> Vec<u8> {
@@ -49,12 +58,43 @@ pub(super) fn u64_at(b: &[u8], at: usize) -> Option<u64> {
         .map(u64::from_be_bytes)
 }
 
-/// A stream record's value: head, then floor.
-pub(super) fn bounds_value(b: Bounds) -> [u8; 16] {
-    let mut v = [0u8; 16];
-    v[..8].copy_from_slice(&b.head.to_be_bytes());
-    v[8..].copy_from_slice(&b.floor.to_be_bytes());
+/// A stream record's value: head, then floor, then (only on a damaged
+/// stream) the lost range's first and last seq.
+pub(super) fn bounds_value(b: Bounds) -> Vec<u8> {
+    let mut v = Vec::with_capacity(32);
+    v.extend_from_slice(&b.head.to_be_bytes());
+    v.extend_from_slice(&b.floor.to_be_bytes());
+    if let Some((from, to)) = b.lost {
+        v.extend_from_slice(&from.to_be_bytes());
+        v.extend_from_slice(&to.to_be_bytes());
+    }
     v
+}
+
+/// Parses a stream record's value.
+pub(super) fn decode_bounds(v: &[u8]) -> Option<Bounds> {
+    let mut b = Bounds::new(u64_at(v, 0)?, u64_at(v, 8)?);
+    match v.len() {
+        16 => {}
+        32 => b.lost = Some((u64_at(v, 16)?, u64_at(v, 24)?)),
+        _ => return None,
+    }
+    Some(b)
+}
+
+/// The first and last seq a stream must hold in storage: `floor ..= head`
+/// less its lost range; `None` when it holds nothing.
+pub(super) fn expected_span(b: Bounds) -> Option<(Seq, Seq)> {
+    let (mut first, mut last) = (b.floor, b.head);
+    if let Some((from, to)) = b.lost {
+        if (from..=to).contains(&first) {
+            first = to + 1;
+        }
+        if (from..=to).contains(&last) {
+            last = from - 1;
+        }
+    }
+    (first <= last).then_some((first, last))
 }
 
 /// An event's value: commit time, then the message.
@@ -190,10 +230,8 @@ pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
         let split = k.len().checked_sub(9).ok_or_else(corrupt)?;
         let id = std::str::from_utf8(&k[..split]).map_err(|_| corrupt())?;
         let n = u64_at(&k, split + 1).ok_or_else(corrupt)?;
-        let (head, floor) = (
-            u64_at(&v, 0).ok_or_else(corrupt)?,
-            u64_at(&v, 8).ok_or_else(corrupt)?,
-        );
+        let b = decode_bounds(&v).ok_or_else(corrupt)?;
+        let (head, floor) = (b.head, b.floor);
         let st = states
             .get_mut(id)
             .ok_or_else(|| LogError::Corrupt(format!("stream {n} of unknown session {id:?}")))?;
@@ -215,11 +253,7 @@ pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
         };
         let first = seq_of(range.next())?;
         let last = seq_of(range.next_back())?.or(first);
-        let want = if head >= floor {
-            Some((floor, head))
-        } else {
-            None
-        };
+        let want = expected_span(b);
         if first.zip(last) != want {
             return Err(LogError::Corrupt(format!(
                 "session {id:?} stream {n}: expected events {want:?}, found {:?}",
@@ -230,6 +264,7 @@ pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
             continue;
         }
         let mut s = StreamState::new(head, floor);
+        s.lost = b.lost;
         if n > 0 && s.emptied() {
             st.retired.insert(n, head);
         } else {

@@ -25,8 +25,9 @@ pub(crate) use state::{SessionState, StreamState};
 pub(crate) enum Cached {
     /// Served from the hot tail.
     Hit(Vec<Event>),
-    /// Must be read from storage; the bounds were checked.
-    Miss(Bounds),
+    /// Must be read from storage, at most this many events (a read stops
+    /// before a lost range); the bounds were checked.
+    Miss(Bounds, usize),
 }
 
 /// All sessions of one log instance.
@@ -157,6 +158,11 @@ impl Hub {
         self.with_live(id, |st| {
             let b = st.bounds_of(id, key)?;
             b.admit(after).map_err(LogError::from_discontinuity)?;
+            // A read stops before a lost range; the next one is refused there.
+            let max = match b.lost {
+                Some((from, _)) if after + 1 < from => max.min((from - 1 - after) as usize),
+                _ => max,
+            };
             // A retired stream admits only its head: nothing to read.
             let Some(s) = st.streams.get(&key.number()).filter(|_| after < b.head) else {
                 return Ok(Cached::Hit(Vec::new()));
@@ -168,7 +174,7 @@ impl Hub {
                         s.cache.iter().skip(skip).take(max).cloned().collect(),
                     ))
                 }
-                _ => Ok(Cached::Miss(b)),
+                _ => Ok(Cached::Miss(b, max)),
             }
         })
     }
@@ -224,6 +230,41 @@ impl Hub {
             .filter(|(_, c)| !lock(c).ended)
             .map(|(id, c)| (id.to_string(), c.clone()))
             .collect()
+    }
+
+    #[cfg(feature = "disk")]
+    /// Every session's stream heads (retired streams too), `None` for an
+    /// ended one: what the disk log's committed-heads snapshot holds.
+    pub fn heads(&self) -> Vec<(String, Option<Vec<(u64, Seq)>>)> {
+        let map = self.sessions.read().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .map(|(id, c)| {
+                let st = lock(c);
+                let heads = (!st.ended).then(|| {
+                    st.streams
+                        .iter()
+                        .map(|(n, s)| (*n, s.head))
+                        .chain(st.retired.iter().map(|(n, h)| (*n, *h)))
+                        .collect()
+                });
+                (id.to_string(), heads)
+            })
+            .collect()
+    }
+
+    #[cfg(feature = "disk")]
+    /// Streams with a lost range, as (session, stream, from, to).
+    pub fn lost_ranges(&self) -> Vec<(String, StreamKey, Seq, Seq)> {
+        let mut out = Vec::new();
+        for (id, cell) in self.live_cells() {
+            for (n, s) in &lock(&cell).streams {
+                if let Some((from, to)) = s.lost {
+                    out.push((id.clone(), StreamKey::from_number(*n), from, to));
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     /// The record of request stream `r` of a live session.

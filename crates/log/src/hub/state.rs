@@ -19,6 +19,8 @@ pub(crate) struct StreamState {
     /// A request stream's opaque record from `open_request_stream`; `None`
     /// for the session stream and once retention has taken every event.
     pub meta: Option<Bytes>,
+    /// Committed events damaged storage lost (docs/protocol.md 6.1).
+    pub lost: Option<(Seq, Seq)>,
 }
 
 impl StreamState {
@@ -30,6 +32,7 @@ impl StreamState {
             cache: VecDeque::new(),
             subs: Vec::new(),
             meta: None,
+            lost: None,
         }
     }
 
@@ -52,6 +55,7 @@ impl StreamState {
         Bounds {
             head: self.head,
             floor: self.floor,
+            lost: self.lost,
         }
     }
 
@@ -111,10 +115,7 @@ impl SessionState {
         let n = key.number();
         match (self.streams.get(&n), self.retired.get(&n)) {
             (Some(s), _) => Ok(s.bounds()),
-            (None, Some(&head)) => Ok(Bounds {
-                head,
-                floor: head + 1,
-            }),
+            (None, Some(&head)) => Ok(Bounds::new(head, head + 1)),
             (None, None) => Err(no_stream(id, key)),
         }
     }
@@ -219,6 +220,10 @@ impl SessionState {
             s.cache.push_back(ev);
         }
         s.floor = floor.max(s.floor);
+        if s.lost.is_some_and(|(_, to)| to < s.floor) {
+            // Retention passed the lost range: nothing a reader can ask for is missing now.
+            s.lost = None;
+        }
         while s.cache.front().is_some_and(|e| e.seq < s.floor) || s.cache.len() > cache_limit {
             s.cache.pop_front();
         }

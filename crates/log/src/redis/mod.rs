@@ -40,6 +40,7 @@ use redis::Value;
 use conn::Conn;
 
 use crate::types::now_ms;
+mod adopt;
 mod append;
 mod conn;
 mod durability;
@@ -82,6 +83,8 @@ pub struct RedisLog {
     tails: tail::Tails,
     faults: crate::retention::ReadFaults,
     heartbeat: instance::Heartbeat,
+    /// Where maintenance's sweep for tombstones without an end time goes on.
+    sweep: adopt::Sweep,
 }
 
 impl RedisLog {
@@ -108,10 +111,7 @@ impl RedisLog {
                 session: id.to_owned(),
                 stream: stream.number(),
             }),
-            [h, f] => Ok(Bounds {
-                head: *h as u64,
-                floor: *f as u64,
-            }),
+            [h, f] => Ok(Bounds::new(*h as u64, *f as u64)),
             _ => Err(LogError::Corrupt(format!("unexpected bounds reply {r:?}"))),
         }
     }
@@ -368,10 +368,7 @@ impl Log for RedisLog {
             .subscribe(id, format!("{p}:ev:{n}"), format!("{p}:st:{n}"), b.head)
             .await;
         Ok((
-            Bounds {
-                head,
-                floor: b.floor,
-            },
+            Bounds::new(head, b.floor),
             sub,
         ))
     }

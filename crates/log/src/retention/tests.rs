@@ -68,7 +68,7 @@ fn rt() -> tokio::runtime::Runtime {
 #[test]
 fn a_failed_read_is_an_error_not_every_event_is_old() {
     rt().block_on(async {
-        let b = crate::Bounds { head: 10, floor: 1 };
+        let b = crate::Bounds::new(10, 1);
         let r = first_young(&Broken, "a", S, b, now_ms()).await;
         assert_eq!(r, Err(LogError::Unavailable("timed out".into())));
     });

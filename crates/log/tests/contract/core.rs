@@ -260,7 +260,7 @@ fn a_read_that_fails_during_maintenance_trims_nothing() {
             b.fail_reads(0);
             assert_eq!(
                 log.bounds("a", S).await.unwrap(),
-                mcp_resume_log::Bounds { head: 4, floor: 1 },
+                mcp_resume_log::Bounds::new(4, 1),
                 "{}: a failed read must not trim anything",
                 b.name
             );

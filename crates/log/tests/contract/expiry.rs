@@ -137,6 +137,68 @@ fn redis_forgets_tombstones_after_their_ttl_and_not_before() {
     });
 }
 
+/// Ends every session as the versions before tombstone expiry did: the
+/// tombstone keeps `r` and `a`, and its id is not in the ended index, so
+/// it has no end time.
+async fn end_as_an_older_version(log: &dyn Log, raw: &mut redis::aio::MultiplexedConnection) {
+    create_and_end(log).await;
+    for i in 0..N {
+        let _: () = redis::pipe()
+            .cmd("ZREM")
+            .arg("mcpr:ended")
+            .arg(id(i))
+            .ignore()
+            .cmd("HSET")
+            .arg(format!("mcpr:{{{}}}:s", id(i)))
+            .arg("r")
+            .arg(2)
+            .arg("a")
+            .arg(1)
+            .ignore()
+            .query_async(raw)
+            .await
+            .unwrap();
+    }
+}
+
+#[test]
+fn redis_forgets_tombstones_an_older_version_left_without_an_end_time() {
+    rt().block_on(async {
+        let server = RedisServer::start();
+        let log = RedisLog::connect(&server.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        let mut raw = redis::Client::open(server.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        end_as_an_older_version(&log, &mut raw).await;
+        log.create_session("live", Bytes::new()).await.unwrap();
+        assert_eq!(log.tombstones().await.unwrap(), 0);
+        // The first pass gives them an end time: now, so none goes yet.
+        log.maintain(LONG, SHORT).await.unwrap();
+        assert_eq!(
+            log.tombstones().await.unwrap(),
+            N,
+            "maintenance left tombstones without an end time"
+        );
+        all_refused(&log, "redis, older tombstones").await;
+        tokio::time::sleep(SHORT * 2).await;
+        log.maintain(LONG, SHORT).await.unwrap();
+        assert_eq!(log.tombstones().await.unwrap(), 0);
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("mcpr:{t*")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert!(keys.is_empty(), "left in Redis: {keys:?}");
+        all_forgotten(&log, "redis, older tombstones").await;
+        // A live session is no tombstone.
+        assert_eq!(log.session("live").await.unwrap().id, "live");
+    });
+}
+
 #[test]
 fn a_request_stream_retention_emptied_keeps_no_state_but_reads_loudly() {
     rt().block_on(async {
@@ -168,7 +230,7 @@ fn a_request_stream_retention_emptied_keeps_no_state_but_reads_loudly() {
                 assert_eq!(log.read("a", req, 0, 10).await, Err(gone.clone()), "{name}");
                 assert_eq!(
                     log.bounds("a", req).await.unwrap(),
-                    Bounds { head: 3, floor: 4 },
+                    Bounds::new(3, 4),
                     "{name}"
                 );
                 assert_eq!(log.request_meta("a", r).await, Err(gone.clone()), "{name}");
