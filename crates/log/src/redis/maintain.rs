@@ -62,8 +62,10 @@ impl RedisLog {
     }
 
     /// Deletes the tombstones of sessions that ended at least `ttl` ago;
-    /// their ids become unknown.
+    /// their ids become unknown. Tombstones of older versions, which have no
+    /// end time, are given one first ([`super::adopt`]).
     pub(super) async fn forget_tombstones(&self, ttl: Duration) -> Result<(), LogError> {
+        self.adopt_unlisted_tombstones().await?;
         let cutoff = now_ms().saturating_sub(ttl.as_millis() as u64);
         for ended in ended_keys(self.cluster()) {
             self.forget_in(&ended, cutoff).await?;

@@ -17,7 +17,8 @@
 //! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
 //! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
 //! - `mcpr:sessions` set of live ids; `mcpr:ended` sorted set of ended ids by end time
-//!   (their tombstones `mcpr:{id}:s` go after the tombstone TTL); `mcpr:pinseq` counter.
+//!   (their tombstones `mcpr:{id}:s` go after the tombstone TTL; those older versions left
+//!   unlisted are listed by maintenance, [`adopt`]); `mcpr:pinseq` counter.
 //!   On a cluster both are split into 64 buckets, `mcpr:sessions:{bN}` and
 //!   `mcpr:ended:{bN}` ([`live`]).
 //! - `mcpr:instance:ID`: present while the handle `ID` runs (see [`instance`]).

@@ -92,6 +92,7 @@ impl RedisLog {
             closed,
             scripts: Arc::new(scripts),
             faults: Default::default(),
+            sweep: Default::default(),
         })
     }
 }

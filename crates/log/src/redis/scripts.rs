@@ -99,6 +99,21 @@ if KEYS[2] then redis.call('ZREM', KEYS[2], ARGV[1]) end
 return 1
 "#;
 
+/// Lists as ended at `ARGV[1]`, in the ended index `KEYS[1]`, each tombstone
+/// `KEYS[i]` (id `ARGV[i]`) not listed yet: one an older version left
+/// without an end time. An end time already listed is kept (`NX`), and a
+/// live session or a key that is no session hash is left alone.
+pub(super) const ADOPT: &str = r#"
+local n = 0
+for i = 2, #KEYS do
+  local e = redis.pcall('HGET', KEYS[i], 'e')
+  if e == '1' then
+    n = n + redis.call('ZADD', KEYS[1], 'NX', ARGV[1], ARGV[i])
+  end
+end
+return n
+"#;
+
 /// Numbers a new request stream and stores its record with its state.
 pub(super) const OPEN_REQUEST: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return -1 end
@@ -166,6 +181,7 @@ pub(super) struct Scripts {
     pub commit: Script,
     pub request_meta: Script,
     pub forget: Script,
+    pub adopt: Script,
     pub claim: Script,
 }
 
@@ -182,6 +198,7 @@ impl Scripts {
             commit: Script::new(COMMIT),
             request_meta: Script::new(REQUEST_META),
             forget: Script::new(FORGET),
+            adopt: Script::new(ADOPT),
             claim: Script::new(CLAIM),
         }
     }

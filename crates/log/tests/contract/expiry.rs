@@ -200,6 +200,45 @@ fn redis_forgets_tombstones_an_older_version_left_without_an_end_time() {
 }
 
 #[test]
+fn redis_adopts_older_tombstones_over_several_passes_in_a_large_keyspace() {
+    rt().block_on(async {
+        let server = RedisServer::start();
+        let log = RedisLog::connect(&server.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        let mut raw = redis::Client::open(server.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        end_as_an_older_version(&log, &mut raw).await;
+        for chunk in 0..40 {
+            let mut mset = redis::cmd("MSET");
+            for i in 0..1000 {
+                mset.arg(format!("other:{chunk}:{i}")).arg(1);
+            }
+            let _: () = mset.query_async(&mut raw).await.unwrap();
+        }
+        log.maintain(LONG, LONG).await.unwrap();
+        let first = log.tombstones().await.unwrap();
+        assert!(
+            first < N,
+            "one pass swept all of 40k keys: it is not bounded"
+        );
+        let mut passes = 1;
+        while log.tombstones().await.unwrap() < N && passes < 10 {
+            log.maintain(LONG, LONG).await.unwrap();
+            passes += 1;
+        }
+        assert_eq!(
+            log.tombstones().await.unwrap(),
+            N,
+            "the sweep does not go on where the last pass stopped"
+        );
+    });
+}
+
+#[test]
 fn a_request_stream_retention_emptied_keeps_no_state_but_reads_loudly() {
     rt().block_on(async {
         let mut retention = Retention::default();
