@@ -3,6 +3,7 @@
 mod chaos;
 mod client_cmds;
 mod gateway;
+mod log_cmds;
 mod serve;
 
 use std::process::ExitCode;
@@ -26,7 +27,8 @@ Try it:           curl -si -X POST http://127.0.0.1:8080/mcp -H 'content-type: a
 mcp-resume serve                                        # 127.0.0.1:8080/mcp, durable log in the data dir\n  \
 mcp-resume call http://127.0.0.1:8080/mcp echo '{\"text\":\"hi\"}'\n  \
 mcp-resume tail http://127.0.0.1:8080/mcp --ws          # the session stream, resumed and checked\n  \
-mcp-resume chaos --spawn --compare-legacy               # count silent gaps across upgrades and kills\n\n\
+mcp-resume chaos --spawn --compare-legacy               # count silent gaps across upgrades and kills\n  \
+mcp-resume log check ~/.local/share/mcp-resume/log      # verify a stopped server's disk log\n\n\
 Each command's --help has more examples."
 )]
 struct Cli {
@@ -47,6 +49,9 @@ enum Command {
     Tail(client_cmds::TailArgs),
     /// The failover experiment: count silent gaps across upgrades, drops and kills.
     Chaos(chaos::ChaosArgs),
+    /// Inspect a disk log offline: `log check DIR [--repair]`.
+    #[command(subcommand)]
+    Log(log_cmds::LogCommand),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +76,8 @@ fn main() -> ExitCode {
             Command::Call(args) => client_cmds::call(args).await,
             Command::Tail(args) => client_cmds::tail(args).await,
             Command::Chaos(args) => chaos::chaos(args).await,
+            // Offline and synchronous, with its own exit codes (0, 1, 2).
+            Command::Log(cmd) => Ok(log_cmds::run(cmd)),
         }
     });
     match result {

@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -178,13 +178,15 @@ fn default_data_dir() -> PathBuf {
     }
 }
 
-/// Opens the log the flags name.
+/// Opens the log the flags name; also says how many of its streams damaged
+/// storage left with a lost range (docs/protocol.md 6.1; the disk log logs
+/// each of them as it opens).
 async fn open_log(
     args: &ServeArgs,
     retention: Retention,
-) -> Result<(Arc<dyn Log>, String), String> {
+) -> Result<(Arc<dyn Log>, String, u64), String> {
     match args.store.as_deref() {
-        Some("memory") => Ok((Arc::new(MemoryLog::new(retention)), "memory".into())),
+        Some("memory") => Ok((Arc::new(MemoryLog::new(retention)), "memory".into(), 0)),
         Some(s) if s.starts_with("redis://") || s.starts_with("redis-cluster://") => {
             let log = RedisLog::connect(s, retention, args.redis_replicas)
                 .await
@@ -195,7 +197,7 @@ async fn open_log(
                 }
                 (words, None) => tracing::info!("{s}: {words}"),
             }
-            Ok((Arc::new(log), s.to_owned()))
+            Ok((Arc::new(log), s.to_owned(), 0))
         }
         Some(s) => {
             let path = match s.strip_prefix("disk:") {
@@ -217,9 +219,7 @@ async fn open_log(
                     ))
                 }
             };
-            let log =
-                DiskLog::open(&path, retention).map_err(|e| format!("opening the log: {e}"))?;
-            Ok((Arc::new(log), format!("disk:{}", path.display())))
+            open_disk(&path, retention)
         }
         None => {
             let path = args
@@ -227,11 +227,18 @@ async fn open_log(
                 .clone()
                 .unwrap_or_else(default_data_dir)
                 .join("log");
-            let log =
-                DiskLog::open(&path, retention).map_err(|e| format!("opening the log: {e}"))?;
-            Ok((Arc::new(log), format!("disk:{}", path.display())))
+            open_disk(&path, retention)
         }
     }
+}
+
+/// Opens the disk log at `path`, counting its damaged streams.
+fn open_disk(path: &Path, retention: Retention) -> Result<(Arc<dyn Log>, String, u64), String> {
+    let log = DiskLog::open(path, retention).map_err(|e| {
+        format!("opening the log: {e} (`mcp-resume log check {}` says more)", path.display())
+    })?;
+    let damaged = log.lost_ranges().len() as u64;
+    Ok((Arc::new(log), format!("disk:{}", path.display()), damaged))
 }
 
 async fn signal() {
@@ -318,8 +325,9 @@ pub async fn run_with(
         }
         msg
     })?;
-    let (log, store) = open_log(&args, retention).await?;
+    let (log, store, damaged) = open_log(&args, retention).await?;
     let mut config = ServerConfig::default();
+    config.damaged_streams = damaged;
     config.base_path = args.base_path.clone();
     config.allowed_origins = args.allow_origins.clone();
     config.allow_loopback_origins = true;

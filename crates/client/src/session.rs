@@ -270,9 +270,18 @@ pub(crate) fn status_error(status: u16, body: &str) -> ClientError {
             let v: Value = serde_json::from_str(body).unwrap_or_default();
             let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
             let prior = n("cursor");
-            let d = if v.get("reason").and_then(Value::as_str) == Some("truncated") {
+            let reason = v.get("reason").and_then(Value::as_str);
+            let d = if reason == Some("truncated") {
                 mcp_resume_proto::CursorDiscontinuity::Truncated {
                     prior,
+                    head: n("head"),
+                    floor: n("floor"),
+                }
+            } else if reason == Some("data-lost") {
+                mcp_resume_proto::CursorDiscontinuity::DataLost {
+                    prior,
+                    from: n("lost-from"),
+                    to: n("lost-to"),
                     head: n("head"),
                     floor: n("floor"),
                 }

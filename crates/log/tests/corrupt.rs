@@ -406,6 +406,32 @@ fn a_missing_committed_heads_record_is_refused() {
     let c = fill(&path, "");
     std::fs::remove_file(path.join("committed-heads")).unwrap();
     assert_eq!(outcome(&path, &c), Outcome::Refused);
+    // The offline check names it; the repair accepts the log as it is.
+    let report = DiskLog::check(&path, false).unwrap();
+    assert!(!report.is_clean() && !report.problems.is_empty(), "{report:?}");
+    let report = DiskLog::check(&path, true).unwrap();
+    assert!(report.problems.is_empty(), "{report:?}");
+    assert_eq!(outcome(&path, &c), Outcome::Whole);
+    assert!(DiskLog::check(&path, false).unwrap().is_clean());
+}
+
+/// After a damaged open the offline check still names the damage (the lost
+/// ranges are kept with their streams), and a repair leaves it servable.
+#[test]
+fn the_check_names_known_damage_and_a_repair_keeps_it_servable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let c = fill(&path, "");
+    let (f, used) = journal(&path);
+    cut(&f, used as u64 / 2);
+    assert_eq!(outcome(&path, &c), Outcome::Damaged);
+    let report = DiskLog::check(&path, false).unwrap();
+    assert!(!report.damage.is_empty() && report.problems.is_empty(), "{report:?}");
+    assert!(report.events > 0);
+    let report = DiskLog::check(&path, true).unwrap();
+    assert!(report.problems.is_empty(), "{report:?}");
+    let log = DiskLog::open(&path, Retention::default()).unwrap();
+    assert!(log.damage_found().is_empty() && !log.lost_ranges().is_empty());
 }
 
 fn copy_dir(from: &Path, to: &Path) {

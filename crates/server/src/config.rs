@@ -58,6 +58,10 @@ pub struct ServerConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Header-read, keep-alive, TLS-handshake and shutdown time limits.
     pub conn_limits: ConnLimits,
+    /// Streams of the log that damaged storage left with a lost range when
+    /// it opened (docs/protocol.md 6.1; `DiskLog::lost_ranges`), exported as
+    /// `mcp_resume_log_damaged_streams` so an operator's alert sees them.
+    pub damaged_streams: u64,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +88,7 @@ impl Default for ServerConfig {
             metrics_on_main: true,
             tls: None,
             conn_limits: ConnLimits::default(),
+            damaged_streams: 0,
         }
     }
 }

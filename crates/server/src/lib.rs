@@ -91,6 +91,8 @@ impl McpServer {
         config: ServerConfig,
     ) -> Self {
         let (stop, shutdown) = watch::channel(false);
+        let metrics = Arc::new(metrics::Metrics::default());
+        metrics.damaged_streams.set(config.damaged_streams as i64);
         let state = AppState {
             log,
             tools: Arc::new(tools),
@@ -99,7 +101,7 @@ impl McpServer {
             record_lock: Arc::new(Mutex::new(())),
             tasks: tokio_util::task::TaskTracker::new(),
             background: Default::default(),
-            metrics: Default::default(),
+            metrics,
             orphan_lock: Arc::new(Mutex::new(())),
             backend,
             routes: Default::default(),

@@ -48,6 +48,8 @@ pub struct Metrics {
     registry: Registry,
     /// Live sessions, set from the log at each scrape.
     sessions_live: Gauge,
+    /// Streams with a lost range when the log opened (docs/protocol.md 6.1).
+    pub(crate) damaged_streams: Gauge,
     /// Events committed through this server.
     pub(crate) events_committed: Counter,
     /// Time from handing a batch to the log to its commit.
@@ -64,6 +66,7 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("mcp_resume");
         let sessions_live = Gauge::default();
+        let damaged_streams = Gauge::default();
         let events_committed = Counter::default();
         // 50 µs .. ~3.3 s, doubling.
         let commit_duration = Histogram::new(
@@ -73,6 +76,11 @@ impl Default for Metrics {
         let upgrades = Family::default();
         let refusals = Family::default();
         registry.register("sessions_live", "Live sessions", sessions_live.clone());
+        registry.register(
+            "log_damaged_streams",
+            "Streams whose committed events damaged storage lost, found when the log opened",
+            damaged_streams.clone(),
+        );
         registry.register(
             "events_committed",
             "Server-to-client messages committed to the log",
@@ -101,6 +109,7 @@ impl Default for Metrics {
         Self {
             registry,
             sessions_live,
+            damaged_streams,
             events_committed,
             commit_duration,
             readers,

@@ -246,6 +246,7 @@ fn log_code(e: &LogError) -> &'static str {
         LogError::Unavailable(_) => "log-unavailable",
         LogError::SessionEnded | LogError::NoSession(_) => "session-ended",
         LogError::Truncated { .. } => "cursor-truncated",
+        LogError::DataLost { .. } => "data-lost",
         _ => "log-error",
     }
 }

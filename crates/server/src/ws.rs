@@ -388,7 +388,9 @@ fn log_close(e: LogError) -> Closing {
             close::GOING_AWAY,
             "server shutting down; resume from your cursor".into(),
         ),
-        LogError::Truncated { .. } => Closing(close::CURSOR_MISMATCH, e.to_string()),
+        LogError::Truncated { .. } | LogError::DataLost { .. } => {
+            Closing(close::CURSOR_MISMATCH, e.to_string())
+        }
         // 1001: resume from the cursor, here or on another instance; a resume
         // meets 503 with Retry-After until the backend is back.
         LogError::Unavailable(m) => Closing(close::GOING_AWAY, format!("log unavailable: {m}")),

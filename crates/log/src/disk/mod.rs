@@ -37,12 +37,14 @@ use crate::{
     Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
 };
 
+mod check;
 mod commit;
 mod damage;
 mod heads;
 mod store;
 
 use commit::{Committer, Op, Reply};
+pub use check::CheckReport;
 pub use damage::{Damage, DamageKind};
 use store::{load, read_events, storage, Store, HEADS_KEPT};
 
@@ -76,6 +78,10 @@ impl Drop for DiskLog {
 
 fn fjall_error(path: &Path, e: fjall::Error) -> LogError {
     match e {
+        fjall::Error::Locked => storage(format!(
+            "{} is already open in another process",
+            path.display()
+        )),
         fjall::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => storage(format!(
             "{} is already open in another process",
             path.display()
@@ -103,28 +109,7 @@ impl DiskLog {
         let path = path.as_ref().to_path_buf();
         std::fs::create_dir_all(&path)
             .map_err(|e| storage(format!("creating {}: {e}", path.display())))?;
-        let store = std::panic::catch_unwind(|| -> Result<Store, fjall::Error> {
-            let db = Database::builder(&path)
-                .cache_size(8 * 1024 * 1024)
-                .open()?;
-            let opts = KeyspaceCreateOptions::default;
-            Ok(Store {
-                sessions: db.keyspace("sessions", opts)?,
-                streams: db.keyspace("streams", opts)?,
-                events: db.keyspace("events", opts)?,
-                requests: db.keyspace("requests", opts)?,
-                meta: db.keyspace("meta", opts)?,
-                pins: db.keyspace("pins", opts)?,
-                db,
-            })
-        })
-        .map_err(|_| {
-            LogError::Corrupt(format!(
-                "{}: the storage engine could not read it",
-                path.display()
-            ))
-        })?
-        .map_err(|e| fjall_error(&path, e))?;
+        let store = open_store(&path)?;
         let named = |e: LogError| match e {
             LogError::Corrupt(m) => LogError::Corrupt(format!("{}: {m}", path.display())),
             other => other,
@@ -156,6 +141,17 @@ impl DiskLog {
             instance: crate::types::new_instance_id(),
             found,
         })
+    }
+
+    /// Verifies the log directory `path` offline (docs/protocol.md 6.1):
+    /// every record, every event, the committed-heads record against what
+    /// is there. With `repair`, makes a damaged directory servable without
+    /// losing what is intact: missing events become lost ranges, records
+    /// that belong to nothing go, a lost committed-heads record is started
+    /// anew; then opens it once to prove it. `Err` when it cannot be read at
+    /// all (not a log, locked by a running server, unreadable tables).
+    pub fn check(path: impl AsRef<Path>, repair: bool) -> Result<CheckReport, LogError> {
+        check::check(path.as_ref(), repair)
     }
 
     /// The damage this open found: committed state the files no longer
@@ -232,6 +228,33 @@ impl DiskLog {
         self.ops.send(make(tx)).map_err(|_| LogError::Closed)?;
         rx.await.map_err(|_| LogError::Closed)?
     }
+}
+
+/// Opens fjall's database and keyspaces in `path`; a panic of the engine
+/// on damaged files is an error that names the log.
+fn open_store(path: &Path) -> Result<Store, LogError> {
+    std::panic::catch_unwind(|| -> Result<Store, fjall::Error> {
+            let db = Database::builder(path)
+                .cache_size(8 * 1024 * 1024)
+                .open()?;
+            let opts = KeyspaceCreateOptions::default;
+            Ok(Store {
+                sessions: db.keyspace("sessions", opts)?,
+                streams: db.keyspace("streams", opts)?,
+                events: db.keyspace("events", opts)?,
+                requests: db.keyspace("requests", opts)?,
+                meta: db.keyspace("meta", opts)?,
+                pins: db.keyspace("pins", opts)?,
+                db,
+            })
+        })
+        .map_err(|_| {
+            LogError::Corrupt(format!(
+                "{}: the storage engine could not read it",
+                path.display()
+            ))
+        })?
+        .map_err(|e| fjall_error(path, e))
 }
 
 /// Reads the committed-heads record and applies it (docs/protocol.md 6.1);

@@ -21,6 +21,10 @@ mod state;
 use state::Pin;
 pub(crate) use state::{SessionState, StreamState};
 
+/// A live session's `(stream number, head)` pairs.
+#[cfg(feature = "disk")]
+pub(crate) type StreamHeads = Vec<(u64, Seq)>;
+
 /// Result of trying to serve a read from memory.
 pub(crate) enum Cached {
     /// Served from the hot tail.
@@ -235,7 +239,7 @@ impl Hub {
     #[cfg(feature = "disk")]
     /// Every session's stream heads (retired streams too), `None` for an
     /// ended one: what the disk log's committed-heads snapshot holds.
-    pub fn heads(&self) -> Vec<(String, Option<Vec<(u64, Seq)>>)> {
+    pub fn heads(&self) -> Vec<(String, Option<StreamHeads>)> {
         let map = self.sessions.read().unwrap_or_else(|e| e.into_inner());
         map.iter()
             .map(|(id, c)| {
