@@ -13,7 +13,8 @@ use super::heads::{Entry, HeadsWriter};
 use super::store::*;
 use crate::hub::{lock, Hub, SessionState, StreamState};
 use crate::types::now_ms;
-use crate::{Bounds, Event, LogError, Seq, StreamKey};
+use super::pins::{pin_key, pins_of};
+use crate::{Bounds, Event, LogError, PinId, Seq, StreamKey};
 
 /// Most ops folded into one transaction.
 const MAX_BATCH: usize = 8192;
@@ -59,6 +60,13 @@ pub(super) enum Op {
         floor: Seq,
         reply: Reply<()>,
     },
+    /// Stores a pin the hub holds (`None`: removes it), so it outlives a restart.
+    Pin {
+        id: String,
+        pin: PinId,
+        value: Option<[u8; 24]>,
+        reply: Reply<()>,
+    },
 }
 
 /// What a committed op changes in the hub, applied after the fsync.
@@ -69,6 +77,8 @@ enum Effect {
     Opened(String, u64, Bytes),
     Published(String, StreamKey, Vec<Event>, Seq),
     Forgotten(Vec<String>),
+    /// Nothing to show: a stored pin.
+    Stored,
 }
 
 /// The one writer: owns every write so batches can share one fsync.
@@ -229,6 +239,9 @@ impl Committer {
                         for k in records {
                             wb.remove(&st.requests, k);
                         }
+                        for k in pins_of(st, id) {
+                            wb.remove(&st.pins, k);
+                        }
                         ov.sessions.insert(id.clone(), rec);
                         Ok(Effect::Ended(id.clone()))
                     }
@@ -302,7 +315,7 @@ impl Committer {
                         wb.remove(&st.sessions, id.as_bytes());
                         // Ending removed its streams; sweep anything left behind.
                         let prefix = session_prefix(id);
-                        for ks in [&st.streams, &st.requests] {
+                        for ks in [&st.streams, &st.requests, &st.pins] {
                             for k in ks.prefix(&prefix).filter_map(|kv| kv.key().ok()) {
                                 wb.remove(ks, k.to_vec());
                             }
@@ -337,6 +350,18 @@ impl Committer {
                     }
                     Effect::Published(id.clone(), *stream, Vec::new(), floor)
                 }),
+                Op::Pin { id, pin, value, .. } => {
+                    match value {
+                        Some(v) => self.session(&ov, id).map(|_| {
+                            wb.insert(&st.pins, pin_key(id, *pin), v.as_slice());
+                        }),
+                        None => {
+                            wb.remove(&st.pins, pin_key(id, *pin));
+                            Ok(())
+                        }
+                    }
+                    .map(|_| Effect::Stored)
+                }
             };
             done.push((op, effect));
         }
@@ -386,6 +411,7 @@ impl Committer {
                 self.hub.forget(&ids);
                 Ok(())
             }
+            Effect::Stored => Ok(()),
             Effect::Opened(id, r, meta) => {
                 answer = r;
                 self.hub.with_live(&id, |st| {
@@ -426,7 +452,7 @@ fn heads_entries(effect: &Effect) -> Vec<Entry> {
             .iter()
             .map(|id| Entry::Forgotten { id: id.clone() })
             .collect(),
-        Effect::Meta(..) => Vec::new(),
+        Effect::Meta(..) | Effect::Stored => Vec::new(),
     }
 }
 
@@ -453,7 +479,8 @@ fn respond(op: Op, answer: Result<u64, LogError>) {
         | Op::SetMeta { reply, .. }
         | Op::End { reply, .. }
         | Op::Forget { reply, .. }
-        | Op::Trim { reply, .. } => {
+        | Op::Trim { reply, .. }
+        | Op::Pin { reply, .. } => {
             let _ = reply.send(answer.map(|_| ()));
         }
         Op::OpenRequest { reply, .. } | Op::Append { reply, .. } => {

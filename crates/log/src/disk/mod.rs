@@ -41,6 +41,7 @@ mod check;
 mod commit;
 mod damage;
 mod heads;
+mod pins;
 mod store;
 
 use commit::{Committer, Op, Reply};
@@ -117,6 +118,7 @@ impl DiskLog {
         let found = check_heads(&store, &path).map_err(named)?;
         let hub = Arc::new(Hub::new(retention, capacity, CACHE_EVENTS));
         load(&store, &hub).map_err(named)?;
+        pins::load_pins(&store, &hub).map_err(named)?;
         let heads = heads::HeadsWriter::create(&path, &commit::snapshot(&hub))
             .map_err(|e| storage(format!("{}: the committed-heads record: {e}", path.display())))?;
         keep_heads(&store)?;
@@ -434,11 +436,36 @@ impl Log for DiskLog {
         seq: Seq,
         ttl: Duration,
     ) -> Result<PinId, LogError> {
-        self.hub.pin(id, stream, seq, ttl)
+        let pin = self.hub.pin(id, stream, seq, ttl)?;
+        let until_ms = crate::types::now_ms() + ttl.as_millis() as u64;
+        let value = Some(pins::pin_value(stream, seq, until_ms));
+        let stored = self
+            .submit(|reply| Op::Pin {
+                id: id.to_owned(),
+                pin,
+                value,
+                reply,
+            })
+            .await;
+        if let Err(e) = stored {
+            let _ = self.hub.unpin(id, pin);
+            return Err(e);
+        }
+        Ok(pin)
     }
 
     async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
-        self.hub.unpin(id, pin)
+        self.hub.unpin(id, pin)?;
+        // Not awaited: a pin left in storage only expires later, at the
+        // next restart's load or with its session.
+        let (reply, _) = oneshot::channel();
+        let _ = self.ops.send(Op::Pin {
+            id: id.to_owned(),
+            pin,
+            value: None,
+            reply,
+        });
+        Ok(())
     }
 
     async fn maintain(

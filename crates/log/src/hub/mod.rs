@@ -203,6 +203,22 @@ impl Hub {
         })
     }
 
+    /// Puts back a pin a disk log kept through a restart, with its id;
+    /// later pins get higher ids. Ignored for a session no longer live.
+    #[cfg(feature = "disk")]
+    pub fn restore_pin(&self, id: &str, key: StreamKey, seq: Seq, until: Instant, pin: PinId) {
+        self.next_pin.fetch_max(pin.0 + 1, Ordering::Relaxed);
+        let _ = self.with_live(id, |st| {
+            st.pins.push(Pin {
+                id: pin,
+                stream: key,
+                seq,
+                until,
+            });
+            Ok(())
+        });
+    }
+
     pub fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
         if let Ok(cell) = self.cell(id) {
             lock(&cell).pins.retain(|p| p.id != pin);
