@@ -51,10 +51,10 @@ impl Backend {
         self.dir.is_some() || self.redis_url().is_some()
     }
 
-    /// Whether pins outlive a restart of this process (they live in Redis; the
-    /// disk backend keeps them in memory, with the connection that took them).
+    /// Whether pins outlive a restart of this process: every durable backend
+    /// keeps them (Redis in the shared store, disk committed like events).
     pub fn pins_survive_restart(&self) -> bool {
-        self.redis_url().is_some()
+        self.durable()
     }
 
     /// The Redis server's URL, for a second handle on the same data.
