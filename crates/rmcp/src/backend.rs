@@ -6,8 +6,11 @@
 //!
 //! Each session runs rmcp's own service loop over a [`Transport`] whose
 //! `send` enqueues the message in the session's ordered commit queue at
-//! call time and resolves once it is committed: a handler's
-//! `peer.notify_progress(..).await` returns when the log has the event. A
+//! call time and resolves once it is queued (bounded: it waits while the
+//! session has 1,024 sends not yet committed), so a handler's
+//! `peer.notify_progress(..).await` never waits for an fsync, and the route
+//! commits whatever is queued in one append; clients still see only what is
+//! committed. A
 //! server-to-client request carries rmcp's `OriginatingRequestId`, so it
 //! travels on the request stream of the call that made it.
 //!
@@ -202,7 +205,9 @@ impl Transport<RoleServer> for Port {
             _ => None,
         };
         let message = serde_json::to_value(&item).unwrap_or(Value::Null);
-        // Enqueued now, in rmcp's order; the future only waits for the commit.
+        // Queued now, in rmcp's order; the future waits only for room in the
+        // session's queue, never for the commit: the route commits whatever
+        // is queued in one append, and readers see only what is committed.
         let sent = self.outbox.send(Outbound { message, related });
         async move { sent.await.map_err(PortError) }
     }

@@ -31,6 +31,7 @@ pub(crate) enum Cached {
     Hit(Vec<Event>),
     /// Must be read from storage, at most this many events (a read stops
     /// before a lost range); the bounds were checked.
+    #[cfg_attr(not(feature = "disk"), allow(dead_code))]
     Miss(Bounds, usize),
 }
 

@@ -17,6 +17,7 @@
 //!   call registered, go onto that `R`;
 //! - everything else goes onto the session stream.
 
+mod outbox;
 pub mod stdio;
 pub mod upstream;
 
@@ -28,9 +29,7 @@ pub use axum::body::Body;
 pub use axum::http::request::Parts as RequestParts;
 pub use axum::http::{Request, Response};
 
-use mcp_resume_log::LogError;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
 
 /// Starts the backend of each session: one [`BackendSession`] per session
 /// live on this instance.
@@ -139,54 +138,5 @@ pub struct Outbound {
     pub related: Option<Value>,
 }
 
-/// An outgoing message in the session's commit queue.
-pub(crate) enum Queued {
-    /// A message to route and commit.
-    Message {
-        out: Outbound,
-        ack: oneshot::Sender<Result<(), LogError>>,
-    },
-    /// The backend is gone for good (a child process exited): once what is
-    /// queued before it is committed, calls in flight are answered with an
-    /// error and the session ends.
-    EndSession(String),
-}
-
-/// Where a session's backend sends its messages. Sends are ordered by call
-/// time: [`Outbox::send`] enqueues before it returns, and its future
-/// resolves once the message is committed (or handed to a waiting POST), so
-/// a backend that awaits a send knows the client can see it.
-#[derive(Clone)]
-pub struct Outbox {
-    pub(crate) tx: mpsc::UnboundedSender<Queued>,
-}
-
-impl Outbox {
-    /// Queues `out` and returns a future that resolves when it is committed.
-    pub fn send(
-        &self,
-        out: Outbound,
-    ) -> impl Future<Output = Result<(), LogError>> + Send + 'static {
-        let (ack, done) = oneshot::channel();
-        let queued = self.tx.send(Queued::Message { out, ack });
-        async move {
-            if queued.is_err() {
-                return Err(LogError::Unavailable(
-                    "the session's route has ended".into(),
-                ));
-            }
-            done.await.unwrap_or_else(|_| {
-                Err(LogError::Unavailable(
-                    "the session's route has ended".into(),
-                ))
-            })
-        }
-    }
-    /// Ends the session for good, saying `why` in the server's log: what was
-    /// sent before is committed, calls in flight get a JSON-RPC error, then
-    /// the session answers 404. For a backend that cannot be restored (a
-    /// child process that exited by itself).
-    pub fn end_session(&self, why: impl Into<String>) {
-        let _ = self.tx.send(Queued::EndSession(why.into()));
-    }
-}
+pub use outbox::Outbox;
+pub(crate) use outbox::{Pending, Queued};

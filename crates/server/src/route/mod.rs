@@ -4,9 +4,10 @@
 //!
 //! What the backend sends is committed in the order it was sent, by one
 //! task per session that takes everything queued, routes it
-//! ([`table::Table::route`]), commits runs of messages bound for one stream
-//! in one append, and acknowledges each. When the backend stops, every call
-//! still in flight is answered with an error: a caller never waits forever.
+//! ([`table::Table::route`]) and commits runs of messages bound for one
+//! stream in one append; the backend's sends resolved when they were queued
+//! ([`Outbox`]). When the backend stops, every call still in flight is
+//! answered with an error: a caller never waits forever.
 
 pub(crate) mod inbox;
 pub(crate) mod lease;
@@ -19,9 +20,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mcp_resume_log::{LogError, StreamKey};
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Queued};
+use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Pending, Queued};
 use crate::jsonrpc;
 use crate::state::AppState;
 use table::{Answer, Dest, Routed, Table};
@@ -86,21 +87,27 @@ impl Routes {
         let Some(backend) = state.backend.as_ref() else {
             return Err(BackendError::Failed("this server has no backend".into()));
         };
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (outbox, rx, pending) = Outbox::new();
         let prefix = format!("{WIRE_PREFIX}{}.", &crate::session::new_session_id()[..12]);
         let mut table = Table::new(prefix);
         // The owner's inbox also takes forwarded answers: the watch that
         // runs only while answers are awaited is not needed.
         table.watching = inbox_from.is_some();
         let table = Arc::new(Mutex::new(table));
-        let session_backend = backend.open(session, Outbox { tx }, restore)?;
+        let session_backend = backend.open(session, outbox, restore)?;
         let route = Arc::new(SessionRoute {
             backend: session_backend,
             table: table.clone(),
             used: Mutex::new(Instant::now()),
         });
         map.insert(session.to_owned(), route.clone());
-        tokio::spawn(commit_loop(state.clone(), session.to_owned(), table, rx));
+        tokio::spawn(commit_loop(
+            state.clone(),
+            session.to_owned(),
+            table,
+            rx,
+            pending,
+        ));
         if let Some(seen) = inbox_from {
             tokio::spawn(inbox::watch(state.clone(), session.to_owned(), seen, true));
         }
@@ -185,13 +192,8 @@ impl SessionRoute {
     }
 }
 
-/// Messages bound for one stream, committed in one append, and the acks of
-/// their sends.
-type Run = (
-    StreamKey,
-    Vec<Bytes>,
-    Vec<oneshot::Sender<Result<(), LogError>>>,
-);
+/// Messages bound for one stream, committed in one append.
+type Run = (StreamKey, Vec<Bytes>);
 
 /// Commits what a session's backend sends, in order, until the backend
 /// stops; then answers every call still in flight with an error.
@@ -200,6 +202,7 @@ async fn commit_loop(
     session: String,
     table: Arc<Mutex<Table>>,
     mut rx: mpsc::UnboundedReceiver<Queued>,
+    pending: Arc<Pending>,
 ) {
     let mut queued = Vec::with_capacity(BATCH);
     let mut ended = false;
@@ -209,14 +212,21 @@ async fn commit_loop(
         // message first commits what came before, then opens its stream.
         let mut runs: Vec<Run> = Vec::new();
         let mut end = None;
+        let mut flushes = Vec::new();
+        let mut messages = 0;
         for q in queued.drain(..) {
-            let (out, ack) = match q {
-                Queued::Message { out, ack } => (out, ack),
+            let out = match q {
+                Queued::Message(out) => out,
+                Queued::Flush(ack) => {
+                    flushes.push(ack);
+                    continue;
+                }
                 Queued::EndSession(why) => {
                     end = Some(why);
                     continue;
                 }
             };
+            messages += 1;
             let (routed, watch) = {
                 let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
                 let routed = t.route(out);
@@ -232,27 +242,28 @@ async fn commit_loop(
                 tokio::spawn(inbox::watch(state.clone(), session.clone(), seen, false));
             }
             match routed {
-                Routed::Commit(k, m) => push(&mut runs, k, &m, ack),
+                Routed::Commit(k, m) => push(&mut runs, k, &m),
                 Routed::Answer(tx, m) => {
                     let _ = tx.send(m);
-                    let _ = ack.send(Ok(()));
                 }
                 Routed::AnswerLazy(tx, m) => {
                     let _ = tx.send(Answer::Json(m));
-                    let _ = ack.send(Ok(()));
                 }
                 Routed::Open { call, message } => {
-                    flush(&state, &session, &mut runs).await;
+                    flush(&state, &session, &mut runs, &pending).await;
                     let k = open_lazy(&state, &session, &table, &call).await;
-                    push(&mut runs, k, &message, ack);
+                    push(&mut runs, k, &message);
                 }
                 Routed::Drop(m) => {
                     tracing::debug!(%session, id = %m["id"], "a response nothing waits for (its call was cancelled) is dropped");
-                    let _ = ack.send(Ok(()));
                 }
             }
         }
-        flush(&state, &session, &mut runs).await;
+        flush(&state, &session, &mut runs, &pending).await;
+        pending.done(messages);
+        for ack in flushes {
+            let _ = ack.send(Ok(()));
+        }
         if let Some(why) = end {
             tracing::warn!(%session, "the session's backend ended it: {why}");
             ended = true;
@@ -288,26 +299,21 @@ async fn commit_loop(
 }
 
 /// Adds `m` to the run of stream `k`.
-fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value, ack: oneshot::Sender<Result<(), LogError>>) {
+fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value) {
     let bytes = Bytes::from(serde_json::to_vec(m).unwrap_or_default());
     match runs.last_mut() {
-        Some((last, b, acks)) if *last == k => {
-            b.push(bytes);
-            acks.push(ack);
-        }
-        _ => runs.push((k, vec![bytes], vec![ack])),
+        Some((last, b)) if *last == k => b.push(bytes),
+        _ => runs.push((k, vec![bytes])),
     }
 }
 
-/// Commits the runs in order and acknowledges each message.
-async fn flush(state: &AppState, session: &str, runs: &mut Vec<Run>) {
-    for (k, messages, acks) in runs.drain(..) {
-        let result = commit_with_retry(state, session, k, messages).await;
-        if let Err(e) = &result {
-            tracing::warn!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
-        }
-        for ack in acks {
-            let _ = ack.send(result.clone().map(|_| ()));
+/// Commits the runs in order; a run that cannot be committed is reported to
+/// the backend at its next send ([`Pending::fail`]).
+async fn flush(state: &AppState, session: &str, runs: &mut Vec<Run>, pending: &Pending) {
+    for (k, messages) in runs.drain(..) {
+        if let Err(e) = commit_with_retry(state, session, k, messages).await {
+            tracing::error!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
+            pending.fail(e);
         }
     }
 }

@@ -27,6 +27,8 @@ pub struct Faults {
     /// The next this many appends are refused as `Unavailable` (a Redis
     /// failover), committing nothing.
     pub refuse_appends: AtomicUsize,
+    /// While set, appends wait (a slow fsync), committing nothing yet.
+    pub hold_appends: AtomicBool,
 }
 
 /// The wrapper.
@@ -87,6 +89,9 @@ impl Log for FaultyLog {
             return Err(LogError::Unavailable(
                 "injected: the log is failing over".into(),
             ));
+        }
+        while self.faults.hold_appends.load(Ordering::Acquire) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         self.inner.append(id, stream, messages).await
     }

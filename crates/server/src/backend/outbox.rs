@@ -1,0 +1,147 @@
+//! Where a session's backend sends: the session's commit queue.
+//!
+//! A send is queued in call order and resolves as soon as it is queued, not
+//! once it is committed: a handler that sends a thousand notifications does
+//! not wait for a thousand commits, and the route's commit loop puts
+//! whatever is queued into one append. Clients still see only committed
+//! events, since they read the log, never the queue. What bounds memory is
+//! back-pressure: a send resolves only while at most [`MAX_UNCOMMITTED`]
+//! sends of the session wait for their commit. A backend that must know
+//! "the log has it" awaits [`Outbox::flush`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mcp_resume_log::LogError;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+use super::Outbound;
+
+/// Sends of one session queued but not yet committed, past which a send
+/// waits.
+pub(crate) const MAX_UNCOMMITTED: usize = 1024;
+
+/// An outgoing message in the session's commit queue.
+pub(crate) enum Queued {
+    /// A message to route and commit.
+    Message(Outbound),
+    /// Answered once everything queued before it is committed (or could not be).
+    Flush(oneshot::Sender<Result<(), LogError>>),
+    /// The backend is gone for good (a child process exited): once what is
+    /// queued before it is committed, calls in flight are answered with an
+    /// error and the session ends.
+    EndSession(String),
+}
+
+/// What a session's outbox and its commit loop share: how many sends wait
+/// for their commit, and the first commit that failed.
+#[derive(Default)]
+pub(crate) struct Pending {
+    uncommitted: AtomicUsize,
+    drained: Notify,
+    failed: Mutex<Option<LogError>>,
+}
+
+impl Pending {
+    /// `n` queued messages were committed (or dropped, or failed): senders
+    /// waiting for room may go on.
+    pub(crate) fn done(&self, n: usize) {
+        self.uncommitted.fetch_sub(n, Ordering::AcqRel);
+        self.drained.notify_waiters();
+    }
+
+    /// A commit failed for good (after the route's retries): the next send
+    /// or flush of the session answers this error, so the backend learns it.
+    pub(crate) fn fail(&self, e: LogError) {
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.get_or_insert(e);
+    }
+
+    /// The failure not yet reported, taken: reported once.
+    fn failure(&self) -> Option<LogError> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// Where a session's backend sends its messages. Sends are ordered by call
+/// time: [`Outbox::send`] queues before it returns, and its future resolves
+/// once there is room in the queue (see the module's doc); the message is
+/// committed (or handed to a waiting POST) after everything sent before it.
+#[derive(Clone)]
+pub struct Outbox {
+    pub(crate) tx: mpsc::UnboundedSender<Queued>,
+    pub(crate) pending: Arc<Pending>,
+}
+
+impl Outbox {
+    /// A new outbox and the receiving end of its queue.
+    pub(crate) fn new() -> (Self, mpsc::UnboundedReceiver<Queued>, Arc<Pending>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let pending = Arc::new(Pending::default());
+        (
+            Self {
+                tx,
+                pending: pending.clone(),
+            },
+            rx,
+            pending,
+        )
+    }
+
+    /// Queues `out` now, in call order; the future resolves once at most
+    /// [`MAX_UNCOMMITTED`] sends wait for their commit. An error when the
+    /// route has ended, or when an earlier commit of this session failed
+    /// (reported once; this message is queued all the same).
+    pub fn send(
+        &self,
+        out: Outbound,
+    ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
+        let pending = self.pending.clone();
+        pending.uncommitted.fetch_add(1, Ordering::AcqRel);
+        let early = match self.tx.send(Queued::Message(out)) {
+            Err(_) => {
+                pending.done(1);
+                Some(ended())
+            }
+            Ok(()) => pending.failure(),
+        };
+        async move {
+            if let Some(e) = early {
+                return Err(e);
+            }
+            loop {
+                let drained = pending.drained.notified();
+                tokio::pin!(drained);
+                drained.as_mut().enable();
+                if let Some(e) = pending.failure() {
+                    return Err(e);
+                }
+                if pending.uncommitted.load(Ordering::Acquire) <= MAX_UNCOMMITTED {
+                    return Ok(());
+                }
+                drained.await;
+            }
+        }
+    }
+
+    /// Resolves once everything sent before it is committed: for the rare
+    /// backend that must know the log has it before it goes on.
+    pub async fn flush(&self) -> Result<(), LogError> {
+        let (ack, done) = oneshot::channel();
+        self.tx.send(Queued::Flush(ack)).map_err(|_| ended())?;
+        done.await.unwrap_or_else(|_| Err(ended()))?;
+        self.pending.failure().map_or(Ok(()), Err)
+    }
+
+    /// Ends the session for good, saying `why` in the server's log: what was
+    /// sent before is committed, calls in flight get a JSON-RPC error, then
+    /// the session answers 404. For a backend that cannot be restored (a
+    /// child process that exited by itself).
+    pub fn end_session(&self, why: impl Into<String>) {
+        let _ = self.tx.send(Queued::EndSession(why.into()));
+    }
+}
+
+fn ended() -> LogError {
+    LogError::Unavailable("the session's route has ended".into())
+}
