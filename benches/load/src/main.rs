@@ -10,8 +10,10 @@
 //! ulimit -n 200000; target/release/mcp-resume-load compare --out benches/results/compare.md
 //! ```
 
+mod baseline;
 mod cross;
 mod gateway;
+mod hosted;
 mod servers;
 mod stateless;
 mod workloads;
@@ -131,6 +133,29 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// An rmcp handler hosted on mcp-resume (`rmcp_durable --transport mcp-resume`)
+    /// beside the native tools, per build directory (each with `mcp-resume` and
+    /// `rmcp_durable`), alternating: echo round trips/s and notifications/s.
+    Hosted {
+        /// Build directories, e.g. target/release/examples-and-bin copies; comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        builds: Vec<PathBuf>,
+        /// Rounds; each runs every row once, alternating the order.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Notifications per run.
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        /// Seconds of echo per run.
+        #[arg(long, default_value_t = 5)]
+        duration: u64,
+        /// Echo connections.
+        #[arg(long, default_value_t = 64)]
+        conns: usize,
+        /// Write the table here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Upgrade time to first live frame, safe vs legacy; events/s over WebSocket vs SSE.
     Upgrade {
         /// Upgrades per mode.
@@ -183,6 +208,14 @@ async fn main() {
             conns,
             out,
         } => stateless::run(rounds, Duration::from_secs(duration), conns, out).await,
+        Cmd::Hosted {
+            builds,
+            rounds,
+            events,
+            duration,
+            conns,
+            out,
+        } => hosted::run(builds, rounds, events, Duration::from_secs(duration), conns, out).await,
         Cmd::Gateway {
             calls,
             sessions,
@@ -240,47 +273,7 @@ async fn main() {
             events,
             serve_args,
             out,
-        } => {
-            let this = servers::our_binary();
-            let extra: Vec<&str> = serve_args.split_whitespace().collect();
-            let mut rps = [Vec::new(), Vec::new()];
-            let mut eps = [Vec::new(), Vec::new()];
-            for round in 0..rounds {
-                let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-                for which in order {
-                    let bin = if which == 0 { &this } else { &baseline_bin };
-                    let server = servers::ours(bin, &extra);
-                    let r = workloads::echo_rps(&server.url, conns, Duration::from_secs(duration))
-                        .await;
-                    let d = workloads::delivery(&server.url, events).await;
-                    eprintln!(
-                        "round {round} {}: {r:.0} tools/call/s, {:.0} notifications/s",
-                        if which == 0 { "this" } else { "baseline" },
-                        d.per_sec
-                    );
-                    rps[which].push(r);
-                    eps[which].push(d.per_sec);
-                }
-            }
-            let med = |v: &[f64]| pct(v, 0.5);
-            let text = format!(
-                "| workload | this build | baseline | this/baseline |\n| --- | --- | --- | --- |\n\
-                 | tools/call round trips/s ({conns} connections, {duration} s, median of {rounds}) | {:.0} | {:.0} | {:.3} |\n\
-                 | notifications/s to one SSE reader ({events} events, median of {rounds}) | {:.0} | {:.0} | {:.3} |\n\n\
-                 baseline: `{}`; serve args: `{serve_args}`\n",
-                med(&rps[0]),
-                med(&rps[1]),
-                med(&rps[0]) / med(&rps[1]),
-                med(&eps[0]),
-                med(&eps[1]),
-                med(&eps[0]) / med(&eps[1]),
-                baseline_bin.display(),
-            );
-            print!("{text}");
-            if let Some(p) = out {
-                std::fs::write(&p, text).unwrap();
-            }
-        }
+        } => baseline::run(baseline_bin, rounds, duration, conns, events, serve_args, out).await,
         Cmd::Compare {
             duration,
             conns,

@@ -41,7 +41,7 @@ fn free_port() -> u16 {
 }
 
 /// Waits for the "listening on URL" line, then for the port to accept.
-fn started(name: &'static str, mut child: Child, dir: Option<tempfile::TempDir>) -> Server {
+pub fn started(name: &'static str, mut child: Child, dir: Option<tempfile::TempDir>) -> Server {
     let url =
         mcp_resume_testkit::listening_url(&mut child).unwrap_or_else(|e| panic!("{name}: {e}"));
     let addr = url

@@ -1,0 +1,57 @@
+//! This build against a baseline binary (an older commit's `mcp-resume`),
+//! alternating in one run: `tools/call` round trips/s and notifications/s to
+//! one SSE reader, with the ratio this/baseline.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Runs `rounds` alternating rounds and prints (and writes to `out`) the table.
+pub async fn run(
+    baseline_bin: PathBuf,
+    rounds: usize,
+    duration: u64,
+    conns: usize,
+    events: usize,
+    serve_args: String,
+    out: Option<PathBuf>,
+) {
+    let this = crate::servers::our_binary();
+    let extra: Vec<&str> = serve_args.split_whitespace().collect();
+    let mut rps = [Vec::new(), Vec::new()];
+    let mut eps = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let bin = if which == 0 { &this } else { &baseline_bin };
+            let server = crate::servers::ours(bin, &extra);
+            let r = crate::workloads::echo_rps(&server.url, conns, Duration::from_secs(duration))
+                .await;
+            let d = crate::workloads::delivery(&server.url, events).await;
+            eprintln!(
+                "round {round} {}: {r:.0} tools/call/s, {:.0} notifications/s",
+                if which == 0 { "this" } else { "baseline" },
+                d.per_sec
+            );
+            rps[which].push(r);
+            eps[which].push(d.per_sec);
+        }
+    }
+    let med = |v: &[f64]| crate::pct(v, 0.5);
+    let text = format!(
+        "| workload | this build | baseline | this/baseline |\n| --- | --- | --- | --- |\n\
+         | tools/call round trips/s ({conns} connections, {duration} s, median of {rounds}) | {:.0} | {:.0} | {:.3} |\n\
+         | notifications/s to one SSE reader ({events} events, median of {rounds}) | {:.0} | {:.0} | {:.3} |\n\n\
+         baseline: `{}`; serve args: `{serve_args}`\n",
+        med(&rps[0]),
+        med(&rps[1]),
+        med(&rps[0]) / med(&rps[1]),
+        med(&eps[0]),
+        med(&eps[1]),
+        med(&eps[0]) / med(&eps[1]),
+        baseline_bin.display(),
+    );
+    print!("{text}");
+    if let Some(p) = out {
+        std::fs::write(&p, text).unwrap();
+    }
+}
