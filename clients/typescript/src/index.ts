@@ -1,0 +1,20 @@
+/**
+ * mcp-resume-client: a resumable MCP client transport for the official
+ * TypeScript SDK. See README.md.
+ */
+
+export { ResumableClientTransport } from "./transport.js";
+export type { ResumableTransportOptions, SendOptions } from "./transport.js";
+export type { TransportStats } from "./session-stream.js";
+export type { JSONRPCMessage, ReconnectOptions } from "./link.js";
+export { FileCursorStore, LocalStorageCursorStore, MemoryCursorStore } from "./stores.js";
+export type { CursorStore, SavedCursor } from "./stores.js";
+export {
+  CursorDiscontinuityError,
+  HttpStatusError,
+  ProtocolViolationError,
+  SessionNotFoundError,
+} from "./errors.js";
+export type { DiscontinuityDetails, DiscontinuityReason } from "./errors.js";
+export { REQUEST_STREAM_LOST } from "./request-stream.js";
+export type { WebSocketConstructor } from "./ws/dom.js";

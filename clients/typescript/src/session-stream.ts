@@ -1,0 +1,430 @@
+/**
+ * The reader of the session stream: SSE or the cursor-safe WebSocket upgrade,
+ * every seq checked to be `last + 1`, reconnecting from the cursor on any
+ * drop, and loud where continuity cannot be proven (docs/protocol.md 4, 5.6).
+ * It follows the Rust reader (crates/client/src/reader), with one difference
+ * the SDK's transport contract asks for: events without an id (a plain MCP
+ * server without an event store) are delivered too, not dropped.
+ */
+
+import { ProtocolViolationError, SessionNotFoundError, TransientError } from "./errors.js";
+import type { JSONRPCMessage, Link } from "./link.js";
+import { asError, backoffDelay, isFatal, mediaType, refusal, refusalOf, sleep, watchdog } from "./link.js";
+import { decideStart, parseSeq, SeqChecker } from "./seq.js";
+import { readSse, SseParser, type SseEvent } from "./sse.js";
+import type { CursorStore } from "./stores.js";
+import type { FrameSocket } from "./ws/types.js";
+
+/** What the transport has done so far; for tests, benchmarks and dashboards. */
+export interface TransportStats {
+  /** The current (or last) connection of the session stream. */
+  transport: "none" | "sse" | "websocket";
+  /** Upgrades that passed the echo check. */
+  upgrades: number;
+  /** Upgrades given up for SSE from the same cursor (426, 503, no echo, a server without the upgrade). */
+  fallbacks: number;
+  /** Reconnects of the session stream. */
+  reconnects: number;
+  /** Gaps, duplicates or heartbeats ahead that were healed by resuming from the cursor. */
+  gaps: number;
+  /** The committed cursor `C` of the last upgrade. */
+  lastCommitted?: number;
+  /** Request streams resumed after a drop. */
+  requestResumes: number;
+}
+
+/** Stops the read of one SSE body at the priming event, to upgrade from it. */
+const PRIMED = Symbol("primed");
+
+/** Fallbacks in a row where the reason is uncertain (a browser's failed handshake, 503) before the upgrade is no longer tried. */
+const MAX_STRIKES = 3;
+
+export class SessionStream {
+  private checker: SeqChecker | undefined;
+  /** The last id from a server whose ids are not seqs (a plain Streamable HTTP server). */
+  private opaqueId: string | undefined;
+  private wsDisabled: boolean;
+  private strikes = 0;
+  private sseOnce = false;
+  private retryMs: number | undefined;
+  private failures = 0;
+  private progressed = false;
+  private savedCursor: number | undefined;
+  private saveQueued = false;
+  /** Drops the live connection (close, or a watchdog). */
+  private drop: (() => void) | undefined;
+
+  constructor(
+    private readonly link: Link,
+    private readonly store: CursorStore,
+    startCursor: number | undefined,
+    /** A session this transport created just now: its stream starts at 0. */
+    private fresh: boolean,
+    private readonly stats: TransportStats,
+  ) {
+    this.wsDisabled = !link.opts.websocket;
+    if (startCursor !== undefined) {
+      this.checker = new SeqChecker(startCursor);
+      this.savedCursor = startCursor;
+      this.fresh = false;
+    }
+  }
+
+  /** The seq of the last event handed to the application. */
+  get cursor(): number | undefined {
+    return this.checker?.cursor;
+  }
+
+  /** Ends the live connection; `run` sees the transport closed and returns. */
+  stop(): void {
+    this.drop?.();
+  }
+
+  /** Reads until the transport closes or a fatal error (reported through `fail`). */
+  async run(): Promise<void> {
+    const { link } = this;
+    while (!link.closed) {
+      this.progressed = false;
+      let err: Error;
+      try {
+        err = (await this.once()) ?? new TransientError("the stream ended");
+      } catch (e) {
+        err = asError(e);
+      }
+      this.flushCursor();
+      if (link.closed) return;
+      if (err === NO_STREAM) return;
+      if (isFatal(err)) return link.fail(err);
+      if (this.progressed) this.failures = 0;
+      this.failures += 1;
+      if (this.failures > link.opts.maxRetries) {
+        return link.fail(new Error(`gave up after ${link.opts.maxRetries} reconnects without an event: ${err.message}`));
+      }
+      this.stats.reconnects += 1;
+      const base = link.opts.initialDelayMs ?? this.retryMs ?? 1000;
+      const wait = backoffDelay(base, link.opts.maxDelayMs, this.failures);
+      link.log(`session stream: ${err.message}; resuming after ${this.checker?.cursor ?? this.opaqueId ?? "-"} in ${Math.round(wait)} ms`);
+      await sleep(wait, link.signal);
+    }
+  }
+
+  /** One connection: upgrade when wanted and possible, else SSE. Returns (or throws) why it ended. */
+  private async once(): Promise<Error | undefined> {
+    const wantWs = !this.wsDisabled && !this.sseOnce;
+    this.sseOnce = false;
+    if (wantWs) {
+      if (!this.checker && this.opaqueId === undefined) {
+        // Learn where "everything retained" starts from the priming event, so
+        // the upgrade carries an explicit cursor (as the Rust reader does).
+        const primed = await this.sse(true);
+        if (primed !== PRIMED) return primed;
+      }
+      if (this.checker && !this.wsDisabled) {
+        const ended = await this.websocket(this.checker);
+        if (ended !== "fallback") return ended;
+      }
+    }
+    const ended = await this.sse(false);
+    return ended === PRIMED ? undefined : ended;
+  }
+
+  // ----------------------------------------------------------------- SSE ---
+
+  private async sse(stopAtPriming: boolean): Promise<Error | typeof PRIMED> {
+    const { link } = this;
+    const sid = link.sessionId as string;
+    const ac = new AbortController();
+    const onAbort = () => ac.abort();
+    link.signal.addEventListener("abort", onAbort, { once: true });
+    const extra: Record<string, string> = { accept: "text/event-stream" };
+    const from = this.checker ? String(this.checker.cursor) : this.opaqueId;
+    if (from !== undefined) extra["last-event-id"] = from;
+    let dog: ReturnType<typeof watchdog> | undefined;
+    try {
+      const res = await link.fetch(link.url, { method: "GET", headers: await link.headers(extra), signal: ac.signal });
+      if (res.status === 405) {
+        // A server without a standalone GET stream: nothing to read (the SDK's rule).
+        await res.body?.cancel();
+        return NO_STREAM;
+      }
+      if (!res.ok) throw await refusal(res, "GET (session stream)", this.checker?.cursor ?? 0, "session", sid);
+      if (mediaType(res) !== "text/event-stream" || !res.body) {
+        await res.body?.cancel();
+        throw new ProtocolViolationError(`the session stream answered ${res.headers.get("content-type")}, not text/event-stream`);
+      }
+      this.stats.transport = "sse";
+      this.drop = () => ac.abort();
+      dog = watchdog(link.opts.idleTimeoutMs, () => ac.abort());
+      const parser = new SseParser();
+      try {
+        await readSse(
+          res.body,
+          parser,
+          (events) => {
+            for (const ev of events) {
+              if (this.onSseEvent(ev) && stopAtPriming && this.checker) throw PRIMED;
+            }
+            this.queueSave();
+          },
+          () => dog?.touch(),
+        );
+      } catch (e) {
+        if (e === PRIMED) {
+          ac.abort();
+          return PRIMED;
+        }
+        throw e;
+      }
+      return new TransientError(`the SSE stream ended${parser.ending ? `: ${parser.ending}` : ""}`);
+    } finally {
+      dog?.stop();
+      this.drop = undefined;
+      link.signal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /** Handles one SSE block; true for a priming event that set or confirmed the cursor. */
+  private onSseEvent(ev: SseEvent): boolean {
+    if (ev.retry !== undefined) this.retryMs = Math.min(Math.max(ev.retry, 10), 60_000);
+    if (ev.id === undefined) {
+      // No id: a server that cannot resume this event. Deliver it, as the SDK does.
+      if (ev.data) {
+        this.wsDisabled = true;
+        this.deliverText(ev.data);
+      }
+      return false;
+    }
+    const seq = parseSeq(ev.id);
+    if (!ev.data) {
+      if (seq === undefined) {
+        this.plainServer(ev.id);
+        return false;
+      }
+      if (!this.checker) {
+        if (this.fresh && seq > 0) {
+          // A session created just now primed after `seq`: events 1..seq were
+          // trimmed before we read them. Ask from 0 for the server's 409.
+          this.checker = new SeqChecker(0);
+          this.fresh = false;
+          throw new TransientError(`a new session primed after ${seq}; resuming from 0`);
+        }
+        this.checker = new SeqChecker(seq);
+        this.fresh = false;
+        return true;
+      }
+      if (seq !== this.checker.cursor) {
+        throw new ProtocolViolationError(`asked to resume after ${this.checker.cursor}, the server primed ${seq}`);
+      }
+      return true;
+    }
+    if (seq === undefined) {
+      this.plainServer(ev.id);
+      this.deliverText(ev.data);
+      return false;
+    }
+    if (!this.checker) this.checker = new SeqChecker(seq - 1);
+    const gap = this.checker.onEvent(seq);
+    if (gap) {
+      this.stats.gaps += 1;
+      throw new TransientError(gap.why);
+    }
+    this.progressed = true;
+    this.fresh = false;
+    this.deliverText(ev.data);
+    return false;
+  }
+
+  private plainServer(id: string): void {
+    // Ids that are not seqs: a plain Streamable HTTP server. No cursor-safe
+    // upgrade there; resume by Last-Event-ID as the SDK's transport does.
+    this.opaqueId = id;
+    this.wsDisabled = true;
+  }
+
+  private deliverText(data: string): void {
+    let message: JSONRPCMessage;
+    try {
+      message = JSON.parse(data) as JSONRPCMessage;
+    } catch (e) {
+      this.link.report(new ProtocolViolationError(`an event that is not JSON: ${asError(e).message}`));
+      return;
+    }
+    this.link.deliver(message);
+  }
+
+  // ----------------------------------------------------------- WebSocket ---
+
+  /** The upgrade from the checker's cursor; "fallback" to read SSE instead. */
+  private async websocket(checker: SeqChecker): Promise<Error | "fallback"> {
+    const { link } = this;
+    const sid = link.sessionId as string;
+    const prior = checker.cursor;
+    const base = new URL(link.url);
+    base.protocol = base.protocol === "https:" ? "wss:" : "ws:";
+    base.pathname = `${base.pathname.replace(/\/$/, "")}/session/${sid}/events`;
+    const hs = await link.opts.connector({
+      url: base.toString(),
+      prior,
+      sessionId: sid,
+      protocolVersion: link.protocolVersion,
+      token: await link.token(),
+      headers: link.extraHeaders,
+      timeoutMs: link.opts.handshakeTimeoutMs,
+    });
+    if (link.closed) {
+      if (hs.kind === "open") hs.socket.close(1000, "closing");
+      return new TransientError("closed");
+    }
+    if (hs.kind === "refused") return this.refused(hs.status, hs.body, hs.detail, prior, sid);
+    const decision = decideStart(prior, hs.echo);
+    if (!decision.ok) {
+      // Not resumable: close at once, read nothing from it (5.6).
+      hs.socket.close(1000, "no committed cursor");
+      this.stats.fallbacks += 1;
+      if (decision.why === "missing-echo") this.wsDisabled = true;
+      else this.sseOnce = true;
+      link.log(`the upgrade is not resumable (${decision.detail}${hs.rawEcho ? `: ${hs.rawEcho}` : ""}); SSE from ${prior}`);
+      return "fallback";
+    }
+    this.strikes = 0;
+    this.stats.upgrades += 1;
+    this.stats.transport = "websocket";
+    this.stats.lastCommitted = decision.committed;
+    checker.expectReplayUntil(decision.committed);
+    return this.readSocket(hs.socket, checker);
+  }
+
+  private refused(status: number | undefined, body: string, detail: string, prior: number, sid: string): Error | "fallback" {
+    if (status === 409 || status === 401 || status === 403) return refusalOf(status, body, "the upgrade", prior, "session", sid);
+    if (status === 404 && body.includes("session-not-found")) return new SessionNotFoundError(sid, "the upgrade answered 404");
+    if (status === 400 && /invalid-cursor|protocol-version|session-mismatch/.test(body)) {
+      return refusalOf(status, body, "the upgrade", prior, "session", sid);
+    }
+    this.stats.fallbacks += 1;
+    this.link.log(`the upgrade was refused (${detail}); SSE from ${prior}`);
+    if (status === undefined || status === 503) {
+      // Maybe passing (a browser cannot tell 426 from a restart): SSE now, the upgrade again next time.
+      this.strikes += 1;
+      if (this.strikes >= MAX_STRIKES) this.wsDisabled = true;
+      else this.sseOnce = true;
+    } else {
+      // 426, or a server that does not know the upgrade: stay on SSE.
+      this.wsDisabled = true;
+    }
+    return "fallback";
+  }
+
+  private readSocket(socket: FrameSocket, checker: SeqChecker): Promise<Error> {
+    const { link } = this;
+    return new Promise<Error>((resolve) => {
+      let ended = false;
+      const end = (e: Error, code?: number) => {
+        if (ended) return;
+        ended = true;
+        dog.stop();
+        link.signal.removeEventListener("abort", onAbort);
+        this.drop = undefined;
+        if (code !== undefined) socket.close(code, e.message);
+        resolve(e);
+      };
+      const onAbort = () => end(new TransientError("closed"), 1000);
+      link.signal.addEventListener("abort", onAbort, { once: true });
+      this.drop = onAbort;
+      const dog = watchdog(link.opts.idleTimeoutMs, () =>
+        end(new TransientError(`no frame for ${link.opts.idleTimeoutMs} ms`), 1000),
+      );
+      const ack = () => {
+        const c = checker.ackDue();
+        if (c === undefined) return;
+        socket.send(JSON.stringify({ type: "cursor-ack", cursor: c }));
+        checker.acked();
+      };
+      socket.attach({
+        onText: (text) => {
+          dog.touch();
+          try {
+            this.onFrame(text, checker);
+            ack();
+          } catch (e) {
+            const err = asError(e);
+            end(err, err instanceof ProtocolViolationError ? 4400 : 4409);
+          }
+        },
+        onClose: (code, reason) => end(closeError(code, reason, link.sessionId as string)),
+      });
+      // prior = C: nothing to replay, the gate opens at once.
+      try {
+        ack();
+      } catch (e) {
+        end(asError(e), 1000);
+      }
+    });
+  }
+
+  private onFrame(text: string, checker: SeqChecker): void {
+    let f: { type?: unknown; seq?: unknown; head?: unknown; message?: unknown };
+    try {
+      f = JSON.parse(text);
+    } catch {
+      throw new ProtocolViolationError(`a frame that is not JSON: ${text.slice(0, 100)}`);
+    }
+    if (f.type === "event") {
+      if (!Number.isSafeInteger(f.seq) || typeof f.message !== "object" || f.message === null) {
+        throw new ProtocolViolationError(`a malformed event frame: ${text.slice(0, 100)}`);
+      }
+      const gap = checker.onEvent(f.seq as number);
+      if (gap) {
+        this.stats.gaps += 1;
+        throw new TransientError(gap.why);
+      }
+      this.progressed = true;
+      this.link.deliver(f.message as JSONRPCMessage);
+      this.queueSave();
+    } else if (f.type === "heartbeat") {
+      if (!Number.isSafeInteger(f.head)) throw new ProtocolViolationError(`a malformed heartbeat: ${text.slice(0, 100)}`);
+      const gap = checker.onHeartbeat(f.head as number);
+      if (gap) {
+        this.stats.gaps += 1;
+        throw new TransientError(gap.why);
+      }
+    }
+    // Anything else (a cursor frame this reader did not ask for) carries no event.
+  }
+
+  // -------------------------------------------------------------- cursor ---
+
+  /** Saves the cursor once per batch (a chunk, a run of frames), after delivery. */
+  private queueSave(): void {
+    if (this.saveQueued) return;
+    this.saveQueued = true;
+    queueMicrotask(() => {
+      this.saveQueued = false;
+      this.flushCursor();
+    });
+  }
+
+  private flushCursor(): void {
+    const c = this.checker?.cursor;
+    const sid = this.link.sessionId;
+    if (c === undefined || sid === undefined || c === this.savedCursor) return;
+    this.savedCursor = c;
+    try {
+      const p = this.store.save(sid, c);
+      if (p) p.catch((e) => this.link.report(asError(e)));
+    } catch (e) {
+      this.link.report(asError(e));
+    }
+  }
+}
+
+/** The server has no standalone GET stream (405): the reader stops quietly. */
+const NO_STREAM = new Error("no session stream");
+
+/** What a close code means for the reader (docs/protocol.md 5.5). */
+function closeError(code: number, reason: string, sid: string): Error {
+  if (code === 4404) return new SessionNotFoundError(sid, `the WebSocket closed 4404 ${reason}`);
+  if (code === 1003 || code === 1008 || code === 1009 || code === 4400) {
+    return new ProtocolViolationError(`the WebSocket closed ${code}: ${reason}`);
+  }
+  return new TransientError(`the WebSocket closed ${code}${reason ? ` ${reason}` : ""}; resuming`);
+}

@@ -1,0 +1,325 @@
+/**
+ * `ResumableClientTransport`: the SDK's `Transport` (1.x and 2.x) over MCP
+ * Streamable HTTP, with mcp-resume's guarantee on the client side. Requests
+ * are POSTed as the SDK's own transport does; the session stream is read by
+ * a {@link SessionStream} (seq-checked, resumed from a stored cursor, over SSE
+ * or the cursor-safe WebSocket upgrade) and request streams are followed to
+ * their response across drops. Against a plain MCP server it behaves like the
+ * SDK's `StreamableHTTPClientTransport`.
+ */
+
+import { HttpStatusError, SessionNotFoundError } from "./errors.js";
+import type { JSONRPCMessage, Link, ReconnectOptions, Resolved } from "./link.js";
+import { asError, mediaType } from "./link.js";
+import { followRequestStream } from "./request-stream.js";
+import { SessionStream, type TransportStats } from "./session-stream.js";
+import { MemoryCursorStore, type CursorStore } from "./stores.js";
+import { domConnector, type WebSocketConstructor } from "./ws/dom.js";
+import { nodeConnector } from "./ws/node.js";
+import type { Connector } from "./ws/types.js";
+
+/** The options of the SDKs' `Transport.send` that this transport reads (both SDKs' fit). */
+export interface SendOptions {
+  relatedRequestId?: string | number;
+  /** Resume a request stream by its last event id instead of POSTing (after a restart of the client). */
+  resumptionToken?: string;
+  /** Called with every event id of the request stream. */
+  onresumptiontoken?: (token: string) => void;
+  /** SDK 2.x: extra headers for this message's POST. */
+  headers?: Readonly<Record<string, string>>;
+}
+
+export interface ResumableTransportOptions {
+  /** Upgrade the session stream to a WebSocket (docs/protocol.md 5); false: SSE only. Default true. */
+  websocket?: boolean;
+  /**
+   * Which WebSocket: `node` (reads the `101`'s cursor header and refusal
+   * statuses; default in Node), `browser` (the global WHATWG `WebSocket`
+   * with the cursor frame; default elsewhere), or a WebSocket constructor.
+   */
+  websocketApi?: "node" | "browser" | WebSocketConstructor;
+  /** Where the cursor is kept; default {@link MemoryCursorStore}. */
+  cursorStore?: CursorStore;
+  /** A bearer token, or a function returning one (called for every request). */
+  authorization?: string | (() => string | undefined | Promise<string | undefined>);
+  /** Attach to an existing session instead of initialising one (its cursor comes from the store). */
+  sessionId?: string;
+  /** The negotiated revision of an attached session, for `MCP-Protocol-Version`. */
+  protocolVersion?: string;
+  /** Extra headers on every request. */
+  headers?: Record<string, string>;
+  /** A fetch to use instead of the global one. */
+  fetch?: (input: URL, init: RequestInit) => Promise<Response>;
+  /** Reconnect timing of the session stream (and request streams). */
+  reconnect?: ReconnectOptions;
+  /** Resumes in a row without an event before a request stream's call ends with an error; default 10. */
+  requestStreamRetries?: number;
+  /** A connection silent this long is dropped and resumed; default 45,000 (three heartbeats). */
+  idleTimeoutMs?: number;
+  /** The longest WebSocket handshake; default 10,000. */
+  handshakeTimeoutMs?: number;
+  /** Diagnostics: reconnects, fallbacks, healed gaps, one line each. */
+  log?: (line: string) => void;
+}
+
+/** Headers the SDK may not override per message. */
+const RESERVED = new Set(["content-type", "accept", "mcp-session-id", "mcp-protocol-version", "authorization", "last-event-id"]);
+
+export class ResumableClientTransport {
+  onmessage?: (message: JSONRPCMessage, extra?: unknown) => void;
+  onerror?: (error: Error) => void;
+  onclose?: () => void;
+
+  private readonly url: URL;
+  private readonly opts: Resolved;
+  private readonly store: CursorStore;
+  private readonly extraHeaders: Record<string, string>;
+  private readonly auth: ResumableTransportOptions["authorization"];
+  private readonly fetchImpl: (input: URL, init: RequestInit) => Promise<Response>;
+  private readonly logger: ((line: string) => void) | undefined;
+  private readonly ac = new AbortController();
+  private _sessionId: string | undefined;
+  private _protocolVersion: string | undefined;
+  private fresh = false;
+  private started = false;
+  private closed = false;
+  private session: SessionStream | undefined;
+  private readonly link: Link;
+  private readonly _stats: TransportStats = {
+    transport: "none",
+    upgrades: 0,
+    fallbacks: 0,
+    reconnects: 0,
+    gaps: 0,
+    requestResumes: 0,
+  };
+
+  constructor(url: URL | string, options: ResumableTransportOptions = {}) {
+    this.url = new URL(url);
+    this.store = options.cursorStore ?? new MemoryCursorStore();
+    this.extraHeaders = { ...options.headers };
+    this.auth = options.authorization;
+    this._sessionId = options.sessionId;
+    this._protocolVersion = options.protocolVersion;
+    this.logger = options.log;
+    this.fetchImpl = options.fetch ?? ((input, init) => fetch(input, init));
+    this.opts = {
+      websocket: options.websocket ?? true,
+      connector: pickConnector(options.websocketApi),
+      initialDelayMs: options.reconnect?.initialDelayMs,
+      maxDelayMs: options.reconnect?.maxDelayMs ?? 5000,
+      maxRetries: options.reconnect?.maxRetries ?? Infinity,
+      requestRetries: options.requestStreamRetries ?? 10,
+      idleTimeoutMs: options.idleTimeoutMs ?? 45_000,
+      handshakeTimeoutMs: options.handshakeTimeoutMs ?? 10_000,
+    };
+    const self = this;
+    this.link = {
+      url: this.url,
+      opts: this.opts,
+      get sessionId() {
+        return self._sessionId;
+      },
+      get protocolVersion() {
+        return self._protocolVersion;
+      },
+      get closed() {
+        return self.closed;
+      },
+      signal: this.ac.signal,
+      extraHeaders: this.extraHeaders,
+      fetch: (input, init) => this.fetchImpl(input, init),
+      headers: (extra) => this.headers(extra),
+      token: () => this.token(),
+      deliver: (m) => this.onmessage?.(m),
+      report: (e) => this.onerror?.(e),
+      fail: (e) => {
+        if (this.closed) return;
+        this.onerror?.(e);
+        void this.close();
+      },
+      log: (line) => this.logger?.(line),
+    };
+  }
+
+  /** The session id, once `initialize` was answered (or as given). */
+  get sessionId(): string | undefined {
+    return this._sessionId;
+  }
+
+  /** The negotiated protocol revision sent as `MCP-Protocol-Version`. */
+  get protocolVersion(): string | undefined {
+    return this._protocolVersion;
+  }
+
+  /** The seq of the last session-stream event handed to `onmessage`. */
+  get cursor(): number | undefined {
+    return this.session?.cursor;
+  }
+
+  /** Counters and the current connection of the session stream. */
+  get stats(): Readonly<TransportStats> {
+    return { ...this._stats };
+  }
+
+  async start(): Promise<void> {
+    if (this.started) throw new Error("ResumableClientTransport already started (Client.connect calls start itself)");
+    this.started = true;
+    // An attached session gets no `notifications/initialized` from us: read it now.
+    if (this._sessionId !== undefined) await this.openSessionStream();
+  }
+
+  setProtocolVersion(version: string): void {
+    this._protocolVersion = version;
+  }
+
+  async send(message: JSONRPCMessage, options?: SendOptions): Promise<void> {
+    if (this.closed) throw new Error("the transport is closed");
+    try {
+      await this.post(message, options);
+    } catch (e) {
+      const err = asError(e);
+      if (!this.closed) this.onerror?.(err);
+      throw err;
+    }
+  }
+
+  private async post(message: JSONRPCMessage, options?: SendOptions): Promise<void> {
+    const isRequest = message.method !== undefined && message.id !== undefined;
+    if (options?.resumptionToken && isRequest) {
+      this.track(
+        followRequestStream(this.link, undefined, {
+          requestId: message.id as string | number,
+          lastEventId: options.resumptionToken,
+          onresumptiontoken: options.onresumptiontoken,
+          onResume: () => (this._stats.requestResumes += 1),
+        }),
+      );
+      return;
+    }
+    const isInit = message.method === "initialize";
+    const extra: Record<string, string> = {
+      "content-type": "application/json",
+      accept: "application/json, text/event-stream",
+    };
+    for (const [k, v] of Object.entries(options?.headers ?? {})) if (!RESERVED.has(k.toLowerCase())) extra[k] = v;
+    const headers = await this.headers(extra, !isInit);
+    const res = await this.fetchImpl(this.url, {
+      method: "POST",
+      headers,
+      body: JSON.stringify(message),
+      signal: this.ac.signal,
+    });
+    if (isInit && res.ok) {
+      const sid = res.headers.get("mcp-session-id");
+      if (sid) {
+        this._sessionId = sid;
+        this.fresh = true;
+      }
+    }
+    if (!res.ok) {
+      const text = await res.text().catch(() => "");
+      if (res.status === 404 && this._sessionId !== undefined && !isInit) throw new SessionNotFoundError(this._sessionId, "POST answered 404");
+      // A JSON-RPC error for this request (e.g. 400 with -32022 to a probe): the answer itself.
+      if (isRequest) {
+        try {
+          const v = JSON.parse(text) as JSONRPCMessage;
+          if (v && v.error !== undefined && v.id === message.id) return this.onmessage?.(v);
+        } catch {
+          // Not JSON-RPC: a plain HTTP error.
+        }
+      }
+      throw new HttpStatusError("POST", res.status, text);
+    }
+    if (res.status === 202) {
+      await res.body?.cancel().catch(() => {});
+      if (message.method === "notifications/initialized") await this.openSessionStream();
+      return;
+    }
+    const type = mediaType(res);
+    if (type === "text/event-stream" && isRequest) {
+      this.track(
+        followRequestStream(this.link, res, {
+          requestId: message.id as string | number,
+          onresumptiontoken: options?.onresumptiontoken,
+          onResume: () => (this._stats.requestResumes += 1),
+        }),
+      );
+      return;
+    }
+    if (type === "application/json") {
+      const data = (await res.json()) as JSONRPCMessage | JSONRPCMessage[];
+      for (const m of Array.isArray(data) ? data : [data]) this.onmessage?.(m);
+      return;
+    }
+    await res.body?.cancel().catch(() => {});
+    if (isRequest) throw new Error(`unexpected content type ${res.headers.get("content-type")}`);
+  }
+
+  /** Ends the session on the server (`DELETE`) and forgets its cursor. */
+  async terminateSession(): Promise<void> {
+    const sid = this._sessionId;
+    if (sid === undefined) return;
+    const res = await this.fetchImpl(this.url, { method: "DELETE", headers: await this.headers({}), signal: this.ac.signal });
+    await res.body?.cancel().catch(() => {});
+    if (!res.ok && res.status !== 405 && res.status !== 404) throw new HttpStatusError("DELETE", res.status, "");
+    this.session?.stop();
+    await this.store.remove?.(sid);
+    this._sessionId = undefined;
+  }
+
+  /** Stops reading and fails nothing on the server: the session and its cursor stay for a later attach. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.ac.abort();
+    this.session?.stop();
+    try {
+      await this.store.flush?.();
+    } catch (e) {
+      this.onerror?.(asError(e));
+    }
+    this.onclose?.();
+  }
+
+  private async openSessionStream(): Promise<void> {
+    const sid = this._sessionId;
+    if (this.session || sid === undefined || this.closed) return;
+    let cursor: number | undefined;
+    try {
+      cursor = await this.store.load(sid);
+    } catch (e) {
+      // A cursor that cannot be read must not turn into "from the start" silently.
+      this.link.fail(asError(e));
+      return;
+    }
+    this.session = new SessionStream(this.link, this.store, cursor, this.fresh, this._stats);
+    void this.session.run();
+  }
+
+  private track(p: Promise<void>): void {
+    p.catch((e) => this.onerror?.(asError(e)));
+  }
+
+  private async token(): Promise<string | undefined> {
+    return typeof this.auth === "function" ? await this.auth() : this.auth;
+  }
+
+  private async headers(extra: Record<string, string>, withSession = true): Promise<Record<string, string>> {
+    const h: Record<string, string> = { ...this.extraHeaders, ...extra };
+    if (withSession && this._sessionId !== undefined) {
+      h["mcp-session-id"] = this._sessionId;
+      if (this._protocolVersion) h["mcp-protocol-version"] = this._protocolVersion;
+    }
+    const t = await this.token();
+    if (t) h.authorization = `Bearer ${t}`;
+    return h;
+  }
+}
+
+function pickConnector(api: ResumableTransportOptions["websocketApi"]): Connector {
+  if (typeof api === "function") return domConnector(api);
+  const node = typeof process !== "undefined" && !!(process as { versions?: { node?: string } }).versions?.node;
+  if (api === "node" || (api === undefined && node)) return nodeConnector;
+  return domConnector();
+}

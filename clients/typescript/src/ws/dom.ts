@@ -1,0 +1,125 @@
+/**
+ * The upgrade with the WHATWG `WebSocket` (browsers; also Node 22+'s global).
+ * It cannot read the `101`'s headers, so it offers `mcp.resume.cursor-frame`
+ * and takes the committed cursor from the first frame (docs/protocol.md 5.1,
+ * 5.3); a first frame that is not `{"type":"cursor"}` counts as a missing
+ * echo (5.6). It cannot see a refusal's status either: a handshake that fails
+ * is reported as refused with no status, and the reader falls back to SSE
+ * from the same cursor, where a 409 or a 404 is readable.
+ *
+ * It cannot set headers, so the cursor travels as `last_event_id` and a
+ * bearer token as the `mcp.auth.TOKEN` subprotocol, only over `wss://`
+ * (over `ws://` the token would go unprotected: the upgrade then fails with
+ * 401 and the reader stays on SSE, where `Authorization` can be sent).
+ */
+
+import type { Connector, FrameHandlers, FrameSocket, Handshake, UpgradeRequest } from "./types.js";
+import { AUTH_SUBPROTOCOL_PREFIX, CURSOR_FRAME_SUBPROTOCOL, SUBPROTOCOL } from "./types.js";
+
+/** The constructor of a WHATWG WebSocket. */
+export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocket;
+
+/** A connector on `WebSocketImpl` (default: the global `WebSocket`). */
+export function domConnector(WebSocketImpl?: WebSocketConstructor): Connector {
+  return (req: UpgradeRequest): Promise<Handshake> => {
+    const Impl = WebSocketImpl ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    if (!Impl) {
+      return Promise.reject(new Error("no WebSocket constructor here (Node 20 needs --experimental-websocket, or websocketApi: \"node\")"));
+    }
+    const url = new URL(req.url);
+    url.searchParams.set("last_event_id", String(req.prior));
+    const protocols = [SUBPROTOCOL, CURSOR_FRAME_SUBPROTOCOL];
+    if (req.token && url.protocol === "wss:") protocols.push(AUTH_SUBPROTOCOL_PREFIX + req.token);
+    return new Promise<Handshake>((resolve) => {
+      let settled = false;
+      const ws = new Impl(url.toString(), protocols);
+      const socket = new DomFrameSocket(ws);
+      const settle = (h: Handshake) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(h);
+      };
+      const refused = (detail: string) => {
+        socket.close(1000, "");
+        settle({ kind: "refused", status: undefined, body: "", detail });
+      };
+      const timer = setTimeout(() => refused(`the WebSocket handshake took longer than ${req.timeoutMs} ms`), req.timeoutMs);
+      ws.onerror = () => refused("the WebSocket handshake failed (a browser does not say why)");
+      ws.onclose = (e) => refused(`the WebSocket closed ${e.code} before the cursor frame`);
+      ws.onopen = () => {
+        if (ws.protocol !== SUBPROTOCOL) {
+          refused(`the server selected subprotocol ${JSON.stringify(ws.protocol)}`);
+        }
+      };
+      ws.onmessage = (m) => {
+        // The very first frame decides (5.6): the cursor, or not resumable.
+        let echo: number | undefined;
+        let rawEcho: string | undefined;
+        try {
+          const f = JSON.parse(String(m.data)) as { type?: unknown; cursor?: unknown };
+          if (f.type === "cursor" && Number.isSafeInteger(f.cursor) && (f.cursor as number) >= 0) echo = f.cursor as number;
+          else rawEcho = String(m.data).slice(0, 100);
+        } catch {
+          rawEcho = String(m.data).slice(0, 100);
+        }
+        socket.listen();
+        settle({ kind: "open", socket, echo, rawEcho });
+      };
+    });
+  };
+}
+
+class DomFrameSocket implements FrameSocket {
+  private handlers: FrameHandlers | undefined;
+  private queued: Array<string | { code: number; reason: string }> = [];
+  private done = false;
+
+  constructor(private readonly ws: WebSocket) {}
+
+  /** From the handshake on, frames and the end go to the handlers (queued until attached). */
+  listen(): void {
+    this.ws.onmessage = (m) => this.emit(String(m.data));
+    this.ws.onclose = (e) => this.emit({ code: e.code, reason: e.reason });
+    this.ws.onerror = () => {};
+  }
+
+  attach(handlers: FrameHandlers): void {
+    this.handlers = handlers;
+    const q = this.queued;
+    this.queued = [];
+    for (const item of q) this.deliver(item);
+  }
+
+  send(text: string): void {
+    if (!this.done && this.ws.readyState === 1) this.ws.send(text);
+  }
+
+  close(code: number, reason: string): void {
+    this.done = true;
+    this.handlers = undefined;
+    try {
+      // Browsers accept only 1000 and 3000-4999 from a page.
+      this.ws.close(code === 1000 || (code >= 3000 && code <= 4999) ? code : 1000, reason.slice(0, 120));
+    } catch {
+      // Not yet open, or gone.
+    }
+  }
+
+  private emit(item: string | { code: number; reason: string }): void {
+    if (this.done) return;
+    if (this.handlers) this.deliver(item);
+    else this.queued.push(item);
+  }
+
+  private deliver(item: string | { code: number; reason: string }): void {
+    const h = this.handlers;
+    if (!h || this.done) return;
+    if (typeof item === "string") h.onText(item);
+    else {
+      this.done = true;
+      this.handlers = undefined;
+      h.onClose(item.code, item.reason);
+    }
+  }
+}
