@@ -132,10 +132,16 @@ impl McpServer {
     pub fn router(&self) -> Router {
         let p = self.state.config.base_path.clone();
         let mcp = Router::new()
-            .route(&p, get(http::get).post(http::post).delete(http::delete))
+            .route(
+                &p,
+                get(http::get)
+                    .post(http::post)
+                    .delete(http::delete)
+                    .fallback(|| async { not_allowed("GET, POST, DELETE") }),
+            )
             .route(
                 &format!("{p}/session/{{id}}/events"),
-                get(http::session_events),
+                get(http::session_events).fallback(|| async { not_allowed("GET") }),
             )
             .layer(axum::middleware::from_fn_with_state(
                 self.state.clone(),
@@ -265,4 +271,16 @@ impl McpServer {
             .map_err(std::io::Error::other)?;
         Ok(())
     }
+}
+
+/// 405 for a method the path does not serve, with the JSON error body every
+/// other refusal has and the `Allow` header RFC 9110 asks for.
+fn not_allowed(allow: &'static str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let mut resp = ApiError::MethodNotAllowed.into_response();
+    resp.headers_mut().insert(
+        axum::http::header::ALLOW,
+        axum::http::HeaderValue::from_static(allow),
+    );
+    resp
 }

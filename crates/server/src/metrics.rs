@@ -72,8 +72,17 @@ impl Default for Metrics {
         let commit_duration = Histogram::new(
             prometheus_client::metrics::histogram::exponential_buckets(0.00005, 2.0, 17),
         );
-        let readers = Family::default();
-        let upgrades = Family::default();
+        let readers: Family<TransportLabel, Gauge<i64, std::sync::atomic::AtomicI64>> =
+            Family::default();
+        let upgrades: Family<OutcomeLabel, Counter> = Family::default();
+        // Every known label value from start-up, at 0: a Prometheus user's
+        // rate() and alerts see the series before the first reader.
+        for transport in ["sse", "websocket"] {
+            readers.get_or_create(&TransportLabel { transport });
+        }
+        for outcome in ["upgraded", "refused", "legacy"] {
+            upgrades.get_or_create(&OutcomeLabel { outcome });
+        }
         let refusals = Family::default();
         registry.register("sessions_live", "Live sessions", sessions_live.clone());
         registry.register(
@@ -194,12 +203,16 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
         Ok(_) | Err(LogError::NoSession(_)) | Err(LogError::SessionEnded) => {
             (StatusCode::OK, "ready\n").into_response()
         }
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
-            format!("log unavailable: {e}\n"),
-        )
-            .into_response(),
+        Err(e) => {
+            // The reason goes to the server's log, not to whoever probes.
+            tracing::warn!(error = %e, "readyz: the log cannot be reached");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
+                "log unavailable\n",
+            )
+                .into_response()
+        }
     }
 }
 

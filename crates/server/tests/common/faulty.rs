@@ -29,6 +29,8 @@ pub struct Faults {
     pub refuse_appends: AtomicUsize,
     /// While set, appends wait (a slow fsync), committing nothing yet.
     pub hold_appends: AtomicBool,
+    /// While set, session lookups fail as `Unavailable` with a secret-looking text.
+    pub lookups_unavailable: AtomicBool,
 }
 
 /// The wrapper.
@@ -43,6 +45,11 @@ impl Log for FaultyLog {
         self.inner.create_session(id, meta).await
     }
     async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        if self.faults.lookups_unavailable.load(Ordering::Acquire) {
+            return Err(LogError::Unavailable(
+                "redis://admin:hunter2@10.0.0.7:6379 refused".into(),
+            ));
+        }
         self.inner.session(id).await
     }
     async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
