@@ -78,10 +78,10 @@ impl Default for Metrics {
         // Every known label value from start-up, at 0: a Prometheus user's
         // rate() and alerts see the series before the first reader.
         for transport in ["sse", "websocket"] {
-            readers.get_or_create(&TransportLabel { transport });
+            let _ = readers.get_or_create(&TransportLabel { transport });
         }
         for outcome in ["upgraded", "refused", "legacy"] {
-            upgrades.get_or_create(&OutcomeLabel { outcome });
+            let _ = upgrades.get_or_create(&OutcomeLabel { outcome });
         }
         let refusals = Family::default();
         registry.register("sessions_live", "Live sessions", sessions_live.clone());
