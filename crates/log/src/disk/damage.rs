@@ -3,13 +3,17 @@
 //! commits went, keep the heads and mark the lost ranges, durably, before
 //! anything is served (docs/protocol.md 6.1). A seq is never reused.
 
+use std::path::Path;
+
 use bytes::Bytes;
 use fjall::PersistMode;
 
 use super::heads::Recorded;
 use super::store::{
     bounds_value, decode_bounds, session_prefix, storage, stream_key, SessionRec, Store,
+    HEADS_KEPT,
 };
+use crate::hub::Hub;
 use crate::types::now_ms;
 use crate::{Bounds, LogError, Seq, StreamKey};
 
@@ -169,4 +173,54 @@ pub(super) fn reconcile(
         wb.commit().map_err(storage)?;
     }
     Ok(found)
+}
+
+/// Reads the committed-heads record and applies it (docs/protocol.md 6.1);
+/// refuses a log whose record went missing.
+pub(super) fn check_heads(store: &Store, path: &Path) -> Result<Vec<Damage>, LogError> {
+    let recorded = super::heads::read(path)
+        .map_err(|m| LogError::Corrupt(format!("the committed-heads record: {m}")))?;
+    let kept = store.meta.get(HEADS_KEPT).map_err(storage)?.is_some();
+    match recorded {
+        Some(rec) => {
+            if let Some(why) = &rec.stopped {
+                tracing::warn!(log = %path.display(), "the committed-heads record is cut short ({why}); what it holds before that is checked");
+            }
+            reconcile(store, &rec, true)
+        }
+        None if kept => Err(LogError::Corrupt(format!(
+            "the committed-heads record ({}) is missing, so a journal cut short cannot be told from a crash; `mcp-resume log check --repair` accepts the log as it is",
+            super::heads::FILE
+        ))),
+        // A new log, or one written before the record existed.
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Notes in the log itself that it keeps a committed-heads record.
+pub(super) fn keep_heads(store: &Store) -> Result<(), LogError> {
+    if store.meta.get(HEADS_KEPT).map_err(storage)?.is_some() {
+        return Ok(());
+    }
+    let mut wb = store
+        .db
+        .batch()
+        .durability(Some(fjall::PersistMode::SyncAll));
+    wb.insert(&store.meta, HEADS_KEPT, b"1");
+    wb.commit().map_err(storage)
+}
+
+/// Logs every damaged stream at open: what this open found as errors,
+/// what was known from before as warnings.
+pub(super) fn report(path: &Path, found: &[Damage], hub: &Hub) {
+    for d in found {
+        tracing::error!(log = %path.display(), "storage damage found: {d}");
+    }
+    for (session, stream, from, to) in hub.lost_ranges() {
+        let new = found.iter().any(|d| d.session == session);
+        if !new {
+            tracing::warn!(log = %path.display(), session, stream = stream.number(), from, to,
+                "known storage damage: committed events lost; readers that need them get 409 data-lost");
+        }
+    }
 }

@@ -47,7 +47,7 @@ mod store;
 use commit::{Committer, Op, Reply};
 pub use check::CheckReport;
 pub use damage::{Damage, DamageKind};
-use store::{load, read_events, storage, Store, HEADS_KEPT};
+use store::{load, read_events, storage, Store};
 
 /// Events per stream kept in memory for readers near the head.
 const CACHE_EVENTS: usize = 128;
@@ -115,14 +115,14 @@ impl DiskLog {
             LogError::Corrupt(m) => LogError::Corrupt(format!("{}: {m}", path.display())),
             other => other,
         };
-        let found = check_heads(&store, &path).map_err(named)?;
+        let found = damage::check_heads(&store, &path).map_err(named)?;
         let hub = Arc::new(Hub::new(retention, capacity, CACHE_EVENTS));
         load(&store, &hub).map_err(named)?;
         pins::load_pins(&store, &hub).map_err(named)?;
         let heads = heads::HeadsWriter::create(&path, &commit::snapshot(&hub))
             .map_err(|e| storage(format!("{}: the committed-heads record: {e}", path.display())))?;
-        keep_heads(&store)?;
-        report(&path, &found, &hub);
+        damage::keep_heads(&store)?;
+        damage::report(&path, &found, &hub);
         let (tx, rx) = std_mpsc::channel();
         let committer = Committer {
             store: store.clone(),
@@ -257,56 +257,6 @@ fn open_store(path: &Path) -> Result<Store, LogError> {
             ))
         })?
         .map_err(|e| fjall_error(path, e))
-}
-
-/// Reads the committed-heads record and applies it (docs/protocol.md 6.1);
-/// refuses a log whose record went missing.
-fn check_heads(store: &Store, path: &Path) -> Result<Vec<Damage>, LogError> {
-    let recorded = heads::read(path)
-        .map_err(|m| LogError::Corrupt(format!("the committed-heads record: {m}")))?;
-    let kept = store.meta.get(HEADS_KEPT).map_err(storage)?.is_some();
-    match recorded {
-        Some(rec) => {
-            if let Some(why) = &rec.stopped {
-                tracing::warn!(log = %path.display(), "the committed-heads record is cut short ({why}); what it holds before that is checked");
-            }
-            damage::reconcile(store, &rec, true)
-        }
-        None if kept => Err(LogError::Corrupt(format!(
-            "the committed-heads record ({}) is missing, so a journal cut short cannot be told from a crash; `mcp-resume log check --repair` accepts the log as it is",
-            heads::FILE
-        ))),
-        // A new log, or one written before the record existed.
-        None => Ok(Vec::new()),
-    }
-}
-
-/// Notes in the log itself that it keeps a committed-heads record.
-fn keep_heads(store: &Store) -> Result<(), LogError> {
-    if store.meta.get(HEADS_KEPT).map_err(storage)?.is_some() {
-        return Ok(());
-    }
-    let mut wb = store
-        .db
-        .batch()
-        .durability(Some(fjall::PersistMode::SyncAll));
-    wb.insert(&store.meta, HEADS_KEPT, b"1");
-    wb.commit().map_err(storage)
-}
-
-/// Logs every damaged stream at open: what this open found as errors,
-/// what was known from before as warnings.
-fn report(path: &Path, found: &[Damage], hub: &Hub) {
-    for d in found {
-        tracing::error!(log = %path.display(), "storage damage found: {d}");
-    }
-    for (session, stream, from, to) in hub.lost_ranges() {
-        let new = found.iter().any(|d| d.session == session);
-        if !new {
-            tracing::warn!(log = %path.display(), session, stream = stream.number(), from, to,
-                "known storage damage: committed events lost; readers that need them get 409 data-lost");
-        }
-    }
 }
 
 #[async_trait]
