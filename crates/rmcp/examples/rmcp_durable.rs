@@ -193,7 +193,11 @@ async fn run(args: Args) -> Result<(), String> {
         config,
     );
     let app = axum::Router::new().nest_service("/mcp", service);
+    // TCP_NODELAY: rmcp answers a POST as SSE in small writes, and Nagle's
+    // algorithm holding them for the client's delayed ACK costs ~40 ms per
+    // call (docs/rmcp.md, Serving it).
     let served = axum::serve(listener, app)
+        .tcp_nodelay(true)
         .with_graceful_shutdown(example::ctrl_c())
         .await;
     let _ = log.close().await;

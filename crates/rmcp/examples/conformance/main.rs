@@ -86,7 +86,9 @@ async fn serve_rmcp(args: &Args, proto: fixture::Conformance) -> Result<(), Stri
     );
     let app = axum::Router::new().nest_service("/mcp", service);
     let listener = args.serving.listen().await?;
+    // TCP_NODELAY: see docs/rmcp.md, Serving it (Nagle meets delayed ACKs).
     axum::serve(listener, app)
+        .tcp_nodelay(true)
         .with_graceful_shutdown(example::ctrl_c())
         .await
         .map_err(|e| e.to_string())
