@@ -178,7 +178,7 @@ export class ResumableClientTransport {
     try {
       await this.post(message, options);
     } catch (e) {
-      const err = asError(e);
+      const err = withCause(asError(e));
       if (!this.closed) this.onerror?.(err);
       throw err;
     }
@@ -322,4 +322,11 @@ function pickConnector(api: ResumableTransportOptions["websocketApi"]): Connecto
   const node = typeof process !== "undefined" && !!(process as { versions?: { node?: string } }).versions?.node;
   if (api === "node" || (api === undefined && node)) return nodeConnector;
   return domConnector();
+}
+
+/** fetch's "fetch failed" names its cause only in `cause`: put it in the message. */
+function withCause(e: Error): Error {
+  const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+  if (e.message === "fetch failed" && cause) e.message = `fetch failed: ${cause.code ?? cause.message}`;
+  return e;
 }
