@@ -9,10 +9,12 @@ export const SDKS = [
     name: 'SDK 1.x (@modelcontextprotocol/sdk 1.32.2)',
     client: () => new ClientV1({ name: 'mcp-resume-client-test', version: '1.0.0' }),
     onLog: (client, f) => client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => f(n.params.data)),
+    callTool: (client, params, options) => client.callTool(params, undefined, options),
   },
   {
     name: 'SDK 2.x (@modelcontextprotocol/client 2.4.0)',
     client: () => new ClientV2({ name: 'mcp-resume-client-test', version: '1.0.0' }),
     onLog: (client, f) => client.setNotificationHandler('notifications/message', (n) => f(n.params.data)),
+    callTool: (client, params, options) => client.callTool(params, options),
   },
 ];
