@@ -2,9 +2,13 @@
 //! initializes a session, reads the session stream over SSE, upgrades it to a
 //! WebSocket (cursor frame, replay, ack, live), and resumes over SSE. This is
 //! what `--allow-origin` and CORS are for; the test reads the page's report.
+//! The page speaks through the TypeScript package `mcp-resume-client`
+//! (clients/typescript, its browser bundle), so this is also that package's
+//! test in a browser: the cursor frame, `LocalStorageCursorStore`, CORS.
 //!
-//! Needs `chromium` (Debian's package; `scripts/test` installs it). Without it
-//! the test fails and says so: it never skips.
+//! Needs `chromium` (Debian's package; `scripts/test` installs it) and the
+//! package's bundle (`npm ci` in clients/typescript builds it; `scripts/test`
+//! does). Without either the test fails and says so: it never skips.
 
 mod common;
 
@@ -29,9 +33,21 @@ fn chromium() -> String {
     panic!("no Chromium on PATH: install Debian's `chromium` (./scripts/test does)");
 }
 
+/// The browser bundle of clients/typescript (`npm run build` writes it).
+fn client_bundle() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../clients/typescript/dist/browser/mcp-resume-client.js"
+    );
+    std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!("{path}: {e}: build it with `npm ci` in clients/typescript (./scripts/test does)")
+    })
+}
+
 #[test]
 fn a_page_of_another_origin_initializes_reads_upgrades_and_resumes() {
     let browser = chromium();
+    let bundle = client_bundle();
     rt().block_on(async {
         // The page's own server, on another port (so another origin), named app.test.
         let page_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -48,6 +64,12 @@ fn a_page_of_another_origin_initializes_reads_upgrades_and_resumes() {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(1);
         let app = axum::Router::new()
             .route("/", get(move || async move { axum::response::Html(page) }))
+            .route(
+                "/mcp-resume-client.js",
+                get(move || async move {
+                    ([("content-type", "text/javascript; charset=utf-8")], bundle)
+                }),
+            )
             .route(
                 "/result",
                 post(move |body: String| async move {
@@ -87,7 +109,10 @@ fn a_page_of_another_origin_initializes_reads_upgrades_and_resumes() {
                 .collect()
         };
         assert_eq!(seqs(&v["first"]), vec![1, 2, 3, 4, 5], "{v}");
-        assert_eq!(v["ws"]["protocol"], "mcp.resume.v1", "{v}");
+        // The package upgrades only to `mcp.resume.v1` with a cursor frame, else it falls back.
+        assert_eq!(v["ws"]["transport"], "websocket", "{v}");
+        assert_eq!(v["ws"]["upgrades"], 1, "{v}");
+        assert_eq!(v["ws"]["fallbacks"], 0, "{v}");
         let cursor = v["ws"]["cursor"].as_u64().unwrap();
         let ws = seqs(&v["ws"]["events"]);
         let want: Vec<u64> = (6..6 + ws.len() as u64).collect();
@@ -96,6 +121,7 @@ fn a_page_of_another_origin_initializes_reads_upgrades_and_resumes() {
             "the upgrade replays 6..=C then goes live, contiguous: {v}"
         );
         assert!(cursor >= 5 && *ws.last().unwrap() >= cursor + 2, "{v}");
+        assert_eq!(v["stored"], 10, "localStorage holds the cursor: {v}");
         assert_eq!(seqs(&v["resumed"]), vec![9, 10], "{v}");
     });
 }
