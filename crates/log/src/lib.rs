@@ -186,4 +186,21 @@ pub trait Log: Send + Sync + 'static {
         let _ = id;
         Ok(None)
     }
+
+    /// Whether the leases this handle won ([`Log::claim`]) are certainly
+    /// still its own. On Redis: false once its heartbeat has gone unrefreshed
+    /// for 7 s (a process frozen, a network cut), 3 s before the heartbeat
+    /// expires and another instance may claim them. A log of one process
+    /// holds no leases: always true.
+    fn leases_fresh(&self) -> bool {
+        true
+    }
+
+    /// Grows by one each time this handle's leases may have lapsed (its
+    /// heartbeat came back after [`Log::leases_fresh`] was false). Whatever
+    /// runs under a lease won in an older epoch must stop: another instance
+    /// may run it now. Always 0 for a log of one process.
+    fn lease_epoch(&self) -> u64 {
+        0
+    }
 }

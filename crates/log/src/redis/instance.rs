@@ -2,8 +2,17 @@
 //! the owner of a call is still running: a key `mcpr:instance:ID` that
 //! expires [`TTL`] after its last refresh, refreshed every [`REFRESH`] by a
 //! task of its own, deleted on close.
+//!
+//! The same heartbeat fences this handle's leases ([`crate::Log::claim`]):
+//! another instance may take a lease once the key has expired, so this one
+//! stops trusting its leases [`FRESH`] after its last refresh that Redis
+//! acknowledged, [`TTL`] - [`FRESH`] before anyone else can take them, and
+//! counts a lapse in its lease epoch, so that what it opened under an older
+//! epoch is never used again (a process frozen past its lease, then thawed).
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::conn::Conn;
 use tokio::task::JoinHandle;
@@ -16,6 +25,52 @@ use crate::LogError;
 pub(super) const TTL: Duration = Duration::from_secs(10);
 /// How often the heartbeat is refreshed: three misses in a row before it expires.
 const REFRESH: Duration = Duration::from_secs(3);
+/// How long after its last acknowledged refresh this handle still trusts its
+/// leases: 3 s before the key can expire and another instance claim them.
+pub(super) const FRESH: Duration = Duration::from_secs(7);
+
+/// When the heartbeat was last acknowledged, and how many times it lapsed.
+pub(super) struct Liveness {
+    start: Instant,
+    last_ok_ms: AtomicU64,
+    epoch: AtomicU64,
+}
+
+impl Liveness {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ok_ms: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Redis acknowledged a refresh sent at `sent_ms`: a refresh after a
+    /// lapse starts a new epoch.
+    fn refreshed(&self, sent_ms: u64) {
+        let last = self.last_ok_ms.swap(sent_ms, Ordering::AcqRel);
+        if sent_ms.saturating_sub(last) > FRESH.as_millis() as u64 {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether the last acknowledged refresh is recent enough that nobody
+    /// else can have taken this handle's leases.
+    pub(super) fn fresh(&self) -> bool {
+        self.now_ms()
+            .saturating_sub(self.last_ok_ms.load(Ordering::Acquire))
+            <= FRESH.as_millis() as u64
+    }
+
+    /// Grows with every lapse ([`Liveness::fresh`] false at some point).
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+}
 
 /// The key that says `instance` is alive.
 pub(super) fn key(instance: &str) -> String {
@@ -26,6 +81,8 @@ pub(super) fn key(instance: &str) -> String {
 pub(super) struct Heartbeat {
     /// This handle's instance id.
     pub id: String,
+    /// Whether its leases are still its own.
+    pub liveness: Arc<Liveness>,
     task: JoinHandle<()>,
 }
 
@@ -34,19 +91,25 @@ impl Heartbeat {
     /// starts refreshing it.
     pub async fn start(conn: Conn) -> Result<Self, LogError> {
         let id = crate::types::new_instance_id();
+        let liveness = Arc::new(Liveness::new());
+        let sent = liveness.now_ms();
         beat(&mut conn.clone(), &id).await.map_err(unavailable)?;
+        liveness.refreshed(sent);
         let task = {
-            let (mut conn, id) = (conn, id.clone());
+            let (mut conn, id, liveness) = (conn, id.clone(), liveness.clone());
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(REFRESH).await;
-                    if let Err(e) = beat(&mut conn, &id).await {
-                        tracing::warn!(error = %e, "instance heartbeat not refreshed");
+                    // The time it was sent: Redis's expiry counts from later.
+                    let sent = liveness.now_ms();
+                    match beat(&mut conn, &id).await {
+                        Ok(()) => liveness.refreshed(sent),
+                        Err(e) => tracing::warn!(error = %e, "instance heartbeat not refreshed"),
                     }
                 }
             })
         };
-        Ok(Self { id, task })
+        Ok(Self { id, liveness, task })
     }
 
     /// Stops refreshing and deletes the key: this instance is dead at once.

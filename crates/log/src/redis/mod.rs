@@ -265,6 +265,14 @@ impl Log for RedisLog {
         instance::alive(&mut self.conn.clone(), instance).await
     }
 
+    fn leases_fresh(&self) -> bool {
+        self.heartbeat.liveness.fresh()
+    }
+
+    fn lease_epoch(&self) -> u64 {
+        self.heartbeat.liveness.epoch()
+    }
+
     async fn claim(&self, id: &str) -> Result<Option<String>, LogError> {
         let key = format!("{}:s", prefix(id));
         let me = self.instance();

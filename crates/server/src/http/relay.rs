@@ -62,7 +62,7 @@ pub(super) async fn initialize(
     };
     state.log.create_session(&sid, record.encode()).await?;
     let opened = match route::lease::claim_new(state, &sid).await {
-        Ok(inbox_from) => state.routes.open(state, &sid, None, inbox_from),
+        Ok(lease) => state.routes.open(state, &sid, None, lease),
         Err(e) => Err(crate::backend::BackendError::Failed(e.to_string())),
     };
     let route = match opened {

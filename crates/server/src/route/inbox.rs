@@ -90,6 +90,10 @@ pub(crate) async fn watch(state: AppState, session: String, mut seen: Seq, alway
         let Some(route) = state.routes.peek(&session) else {
             return;
         };
+        if route.lease_lost(&*state.log) {
+            // The next message for the session closes the route and claims again.
+            return;
+        }
         if !always {
             let mut t = route.lock_table();
             if !t.asking() {

@@ -10,6 +10,13 @@
 //! kept for [`RECHECK`], so a busy session costs one claim a second per
 //! instance, not one per message; an owner that dies is replaced on the
 //! first claim after its heartbeat expires (about 10 s on Redis).
+//!
+//! A route here is used only while the lease it was opened under is still
+//! this instance's ([`SessionRoute::lease_lost`]): an instance frozen past
+//! its lease (SIGSTOP, a stalled VM) finds, when it thaws, that another
+//! instance may run the session now, stops its own backend (the child is
+//! killed, its calls end with -32603 `lease-lost`) and claims again, so two
+//! children never serve one session through this instance.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,10 +64,14 @@ impl Routes {
 /// from the client's stored `initialize` params.
 pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, ApiError> {
     if let Some(r) = state.routes.get(session) {
-        return Ok(Located::Here(r));
+        if !r.lease_lost(&*state.log) {
+            return Ok(Located::Here(r));
+        }
+        tracing::warn!(%session, "this instance's lease on the session may have lapsed (its heartbeat went unrefreshed); its backend stops and the session is claimed again");
+        state.routes.close(session);
     }
     let exclusive = state.backend.as_ref().is_some_and(|b| b.exclusive());
-    let mut inbox_from = None;
+    let mut lease = None;
     if exclusive {
         if let Some(owner) = state.routes.owner_seen(session) {
             return Ok(Located::There(owner));
@@ -68,12 +79,14 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
         // Counted before the claim: a message forwarded to this instance as
         // soon as it holds the lease opens a later stream.
         let seen = state.log.request_streams(session).await?;
+        // Taken before the claim: a lapse after it makes the route stale.
+        let epoch = state.log.lease_epoch();
         match state.log.claim(session).await? {
             Some(owner) if owner != state.log.instance() => {
                 state.routes.remember_owner(session, owner.clone());
                 return Ok(Located::There(owner));
             }
-            Some(_) => inbox_from = Some(seen),
+            Some(_) => lease = Some((seen, epoch)),
             None => {} // one process: every session is this instance's
         }
     }
@@ -87,7 +100,7 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
             "this session was not created through the server's backend".into(),
         ));
     };
-    match state.routes.open(state, session, Some(init), inbox_from) {
+    match state.routes.open(state, session, Some(init), lease) {
         Ok(r) => Ok(Located::Here(r)),
         Err(BackendError::Busy(why)) => Err(ApiError::TooMany(why)),
         Err(e) => Err(ApiError::Internal(e.to_string())),
@@ -95,12 +108,17 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
 }
 
 /// The lease of a session this instance just created, for its route: the
-/// count to read forwarded messages from, if the log is shared.
-pub(crate) async fn claim_new(state: &AppState, session: &str) -> Result<Option<u64>, LogError> {
+/// count to read forwarded messages from and the lease epoch, if the log is
+/// shared.
+pub(crate) async fn claim_new(
+    state: &AppState,
+    session: &str,
+) -> Result<Option<(u64, u64)>, LogError> {
     let exclusive = state.backend.as_ref().is_some_and(|b| b.exclusive());
     if !exclusive {
         return Ok(None);
     }
+    let epoch = state.log.lease_epoch();
     // Nobody else knows the id yet: the claim is this instance's.
-    Ok(state.log.claim(session).await?.map(|_| 0))
+    Ok(state.log.claim(session).await?.map(|_| (0, epoch)))
 }

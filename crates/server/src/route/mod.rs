@@ -47,6 +47,9 @@ pub(crate) struct SessionRoute {
     backend: Box<dyn BackendSession>,
     table: Arc<Mutex<Table>>,
     used: Mutex<Instant>,
+    /// The lease epoch it was opened under, for an exclusive backend on a
+    /// shared log ([`lease`]).
+    epoch: Option<u64>,
 }
 
 impl Routes {
@@ -69,16 +72,17 @@ impl Routes {
     /// The route of `session`, starting its backend if this instance has
     /// none; `restore` holds the client's `initialize` params when the
     /// session was initialized before (on another instance, by an earlier
-    /// process, or before it was parked). With `inbox_from`, this instance
-    /// holds the session's owner lease: the route takes the messages other
-    /// instances forward to it through request streams after that count
-    /// ([`inbox`]), for as long as it lives.
+    /// process, or before it was parked). With `lease` (a request stream
+    /// count and a lease epoch), this instance holds the session's owner
+    /// lease: the route takes the messages other instances forward to it
+    /// through request streams after that count ([`inbox`]) for as long as
+    /// it lives, and only while the lease epoch holds.
     pub(crate) fn open(
         &self,
         state: &AppState,
         session: &str,
         restore: Option<Value>,
-        inbox_from: Option<mcp_resume_log::Seq>,
+        lease: Option<(mcp_resume_log::Seq, u64)>,
     ) -> Result<Arc<SessionRoute>, BackendError> {
         let mut map = self.lock();
         if let Some(r) = map.get(session) {
@@ -92,13 +96,14 @@ impl Routes {
         let mut table = Table::new(prefix);
         // The owner's inbox also takes forwarded answers: the watch that
         // runs only while answers are awaited is not needed.
-        table.watching = inbox_from.is_some();
+        table.watching = lease.is_some();
         let table = Arc::new(Mutex::new(table));
         let session_backend = backend.open(session, outbox, restore)?;
         let route = Arc::new(SessionRoute {
             backend: session_backend,
             table: table.clone(),
             used: Mutex::new(Instant::now()),
+            epoch: lease.map(|(_, epoch)| epoch),
         });
         map.insert(session.to_owned(), route.clone());
         tokio::spawn(commit_loop(
@@ -107,8 +112,9 @@ impl Routes {
             table,
             rx,
             pending,
+            route.epoch,
         ));
-        if let Some(seen) = inbox_from {
+        if let Some((seen, _)) = lease {
             tokio::spawn(inbox::watch(state.clone(), session.to_owned(), seen, true));
         }
         Ok(route)
@@ -118,6 +124,17 @@ impl Routes {
     pub(crate) fn close(&self, session: &str) {
         if let Some(r) = self.lock().remove(session) {
             r.backend.close();
+        }
+    }
+
+    /// Closes the route of `session` if it is still the one with `table`
+    /// (not a newer one opened since).
+    fn close_if(&self, session: &str, table: &Arc<Mutex<Table>>) {
+        let mut map = self.lock();
+        if map.get(session).is_some_and(|r| Arc::ptr_eq(&r.table, table)) {
+            if let Some(r) = map.remove(session) {
+                r.backend.close();
+            }
         }
     }
 
@@ -155,7 +172,20 @@ impl Routes {
     }
 }
 
+/// Whether a route opened under lease epoch `epoch` may no longer act for
+/// its session: this handle's leases lapsed since (another instance may run
+/// the session now).
+fn lapsed(epoch: Option<u64>, log: &dyn mcp_resume_log::Log) -> bool {
+    epoch.is_some_and(|e| log.lease_epoch() != e || !log.leases_fresh())
+}
+
 impl SessionRoute {
+    /// Whether the lease this route runs under may have lapsed: it must not
+    /// be used, and what its backend sends is no longer committed.
+    pub(crate) fn lease_lost(&self, log: &dyn mcp_resume_log::Log) -> bool {
+        lapsed(self.epoch, log)
+    }
+
     pub(crate) fn lock_table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -203,10 +233,20 @@ async fn commit_loop(
     table: Arc<Mutex<Table>>,
     mut rx: mpsc::UnboundedReceiver<Queued>,
     pending: Arc<Pending>,
+    epoch: Option<u64>,
 ) {
     let mut queued = Vec::with_capacity(BATCH);
     let mut ended = false;
+    let mut lease_lost = false;
     while rx.recv_many(&mut queued, BATCH).await > 0 {
+        if lapsed(epoch, &*state.log) {
+            // Another instance may run the session now: nothing more from
+            // this backend is committed, and it stops.
+            tracing::warn!(%session, dropped = queued.len(), "the session's lease lapsed here; what its backend sent since is not committed");
+            pending.done(queued.len());
+            lease_lost = true;
+            break;
+        }
         // Route each message (under the lock, no I/O) and commit runs bound
         // for one stream together, in order; a lazy call's first related
         // message first commits what came before, then opens its stream.
@@ -270,17 +310,28 @@ async fn commit_loop(
             break;
         }
     }
-    // The backend stopped (closed, parked, or its task ended): nothing will
-    // answer what is in flight, so the transport does.
-    let pending = table.lock().unwrap_or_else(|e| e.into_inner()).drain();
-    for (id, dest) in pending {
-        let reply = jsonrpc::error_with_data(
-            &id,
-            jsonrpc::INTERNAL_ERROR,
+    // The backend stopped (closed, parked, or its task ended) or its lease
+    // lapsed: nothing will answer what is in flight, so the transport does.
+    let lease_lost = lease_lost || lapsed(epoch, &*state.log);
+    let (why, reason) = if lease_lost {
+        (
+            "this instance lost the session's lease while this call ran (it was stalled); it may be retried",
+            "lease-lost",
+        )
+    } else {
+        (
             "the session's backend stopped while this call ran; it may be retried",
-            json!({"reason": "backend-stopped"}),
-        );
+            "backend-stopped",
+        )
+    };
+    let in_flight = table.lock().unwrap_or_else(|e| e.into_inner()).drain();
+    for (id, dest) in in_flight {
+        let reply =
+            jsonrpc::error_with_data(&id, jsonrpc::INTERNAL_ERROR, why, json!({"reason": reason}));
         answer(&state, &session, dest, reply).await;
+    }
+    if lease_lost {
+        state.routes.close_if(&session, &table);
     }
     if ended {
         if let Err(e) = state.log.end_session(&session).await {
