@@ -73,7 +73,7 @@ fn an_owner_frozen_past_its_lease_stops_its_child_and_forwards_after_the_thaw() 
             .expect("the call in flight on the frozen owner ends")
             .unwrap();
         let answer: Value = serde_json::from_str(&body).unwrap_or_else(|_| {
-            let data = body.lines().filter_map(|l| l.strip_prefix("data: ")).last();
+            let data = body.lines().rev().find_map(|l| l.strip_prefix("data: "));
             serde_json::from_str(data.unwrap_or("null")).unwrap()
         });
         assert_eq!(answer["id"], 2, "{body}");
