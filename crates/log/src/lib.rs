@@ -121,6 +121,22 @@ pub trait Log: Send + Sync + 'static {
         self.append(id, stream, messages).await
     }
 
+    /// [`Log::append_once`] on behalf of this handle's lease on the session
+    /// ([`Log::claim`]): nothing is appended, [`LogError::LeaseLost`], unless
+    /// this handle holds the lease when the append runs, checked atomically
+    /// with it. The fence of an owner that stalled while another instance
+    /// took its sessions over: two owners never both commit. A log of one
+    /// process keeps no leases: [`Log::append_once`].
+    async fn append_fenced(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
+        self.append_once(id, stream, messages, key).await
+    }
+
     /// Up to `max` committed events after `after`, in order.
     ///
     /// `after` above the head is [`LogError::Ahead`]; below `floor - 1` is

@@ -88,6 +88,23 @@ impl AppState {
         Ok(seq)
     }
 
+    /// [`AppState::commit_once`] on behalf of this instance's lease on the
+    /// session ([`Log::append_fenced`]): refused with `LeaseLost` once
+    /// another instance holds it.
+    pub(crate) async fn commit_fenced(
+        &self,
+        session: &str,
+        stream: StreamKey,
+        messages: Vec<bytes::Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
+        let n = messages.len();
+        let started = std::time::Instant::now();
+        let seq = self.log.append_fenced(session, stream, messages, key).await?;
+        self.metrics.committed(n, started.elapsed());
+        Ok(seq)
+    }
+
     /// A random key for [`AppState::commit_once`].
     pub(crate) fn once_key() -> u64 {
         let mut b = [0u8; 8];

@@ -11,7 +11,8 @@ use crate::{LogError, Seq, StreamKey};
 
 impl RedisLog {
     /// Runs the append script on stream `stream` of `id`: appends
-    /// `messages` (at most once per `key` when given, [`crate::Log::append_once`]),
+    /// `messages` (at most once per `key` when given, [`crate::Log::append_once`];
+    /// only while `owner` holds the lease when given, [`crate::Log::append_fenced`]),
     /// trims by count and to `floor`; the reply's head.
     async fn run_append(
         &self,
@@ -20,6 +21,7 @@ impl RedisLog {
         messages: &[Bytes],
         floor: Seq,
         key: Option<u64>,
+        owner: Option<&str>,
     ) -> Result<i64, LogError> {
         let p = prefix(id);
         let n = stream.number();
@@ -33,7 +35,8 @@ impl RedisLog {
             .arg(self.retention.max_events)
             .arg(floor)
             .arg(self.commit_at_ack())
-            .arg(key.map(|k| k.to_string()).unwrap_or_default());
+            .arg(key.map(|k| k.to_string()).unwrap_or_default())
+            .arg(owner.unwrap_or_default());
         for m in messages {
             inv.arg(m.as_ref());
         }
@@ -47,23 +50,28 @@ impl RedisLog {
                 session: id.to_owned(),
                 stream: n,
             }),
+            [-4] => Err(LogError::LeaseLost(id.to_owned())),
             [h, _] => Ok(*h),
             _ => Err(LogError::Corrupt(format!("unexpected append reply {r:?}"))),
         }
     }
 
-    /// Appends, at most once per `key` when given; returns once committed.
+    /// Appends, at most once per `key` and only while `owner` holds the
+    /// session's lease, when given; returns once committed.
     pub(super) async fn append_keyed(
         &self,
         id: &str,
         stream: StreamKey,
         messages: Vec<Bytes>,
         key: Option<u64>,
+        owner: Option<&str>,
     ) -> Result<Seq, LogError> {
         if messages.is_empty() {
             return Ok(self.bounds_of(id, stream).await?.head);
         }
-        let h = self.run_append(id, stream, &messages, 0, key).await?;
+        let h = self
+            .run_append(id, stream, &messages, 0, key, owner)
+            .await?;
         let p = prefix(id);
         let n = stream.number();
         if self.replicas > 0 {
@@ -99,7 +107,7 @@ impl RedisLog {
         stream: StreamKey,
         floor: Seq,
     ) -> Result<(), LogError> {
-        match self.run_append(id, stream, &[], floor, None).await {
+        match self.run_append(id, stream, &[], floor, None, None).await {
             // Ended (or never opened) meanwhile: nothing to trim.
             Ok(_) | Err(LogError::NoSession(_) | LogError::NoStream { .. }) => Ok(()),
             Err(e) => Err(e),

@@ -313,7 +313,7 @@ impl Log for RedisLog {
         stream: StreamKey,
         messages: Vec<Bytes>,
     ) -> Result<Seq, LogError> {
-        self.append_keyed(id, stream, messages, None).await
+        self.append_keyed(id, stream, messages, None, None).await
     }
 
     async fn append_once(
@@ -323,7 +323,19 @@ impl Log for RedisLog {
         messages: Vec<Bytes>,
         key: u64,
     ) -> Result<Seq, LogError> {
-        self.append_keyed(id, stream, messages, Some(key)).await
+        self.append_keyed(id, stream, messages, Some(key), None).await
+    }
+
+    async fn append_fenced(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
+        let me = self.instance().to_owned();
+        self.append_keyed(id, stream, messages, Some(key), Some(&me))
+            .await
     }
 
     async fn read(

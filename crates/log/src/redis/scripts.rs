@@ -7,7 +7,10 @@ use redis::Script;
 /// Assigns seqs, appends, trims by count (or to `ARGV[4]`, for age) short of
 /// pins, and moves the heads, in one step. With a key (`ARGV[6]`, kept ten
 /// minutes in `KEYS[5]`), a batch already appended under it is not appended
-/// again: its head is returned (a retry after an unknown outcome).
+/// again: its head is returned (a retry after an unknown outcome). With an
+/// owner (`ARGV[7]`), nothing is appended unless that instance holds the
+/// session's lease (field `o`): `{-4}`, the fence of a stalled owner.
+/// Messages are `ARGV[8..]`.
 pub(super) const APPEND: &str = r#"
 if redis.call('HGET', KEYS[1], 'e') ~= '0' then return {-1} end
 local once = ARGV[6] or ''
@@ -15,10 +18,12 @@ if once ~= '' then
   local done = redis.call('HGET', KEYS[5], once)
   if done then return {tonumber(done), -3} end
 end
+local owner = ARGV[7] or ''
+if owner ~= '' and redis.call('HGET', KEYS[1], 'o') ~= owner then return {-4} end
 local h = tonumber(redis.call('HGET', KEYS[2], 'h'))
 if not h then return {-2} end
 local f = tonumber(redis.call('HGET', KEYS[2], 'f'))
-for i = 7, #ARGV do
+for i = 8, #ARGV do
   h = h + 1
   redis.call('XADD', KEYS[3], h .. '-0', 't', ARGV[2], 'm', ARGV[i])
 end

@@ -238,6 +238,7 @@ async fn commit_loop(
     let mut queued = Vec::with_capacity(BATCH);
     let mut ended = false;
     let mut lease_lost = false;
+    let fenced = epoch.is_some();
     while rx.recv_many(&mut queued, BATCH).await > 0 {
         if lapsed(epoch, &*state.log) {
             // Another instance may run the session now: nothing more from
@@ -290,7 +291,7 @@ async fn commit_loop(
                     let _ = tx.send(Answer::Json(m));
                 }
                 Routed::Open { call, message } => {
-                    flush(&state, &session, &mut runs, &pending).await;
+                    lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
                     let k = open_lazy(&state, &session, &table, &call).await;
                     push(&mut runs, k, &message);
                 }
@@ -299,10 +300,17 @@ async fn commit_loop(
                 }
             }
         }
-        flush(&state, &session, &mut runs, &pending).await;
+        lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
         pending.done(messages);
         for ack in flushes {
-            let _ = ack.send(Ok(()));
+            let _ = ack.send(if lease_lost {
+                Err(LogError::LeaseLost(session.clone()))
+            } else {
+                Ok(())
+            });
+        }
+        if lease_lost {
+            break;
         }
         if let Some(why) = end {
             tracing::warn!(%session, "the session's backend ended it: {why}");
@@ -359,14 +367,31 @@ fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value) {
 }
 
 /// Commits the runs in order; a run that cannot be committed is reported to
-/// the backend at its next send ([`Pending::fail`]).
-async fn flush(state: &AppState, session: &str, runs: &mut Vec<Run>, pending: &Pending) {
+/// the backend at its next send ([`Pending::fail`]). With `fenced` (a route
+/// under a lease), each commit is refused once another instance holds the
+/// lease: then nothing more is committed and this says so (`true`).
+async fn flush(
+    state: &AppState,
+    session: &str,
+    runs: &mut Vec<Run>,
+    pending: &Pending,
+    fenced: bool,
+) -> bool {
     for (k, messages) in runs.drain(..) {
-        if let Err(e) = commit_with_retry(state, session, k, messages).await {
-            tracing::error!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
-            pending.fail(e);
+        match commit_with_retry(state, session, k, messages, fenced).await {
+            Ok(_) => {}
+            Err(LogError::LeaseLost(_)) => {
+                // The runs after it are dropped with the drain.
+                tracing::warn!(%session, "another instance holds the session's lease: what this instance's backend sent is not committed");
+                return true;
+            }
+            Err(e) => {
+                tracing::error!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
+                pending.fail(e);
+            }
         }
     }
+    false
 }
 
 /// Opens the request stream of lazy call `call` (its key) and tells the
@@ -405,12 +430,20 @@ async fn commit_with_retry(
     session: &str,
     k: StreamKey,
     messages: Vec<Bytes>,
+    fenced: bool,
 ) -> Result<u64, LogError> {
     let key = AppState::once_key();
-    match state.commit_once(session, k, messages.clone(), key).await {
+    let commit = |messages| async move {
+        if fenced {
+            state.commit_fenced(session, k, messages, key).await
+        } else {
+            state.commit_once(session, k, messages, key).await
+        }
+    };
+    match commit(messages.clone()).await {
         Err(LogError::Unavailable(_) | LogError::Storage(_)) => {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            state.commit_once(session, k, messages, key).await
+            commit(messages).await
         }
         other => other,
     }
