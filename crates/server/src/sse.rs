@@ -187,7 +187,10 @@ async fn pump(
             return;
         }
     }
+    let mut touched = tokio::time::Instant::now();
     loop {
+        // An open reader is activity: its session does not idle out under it.
+        touch_every(&state, &id, state.config.keepalive, &mut touched).await;
         let next = tokio::select! {
             ev = sub.next() => ev,
             _ = tokio::time::sleep(state.config.keepalive) => {
@@ -248,5 +251,23 @@ fn log_code(e: &LogError) -> &'static str {
         LogError::Truncated { .. } => "cursor-truncated",
         LogError::DataLost { .. } => "data-lost",
         _ => "log-error",
+    }
+}
+
+/// Marks session `id` as used when `every` has passed since `touched`: an
+/// open reader (SSE or WebSocket, of a session or a listen stream) keeps its
+/// session from idle expiry, at one touch per `every` whatever the traffic.
+pub(crate) async fn touch_every(
+    state: &AppState,
+    id: &str,
+    every: std::time::Duration,
+    touched: &mut tokio::time::Instant,
+) {
+    if touched.elapsed() < every {
+        return;
+    }
+    *touched = tokio::time::Instant::now();
+    if let Err(e) = state.log.touch(id).await {
+        tracing::debug!(session = %id, error = %e, "an open reader could not keep its session alive");
     }
 }
