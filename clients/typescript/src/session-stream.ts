@@ -53,6 +53,7 @@ export class SessionStream {
   private saveQueued = false;
   /** Drops the live connection (close, or a watchdog). */
   private drop: (() => void) | undefined;
+  private stopped = false;
 
   constructor(
     private readonly link: Link,
@@ -75,15 +76,16 @@ export class SessionStream {
     return this.checker?.cursor;
   }
 
-  /** Ends the live connection; `run` sees the transport closed and returns. */
+  /** Ends the reader (the transport closed, or its session ended or was replaced). */
   stop(): void {
+    this.stopped = true;
     this.drop?.();
   }
 
   /** Reads until the transport closes or a fatal error (reported through `fail`). */
   async run(): Promise<void> {
     const { link } = this;
-    while (!link.closed) {
+    while (!link.closed && !this.stopped) {
       this.progressed = false;
       let err: Error;
       try {
@@ -92,7 +94,7 @@ export class SessionStream {
         err = asError(e);
       }
       this.flushCursor();
-      if (link.closed) return;
+      if (link.closed || this.stopped) return;
       if (err === NO_STREAM) return;
       if (isFatal(err)) return link.fail(err);
       if (this.progressed) this.failures = 0;

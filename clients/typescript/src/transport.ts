@@ -212,7 +212,11 @@ export class ResumableClientTransport {
     });
     if (isInit && res.ok) {
       const sid = res.headers.get("mcp-session-id");
-      if (sid) {
+      if (sid && sid !== this._sessionId) {
+        // A new session: the reader of the old one (if any) stops; the new
+        // one's stream opens after its `notifications/initialized`.
+        this.session?.stop();
+        this.session = undefined;
         this._sessionId = sid;
         this.fresh = true;
       }
@@ -264,6 +268,7 @@ export class ResumableClientTransport {
     await res.body?.cancel().catch(() => {});
     if (!res.ok && res.status !== 405 && res.status !== 404) throw new HttpStatusError("DELETE", res.status, "");
     this.session?.stop();
+    this.session = undefined;
     await this.store.remove?.(sid);
     this._sessionId = undefined;
   }
