@@ -8,7 +8,7 @@ export type { ResumableTransportOptions, SendOptions } from "./transport.js";
 export type { TransportStats } from "./session-stream.js";
 export type { JSONRPCMessage, ReconnectOptions } from "./link.js";
 export { FileCursorStore, LocalStorageCursorStore, MemoryCursorStore } from "./stores.js";
-export type { CursorStore, SavedCursor } from "./stores.js";
+export type { CursorStore, SavedCursor, StorageLike } from "./stores.js";
 export {
   CursorDiscontinuityError,
   HttpStatusError,
@@ -17,4 +17,4 @@ export {
 } from "./errors.js";
 export type { DiscontinuityDetails, DiscontinuityReason } from "./errors.js";
 export { REQUEST_STREAM_LOST } from "./request-stream.js";
-export type { WebSocketConstructor } from "./ws/dom.js";
+export type { WebSocketConstructor, WebSocketLike } from "./ws/dom.js";

@@ -35,14 +35,23 @@ export class MemoryCursorStore implements CursorStore {
   }
 }
 
+/** The part of the Web Storage API the store uses (declared here so Node-only projects need no DOM types). */
+export interface StorageLike {
+  getItem(key: string): string | null;
+  setItem(key: string, value: string): void;
+  removeItem(key: string): void;
+  key(index: number): string | null;
+  readonly length: number;
+}
+
 /** Browsers: one `localStorage` key per session, so a reloaded page resumes where it was. */
 export class LocalStorageCursorStore implements CursorStore {
-  private readonly storage: Storage;
+  private readonly storage: StorageLike;
   constructor(
     private readonly prefix = "mcp-resume-cursor:",
-    storage?: Storage,
+    storage?: StorageLike,
   ) {
-    const s = storage ?? (globalThis as { localStorage?: Storage }).localStorage;
+    const s = storage ?? (globalThis as { localStorage?: StorageLike }).localStorage;
     if (!s) throw new Error("LocalStorageCursorStore needs localStorage (a browser), or a Storage passed in");
     this.storage = s;
   }

@@ -16,8 +16,20 @@
 import type { Connector, FrameHandlers, FrameSocket, Handshake, UpgradeRequest } from "./types.js";
 import { AUTH_SUBPROTOCOL_PREFIX, CURSOR_FRAME_SUBPROTOCOL, SUBPROTOCOL } from "./types.js";
 
+/** The part of a WHATWG WebSocket the connector uses (declared here so Node-only projects need no DOM types). */
+export interface WebSocketLike {
+  readonly protocol: string;
+  readonly readyState: number;
+  onopen: ((ev: unknown) => unknown) | null;
+  onmessage: ((ev: { data: unknown }) => unknown) | null;
+  onerror: ((ev: unknown) => unknown) | null;
+  onclose: ((ev: { code: number; reason: string }) => unknown) | null;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+}
+
 /** The constructor of a WHATWG WebSocket. */
-export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocket;
+export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocketLike;
 
 /** A connector on `WebSocketImpl` (default: the global `WebSocket`). */
 export function domConnector(WebSocketImpl?: WebSocketConstructor): Connector {
@@ -75,7 +87,7 @@ class DomFrameSocket implements FrameSocket {
   private queued: Array<string | { code: number; reason: string }> = [];
   private done = false;
 
-  constructor(private readonly ws: WebSocket) {}
+  constructor(private readonly ws: WebSocketLike) {}
 
   /** From the handshake on, frames and the end go to the handlers (queued until attached). */
   listen(): void {
