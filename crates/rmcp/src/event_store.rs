@@ -276,11 +276,16 @@ impl Pump {
         if self.loc.is_standalone() || self.cursor == 0 {
             return Ok(());
         }
-        let last = self
+        let last = match self
             .log
             .read(&self.loc.session, self.loc.stream, self.cursor - 1, 1)
             .await
-            .map_err(|e| Stop::Ended(e.to_string()))?;
+        {
+            Ok(last) => last,
+            // Damaged storage lost it: the replay goes on from the cursor.
+            Err(LogError::DataLost { .. }) => Vec::new(),
+            Err(e) => return Err(Stop::Ended(e.to_string())),
+        };
         match last.first().map(|ev| decode(&self.loc, ev)) {
             Some(Ok(msg)) if ends_request_stream(&msg) => Err(Stop::Done),
             _ => Ok(()),

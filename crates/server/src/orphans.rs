@@ -34,7 +34,14 @@ pub(crate) async fn end_if_orphaned(
     let _guard = state.orphan_lock.lock().await;
     let head = state.log.bounds(session, stream).await?.head;
     if head > 0 {
-        let last = state.log.read(session, stream, head - 1, 1).await?;
+        let last = match state.log.read(session, stream, head - 1, 1).await {
+            Ok(last) => last,
+            // Damaged storage lost the last events: whether the response was
+            // among them is unknown, so the call is treated as unanswered
+            // (its owner's liveness decides below) and the stream ends.
+            Err(LogError::DataLost { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
         if last
             .first()
             .is_some_and(|e| jsonrpc::is_response(&e.message))
@@ -84,7 +91,7 @@ pub(crate) async fn sweep(state: &AppState) -> Result<usize, LogError> {
                 Err(
                     LogError::NoSession(_) | LogError::SessionEnded | LogError::NoStream { .. },
                 ) => {}
-                Err(LogError::Truncated { .. }) => {}
+                Err(LogError::Truncated { .. } | LogError::DataLost { .. }) => {}
                 Err(e) => return Err(e),
             }
         }

@@ -58,11 +58,7 @@ pub(super) fn check(path: &Path, repair: bool) -> Result<CheckReport, LogError> 
     let kept = store.meta.get(HEADS_KEPT).map_err(storage)?.is_some();
     match heads::read(path) {
         Ok(Some(rec)) => {
-            if let Some(why) = &rec.stopped {
-                report
-                    .problems
-                    .push(format!("the committed-heads record: {why}"));
-            }
+            // A torn tail (`rec.stopped`) is what a crash leaves: not damage.
             report.damage = damage::reconcile(&store, &rec, repair)?;
             if repair && !report.damage.is_empty() {
                 report.repaired.push(format!(
@@ -260,6 +256,7 @@ fn check_events(
         seq >= b.floor && seq <= b.head && !b.lost.is_some_and(|(f, t)| (f..=t).contains(&seq))
     };
     let (mut next, mut missing, mut extra) = (b.floor, None, Vec::new());
+    let mut present = Vec::new();
     let note_missing = |from: u64, to: u64, missing: &mut Option<(u64, u64)>| {
         for seq in from..to {
             if expected(seq) {
@@ -279,6 +276,7 @@ fn check_events(
         }
         note_missing(next, seq, &mut missing);
         next = seq + 1;
+        present.push(seq);
         if v.len() < 8 {
             // Too short to be an event: unreadable, so lost.
             extra.push(seq);
@@ -301,5 +299,20 @@ fn check_events(
         ));
     }
     let lost = missing.map(|m| merge(b.lost, m)).or(b.lost);
+    if let Some((from, to)) = lost {
+        // One range per stream: intact events inside it are refused with it,
+        // so they go from storage too (reported, never silent).
+        let inside: Vec<u64> = present
+            .into_iter()
+            .filter(|s| (from..=to).contains(s))
+            .collect();
+        if !inside.is_empty() {
+            report.problems.push(format!(
+                "session {id:?} stream {n}: {} intact events between two losses are refused with them",
+                inside.len()
+            ));
+            extra.extend(inside);
+        }
+    }
     Ok(Some((Bounds { lost, ..b }, extra)))
 }

@@ -10,8 +10,8 @@ use fjall::PersistMode;
 
 use super::heads::Recorded;
 use super::store::{
-    bounds_value, decode_bounds, session_prefix, storage, stream_key, SessionRec, Store,
-    HEADS_KEPT,
+    bounds_value, decode_bounds, event_key, session_prefix, storage, stream_key, SessionRec,
+    Store, HEADS_KEPT,
 };
 use crate::hub::Hub;
 use crate::types::now_ms;
@@ -155,6 +155,14 @@ pub(super) fn reconcile(
             let mut kept = Bounds { head, ..now };
             if now.head < head {
                 let lost = merge(now.lost, (now.head + 1, head));
+                if now.lost.is_some() {
+                    // One range per stream: events between two losses are
+                    // refused with them, so storage must not hold them either.
+                    let span = event_key(id, n, lost.0)..=event_key(id, n, lost.1);
+                    for kv in store.events.range(span) {
+                        wb.remove(&store.events, kv.key().map_err(storage)?.to_vec());
+                    }
+                }
                 kept.lost = Some(lost);
                 found.push(damage(DamageKind::EventsLost {
                     stream,
@@ -222,5 +230,67 @@ pub(super) fn report(path: &Path, found: &[Damage], hub: &Hub) {
             tracing::warn!(log = %path.display(), session, stream = stream.number(), from, to,
                 "known storage damage: committed events lost; readers that need them get 409 data-lost");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::super::heads::{append_record, Entry};
+    use crate::{DiskLog, Log, LogError, Retention, StreamKey};
+
+    const S: StreamKey = StreamKey::Session;
+
+    fn lose(dir: &std::path::Path, head: u64) {
+        append_record(
+            dir,
+            &[Entry::Head {
+                id: "a".into(),
+                stream: 0,
+                head,
+            }],
+        );
+    }
+
+    async fn append(log: &DiskLog, n: u64) -> u64 {
+        let mut head = 0;
+        for _ in 0..n {
+            head = log.append("a", S, vec![Bytes::from_static(b"{}")]).await.unwrap();
+        }
+        head
+    }
+
+    /// A second loss on a stream that has a lost range: one merged range,
+    /// the intact events between the two refused with it (and gone from
+    /// storage, so the log still opens), the head kept, nothing reused.
+    #[tokio::test]
+    async fn a_second_loss_merges_into_one_range_and_the_log_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = DiskLog::open(dir.path(), Retention::default()).unwrap();
+            log.create_session("a", Bytes::new()).await.unwrap();
+            assert_eq!(append(&log, 10).await, 10);
+        }
+        lose(dir.path(), 20); // commits 11..=20 that storage no longer has
+        {
+            let log = DiskLog::open(dir.path(), Retention::default()).unwrap();
+            assert_eq!(log.bounds("a", S).await.unwrap().lost, Some((11, 20)));
+            assert_eq!(append(&log, 5).await, 25);
+        }
+        lose(dir.path(), 30); // and 26..=30 now
+        let log = DiskLog::open(dir.path(), Retention::default()).unwrap();
+        let b = log.bounds("a", S).await.unwrap();
+        assert_eq!((b.head, b.lost), (30, Some((11, 30))));
+        assert!(matches!(
+            log.read("a", S, 10, 100).await,
+            Err(LogError::DataLost { from: 11, to: 30, .. })
+        ));
+        assert_eq!(log.read("a", S, 0, 100).await.unwrap().len(), 10);
+        assert_eq!(append(&log, 1).await, 31);
+        drop(log);
+        let log = DiskLog::open(dir.path(), Retention::default()).unwrap();
+        assert!(log.damage_found().is_empty());
+        assert_eq!(log.read("a", S, 30, 100).await.unwrap().len(), 1);
     }
 }

@@ -32,7 +32,8 @@ pub(super) const FILE: &str = "committed-heads";
 const MAGIC: &[u8; 8] = b"MCPRHDS1";
 /// A record's header: payload length and checksum.
 const RECORD_HEADER: usize = 4 + 8;
-/// Past this size the committer rewrites the record as a snapshot.
+/// Past this growth beyond its last snapshot (and twice that snapshot), the
+/// committer rewrites the record as a snapshot.
 const ROTATE_BYTES: u64 = 16 << 20;
 /// A snapshot is written in records of at most this many payload bytes.
 const SNAPSHOT_RECORD: usize = 1 << 20;
@@ -147,9 +148,25 @@ fn decode_payload(mut p: &[u8]) -> Option<Vec<Entry>> {
     Some(out)
 }
 
-/// Parses a whole file's bytes. `Err` only for a file that is not a
-/// committed-heads record at all (wrong header); a record that fails its
-/// checksum stops the reading there (see [`Recorded::stopped`]).
+/// The record at the start of `rest`: its length and entries, if whole and
+/// intact.
+fn record_at(rest: &[u8]) -> Option<(usize, Vec<Entry>)> {
+    let h = rest.get(..RECORD_HEADER)?;
+    let len = u32::from_le_bytes(h[..4].try_into().ok()?) as usize;
+    let sum = u64::from_le_bytes(h[4..].try_into().ok()?);
+    let payload = rest.get(RECORD_HEADER..RECORD_HEADER + len)?;
+    (xxhash_rust::xxh3::xxh3_64(payload) == sum)
+        .then(|| decode_payload(payload))
+        .flatten()
+        .map(|entries| (len, entries))
+}
+
+/// Parses a whole file's bytes. `Err` for a file that is not a
+/// committed-heads record (wrong header) or that is damaged inside: a
+/// record that fails its checksum while an intact one follows it. A bad
+/// record with nothing intact after it is a torn tail (writes cut by a
+/// crash, up to [`SYNC_EVERY`] of them after a power failure): the reading
+/// stops there (see [`Recorded::stopped`]), and what came before holds.
 pub(super) fn parse(bytes: &[u8]) -> Result<Recorded, String> {
     if bytes.get(..MAGIC.len()) != Some(MAGIC.as_slice()) {
         return Err("its header is not a committed-heads record's".into());
@@ -158,25 +175,27 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Recorded, String> {
     let mut at = MAGIC.len();
     while at < bytes.len() {
         let rest = &bytes[at..];
-        let header = rest.get(..RECORD_HEADER);
-        let parsed = header.and_then(|h| {
-            let len = u32::from_le_bytes(h[..4].try_into().ok()?) as usize;
-            let sum = u64::from_le_bytes(h[4..].try_into().ok()?);
-            let payload = rest.get(RECORD_HEADER..RECORD_HEADER + len)?;
-            (xxhash_rust::xxh3::xxh3_64(payload) == sum)
-                .then(|| decode_payload(payload))
-                .flatten()
-                .map(|entries| (len, entries))
-        });
-        match parsed {
+        match record_at(rest) {
             Some((len, entries)) => {
                 entries.into_iter().for_each(|e| rec.apply(e));
                 at += RECORD_HEADER + len;
             }
             None => {
+                // Its length intact and an intact record after it: damage, not a torn tail.
+                let declared = rest
+                    .get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .map(|b| u32::from_le_bytes(b) as usize);
+                let next = declared.and_then(|len| rest.get(RECORD_HEADER + len..));
+                if next.is_some_and(|n| !n.is_empty() && record_at(n).is_some()) {
+                    return Err(format!(
+                        "a record at byte {at} of {} fails its checksum, and intact records follow it",
+                        bytes.len()
+                    ));
+                }
                 rec.stopped = Some(format!(
-                    "a record at byte {at} of {} fails its checksum",
-                    bytes.len()
+                    "the last {} bytes (from byte {at}) are a torn write",
+                    bytes.len() - at
                 ));
                 break;
             }
@@ -233,6 +252,8 @@ pub(super) struct HeadsWriter {
     dir: PathBuf,
     file: Arc<File>,
     len: u64,
+    /// The size of the last snapshot: rotation waits for growth past it.
+    snapshot_len: u64,
     buf: Vec<u8>,
     payload: Vec<u8>,
     shared: Arc<Shared>,
@@ -259,6 +280,7 @@ impl HeadsWriter {
             dir: dir.to_path_buf(),
             file,
             len,
+            snapshot_len: len,
             buf: Vec::new(),
             payload: Vec::new(),
             shared,
@@ -278,16 +300,21 @@ impl HeadsWriter {
             .for_each(|e| encode_entry(e, &mut self.payload));
         self.buf.clear();
         seal(&self.payload, &mut self.buf);
-        (&*self.file).write_all(&self.buf)?;
+        if let Err(e) = (&*self.file).write_all(&self.buf) {
+            // No torn record in the middle of the file: cut what was written.
+            let _ = self.file.set_len(self.len);
+            return Err(e);
+        }
         self.len += self.buf.len() as u64;
         self.shared.dirty.store(true, Ordering::Release);
-        Ok(self.len > ROTATE_BYTES)
+        Ok(self.len > self.snapshot_len + ROTATE_BYTES.max(self.snapshot_len))
     }
 
     /// Rewrites the record as a snapshot of `entries`.
     pub fn rotate(&mut self, entries: &[Entry]) -> std::io::Result<()> {
         let file = Arc::new(write_snapshot(&self.dir, entries)?);
         self.len = std::fs::metadata(self.dir.join(FILE))?.len();
+        self.snapshot_len = self.len;
         *self.shared.file.lock().unwrap_or_else(|e| e.into_inner()) = file.clone();
         self.file = file;
         Ok(())
@@ -328,6 +355,18 @@ fn sync_loop(s: &Shared) {
     }
 }
 
+/// For tests: appends one record of `entries` to the record in `dir`, as a
+/// commit that storage then lost would have.
+#[cfg(test)]
+pub(super) fn append_record(dir: &Path, entries: &[Entry]) {
+    let mut payload = Vec::new();
+    entries.iter().for_each(|e| encode_entry(e, &mut payload));
+    let mut out = Vec::new();
+    seal(&payload, &mut out);
+    let mut f = OpenOptions::new().append(true).open(dir.join(FILE)).unwrap();
+    f.write_all(&out).unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,10 +399,15 @@ mod tests {
         let r = parse(&bytes[..bytes.len() - 3]).unwrap();
         assert!(r.stopped.is_some());
         assert!(r.sessions.contains_key("c"), "the record before the cut holds");
-        // A flipped bit in an early record stops there too.
+        // A flipped bit in an early record, intact ones after it: damage.
         let mut bad = bytes.clone();
         bad[MAGIC.len() + RECORD_HEADER + 1] ^= 1;
-        assert!(parse(&bad).unwrap().sessions.is_empty());
+        assert!(parse(&bad).is_err());
+        // The last record's checksum failing: a torn tail.
+        let mut torn = bytes.clone();
+        let last = torn.len() - 1;
+        torn[last] ^= 1;
+        assert!(parse(&torn).unwrap().stopped.is_some());
         assert!(parse(b"garbage!").is_err());
     }
 }

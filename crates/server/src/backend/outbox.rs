@@ -40,6 +40,8 @@ pub(crate) struct Pending {
     uncommitted: AtomicUsize,
     drained: Notify,
     failed: Mutex<Option<LogError>>,
+    /// The commit loop ended: nothing queued now will be committed.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Pending {
@@ -47,6 +49,12 @@ impl Pending {
     /// waiting for room may go on.
     pub(crate) fn done(&self, n: usize) {
         self.uncommitted.fetch_sub(n, Ordering::AcqRel);
+        self.drained.notify_waiters();
+    }
+
+    /// The commit loop ended: every waiting and later send answers an error.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         self.drained.notify_waiters();
     }
 
@@ -115,6 +123,9 @@ impl Outbox {
                 drained.as_mut().enable();
                 if let Some(e) = pending.failure() {
                     return Err(e);
+                }
+                if pending.closed.load(Ordering::Acquire) {
+                    return Err(ended());
                 }
                 if pending.uncommitted.load(Ordering::Acquire) <= MAX_UNCOMMITTED {
                     return Ok(());

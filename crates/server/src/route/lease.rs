@@ -68,7 +68,8 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
             return Ok(Located::Here(r));
         }
         tracing::warn!(%session, "this instance's lease on the session may have lapsed (its heartbeat went unrefreshed); its backend stops and the session is claimed again");
-        state.routes.close(session);
+        // This route only: a newer one another request opened meanwhile stays.
+        state.routes.close_route(session, &r);
     }
     let exclusive = state.backend.as_ref().is_some_and(|b| b.exclusive());
     let mut lease = None;

@@ -127,6 +127,11 @@ impl Routes {
         }
     }
 
+    /// Closes `route` if it is still the route of `session`.
+    pub(crate) fn close_route(&self, session: &str, route: &Arc<SessionRoute>) {
+        self.close_if(session, &route.table);
+    }
+
     /// Closes the route of `session` if it is still the one with `table`
     /// (not a newer one opened since).
     fn close_if(&self, session: &str, table: &Arc<Mutex<Table>>) {
@@ -244,7 +249,8 @@ async fn commit_loop(
             // Another instance may run the session now: nothing more from
             // this backend is committed, and it stops.
             tracing::warn!(%session, dropped = queued.len(), "the session's lease lapsed here; what its backend sent since is not committed");
-            pending.done(queued.len());
+            pending.done(count_messages(&queued));
+            queued.clear();
             lease_lost = true;
             break;
         }
@@ -282,6 +288,12 @@ async fn commit_loop(
                 let seen = state.log.request_streams(&session).await.unwrap_or(0);
                 tokio::spawn(inbox::watch(state.clone(), session.clone(), seen, false));
             }
+            // An answer handed to a waiting POST goes out only after what the
+            // backend sent before it is committed: a client never reads a
+            // response before the notifications its call sent first.
+            if matches!(routed, Routed::Answer(..) | Routed::AnswerLazy(..)) && !runs.is_empty() {
+                lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
+            }
             match routed {
                 Routed::Commit(k, m) => push(&mut runs, k, &m),
                 Routed::Answer(tx, m) => {
@@ -318,6 +330,14 @@ async fn commit_loop(
             break;
         }
     }
+    // Nothing more is taken: senders waiting for room learn it now.
+    rx.close();
+    let mut rest = Vec::new();
+    while let Ok(q) = rx.try_recv() {
+        rest.push(q);
+    }
+    pending.done(count_messages(&rest));
+    pending.close();
     // The backend stopped (closed, parked, or its task ended) or its lease
     // lapsed: nothing will answer what is in flight, so the transport does.
     let lease_lost = lease_lost || lapsed(epoch, &*state.log);
@@ -355,6 +375,14 @@ async fn commit_loop(
     {
         map.remove(&session);
     }
+}
+
+/// How many of `queued` are messages (what the outbox counts as uncommitted).
+fn count_messages(queued: &[Queued]) -> usize {
+    queued
+        .iter()
+        .filter(|q| matches!(q, Queued::Message(_)))
+        .count()
 }
 
 /// Adds `m` to the run of stream `k`.
