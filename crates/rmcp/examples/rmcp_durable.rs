@@ -196,8 +196,11 @@ async fn run(args: Args) -> Result<(), String> {
     // TCP_NODELAY: rmcp answers a POST as SSE in small writes, and Nagle's
     // algorithm holding them for the client's delayed ACK costs ~40 ms per
     // call (docs/rmcp.md, Serving it).
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let served = axum::serve(listener, app)
-        .tcp_nodelay(true)
         .with_graceful_shutdown(example::ctrl_c())
         .await;
     let _ = log.close().await;

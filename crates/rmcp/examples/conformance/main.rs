@@ -87,8 +87,11 @@ async fn serve_rmcp(args: &Args, proto: fixture::Conformance) -> Result<(), Stri
     let app = axum::Router::new().nest_service("/mcp", service);
     let listener = args.serving.listen().await?;
     // TCP_NODELAY: see docs/rmcp.md, Serving it (Nagle meets delayed ACKs).
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app)
-        .tcp_nodelay(true)
         .with_graceful_shutdown(example::ctrl_c())
         .await
         .map_err(|e| e.to_string())
