@@ -4,7 +4,10 @@
 // alternating so that a slow moment of the machine hits every transport.
 //
 //   cargo build --release -p mcp-resume
-//   node bench/notifications.mjs [--count 100000] [--rounds 3] [--sdk 1|2]
+//   node bench/notifications.mjs [--count 100000] [--rounds 3] [--sdk 1|2] [--raw]
+//
+// --raw adds this transport without an SDK client (messages counted at
+// `onmessage`): where the ceiling is when the SDK's own work is left out.
 //
 // Each round: a new session, `emit {count}` (committed in batches to the
 // default disk log), the time from the call until the SDK's notification
@@ -26,6 +29,7 @@ const opt = (name, dflt) => {
 const COUNT = Number(opt('count', 100_000));
 const ROUNDS = Number(opt('rounds', 3));
 const SDK = opt('sdk', '1');
+const RAW = args.includes('--raw');
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const bin = process.env.MCP_RESUME_BIN ?? path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, 'target'), 'release', 'mcp-resume');
@@ -72,6 +76,39 @@ const transports = {
   'SDK StreamableHTTPClientTransport': () => new sdk.Streamable(new URL(url)),
 };
 
+/** This transport alone: initialize, emit, count notifications at onmessage. */
+async function raw(websocket) {
+  const t = new ResumableClientTransport(url, { websocket });
+  const pending = new Map();
+  let n = 0;
+  let inOrder = true;
+  let done;
+  const all = new Promise((r) => (done = r));
+  t.onmessage = (m) => {
+    if (m.method === 'notifications/message') {
+      n += 1;
+      if (m.params.data.i !== n) inOrder = false;
+      if (n === COUNT) done(performance.now());
+    } else if (pending.has(m.id)) pending.get(m.id)(m);
+  };
+  const call = (id, method, params) =>
+    new Promise((r) => {
+      pending.set(id, r);
+      t.send({ jsonrpc: '2.0', id, method, params });
+    });
+  await t.start();
+  const init = await call(1, 'initialize', { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'bench', version: '1' } });
+  t.setProtocolVersion(init.result.protocolVersion);
+  await t.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+  await new Promise((r) => setTimeout(r, 200));
+  const t0 = performance.now();
+  await call(2, 'tools/call', { name: 'emit', arguments: { count: COUNT } });
+  const t1 = await all;
+  await t.close();
+  if (!inOrder) throw new Error('out of order');
+  return COUNT / ((t1 - t0) / 1000);
+}
+
 async function once(make) {
   const transport = make();
   const client = new sdk.Client({ name: 'bench', version: '1' });
@@ -96,11 +133,16 @@ async function once(make) {
   return COUNT / ((t1 - t0) / 1000);
 }
 
-const results = Object.fromEntries(Object.keys(transports).map((k) => [k, []]));
+const runs = Object.fromEntries(Object.entries(transports).map(([k, make]) => [k, () => once(make)]));
+if (RAW) {
+  runs['mcp-resume-client alone (no SDK client), WebSocket'] = () => raw(true);
+  runs['mcp-resume-client alone (no SDK client), SSE'] = () => raw(false);
+}
+const results = Object.fromEntries(Object.keys(runs).map((k) => [k, []]));
 try {
   for (let r = 0; r < ROUNDS; r++) {
-    for (const [name, make] of Object.entries(transports)) {
-      const rate = await once(make);
+    for (const [name, run] of Object.entries(runs)) {
+      const rate = await run();
       results[name].push(rate);
       console.error(`round ${r + 1} ${name}: ${Math.round(rate).toLocaleString('en')} notifications/s`);
     }
