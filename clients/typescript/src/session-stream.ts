@@ -54,6 +54,8 @@ export class SessionStream {
   /** Drops the live connection (close, or a watchdog). */
   private drop: (() => void) | undefined;
   private stopped = false;
+  /** The session this reader reads (the transport's may change with a new initialize). */
+  private readonly sid: string;
 
   constructor(
     private readonly link: Link,
@@ -63,6 +65,7 @@ export class SessionStream {
     private fresh: boolean,
     private readonly stats: TransportStats,
   ) {
+    this.sid = link.sessionId as string;
     this.wsDisabled = !link.opts.websocket;
     if (startCursor !== undefined) {
       this.checker = new SeqChecker(startCursor);
@@ -134,7 +137,7 @@ export class SessionStream {
 
   private async sse(stopAtPriming: boolean): Promise<Error | typeof PRIMED> {
     const { link } = this;
-    const sid = link.sessionId as string;
+    const sid = this.sid;
     const ac = new AbortController();
     const onAbort = () => ac.abort();
     link.signal.addEventListener("abort", onAbort, { once: true });
@@ -259,7 +262,7 @@ export class SessionStream {
   /** The upgrade from the checker's cursor; "fallback" to read SSE instead. */
   private async websocket(checker: SeqChecker): Promise<Error | "fallback"> {
     const { link } = this;
-    const sid = link.sessionId as string;
+    const sid = this.sid;
     const prior = checker.cursor;
     const base = new URL(link.url);
     base.protocol = base.protocol === "https:" ? "wss:" : "ws:";
@@ -352,7 +355,7 @@ export class SessionStream {
             end(err, err instanceof ProtocolViolationError ? 4400 : 4409);
           }
         },
-        onClose: (code, reason) => end(closeError(code, reason, link.sessionId as string)),
+        onClose: (code, reason) => end(closeError(code, reason, this.sid)),
       });
       // prior = C: nothing to replay, the gate opens at once.
       try {
@@ -407,8 +410,8 @@ export class SessionStream {
 
   private flushCursor(): void {
     const c = this.checker?.cursor;
-    const sid = this.link.sessionId;
-    if (c === undefined || sid === undefined || c === this.savedCursor) return;
+    const sid = this.sid;
+    if (c === undefined || c === this.savedCursor) return;
     this.savedCursor = c;
     try {
       const p = this.store.save(sid, c);
