@@ -42,7 +42,12 @@ for (const sdk of SDKS) {
   test(`${sdk.name}: a call whose server is killed mid-stream ends with -32603 server-restarted after the restart`, async (t) => {
     const server = await Serve.spawn();
     t.after(() => server.stop());
-    const transport = new ResumableClientTransport(server.url, { websocket: true, reconnect: { initialDelayMs: 50, maxDelayMs: 500 } });
+    // Resumes every 0.25-0.5 s for up to ~15 s: the restart must come back within that.
+    const transport = new ResumableClientTransport(server.url, {
+      websocket: true,
+      reconnect: { initialDelayMs: 50, maxDelayMs: 500 },
+      requestStreamRetries: 40,
+    });
     t.after(() => transport.close());
     const client = sdk.client();
     await client.connect(transport);
