@@ -96,3 +96,38 @@ fn an_owner_frozen_past_its_lease_stops_its_child_and_forwards_after_the_thaw() 
         assert!(gone, "A's child {on_a} still runs after A lost the lease");
     });
 }
+
+/// A stall past the lease's trust (7 s) but short of its expiry (10 s):
+/// nobody else claims the session, the other instance keeps forwarding to
+/// the owner, and the thawed owner, whose old route may no longer act,
+/// claims again at once and answers what was forwarded meanwhile, instead
+/// of leaving it unread until a message happens to reach it directly.
+#[test]
+fn forwarded_calls_are_answered_after_an_owner_stalls_short_of_its_expiry() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", redis.url.as_str()];
+    let a = gateway_python(dir.path(), &store);
+    let b = gateway_python(dir.path(), &store);
+    rt().block_on(async {
+        let sid = init(&a.url).await;
+        let on_a = pid(&pid_of(&a.url, &sid, 1).await).expect("A runs the child");
+        assert_eq!(pid(&pid_of(&b.url, &sid, 2).await), Some(on_a), "B forwards to A");
+        signal(a.child.id(), "STOP");
+        // Forwarded to the frozen owner (its heartbeat still lives).
+        let forwarded = {
+            let (url, sid) = (b.url.clone(), sid.clone());
+            tokio::spawn(async move { pid_of(&url, &sid, 3).await })
+        };
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        signal(a.child.id(), "CONT");
+        let got = tokio::time::timeout(Duration::from_secs(20), forwarded)
+            .await
+            .expect("the call forwarded during the stall is answered")
+            .unwrap();
+        let now = pid(&got).unwrap_or_else(|| panic!("answered by a child: {got:?}"));
+        // One child serves the session through both instances from then on.
+        assert_eq!(pid(&pid_of(&a.url, &sid, 4).await), Some(now));
+        assert_eq!(pid(&pid_of(&b.url, &sid, 5).await), Some(now));
+    });
+}

@@ -5,7 +5,7 @@
 //! not wait for a thousand commits, and the route's commit loop puts
 //! whatever is queued into one append. Clients still see only committed
 //! events, since they read the log, never the queue. What bounds memory is
-//! back-pressure: a send resolves only while at most [`MAX_UNCOMMITTED`]
+//! back-pressure: a send resolves only while at most `MAX_UNCOMMITTED` (1,024)
 //! sends of the session wait for their commit. A backend that must know
 //! "the log has it" awaits [`Outbox::flush`].
 
@@ -97,7 +97,7 @@ impl Outbox {
     }
 
     /// Queues `out` now, in call order; the future resolves once at most
-    /// [`MAX_UNCOMMITTED`] sends wait for their commit. An error when the
+    /// 1,024 sends wait for their commit. An error when the
     /// route has ended, or when an earlier commit of this session failed
     /// (reported once; this message is queued all the same).
     pub fn send(

@@ -20,12 +20,14 @@
 //! request streams opened since it started looking, every [`POLL`]: while a
 //! route awaits answers, or for as long as it owns an exclusive session.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use mcp_resume_log::{LogError, Seq, StreamKey};
 use serde_json::{json, Value};
 
+use super::SessionRoute;
 use crate::state::AppState;
 
 /// How often a route that awaits forwarded messages looks for them.
@@ -83,15 +85,33 @@ fn forwarded(meta: &[u8], r: Seq) -> Option<Forwarded> {
 
 /// Hands `session`'s route the messages forwarded to it, from request
 /// stream `seen + 1` on, until the route goes or, unless `always`, until it
-/// awaits no answer.
-pub(crate) async fn watch(state: AppState, session: String, mut seen: Seq, always: bool) {
+/// awaits no answer. With `owner`, this watch belongs to that route (the
+/// lease holder's): it stops when another route replaces it, and records
+/// how far it read ([`SessionRoute::inbox_seen`]) so a successor goes on
+/// from there.
+pub(crate) async fn watch(
+    state: AppState,
+    session: String,
+    mut seen: Seq,
+    always: bool,
+    owner: Option<std::sync::Weak<SessionRoute>>,
+) {
     loop {
         tokio::time::sleep(POLL).await;
         let Some(route) = state.routes.peek(&session) else {
             return;
         };
+        if let Some(owner) = &owner {
+            if !owner.upgrade().is_some_and(|o| Arc::ptr_eq(&o, &route)) {
+                return;
+            }
+        }
         if route.lease_lost(&*state.log) {
-            // The next message for the session closes the route and claims again.
+            if always {
+                // Claimed again at once, not at the next message that
+                // happens to reach this instance directly.
+                let _ = super::lease::locate(&state, &session).await;
+            }
             return;
         }
         if !always {
@@ -126,5 +146,41 @@ pub(crate) async fn watch(state: AppState, session: String, mut seen: Seq, alway
             }
         }
         seen = n;
+        route.inbox_seen.store(seen, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Another instance took the lease of `session` while requests forwarded to
+/// this one after `seen` were not read yet: they end with -32603
+/// `lease-lost` instead of waiting forever.
+pub(crate) async fn end_forwarded(state: &AppState, session: &str, seen: Seq) {
+    let Ok(n) = state.log.request_streams(session).await else {
+        return;
+    };
+    for r in seen + 1..=n {
+        let Some(f) = state
+            .log
+            .request_meta(session, r)
+            .await
+            .ok()
+            .and_then(|meta| forwarded(&meta, r))
+        else {
+            continue;
+        };
+        let Some(id) = f.message.get("id").filter(|_| f.message.get("method").is_some()) else {
+            continue;
+        };
+        if f.owner != state.log.instance() {
+            continue;
+        }
+        let reply = crate::jsonrpc::error_with_data(
+            id,
+            crate::jsonrpc::INTERNAL_ERROR,
+            "this instance lost the session's lease before it read this call; it may be retried",
+            json!({"reason": "lease-lost"}),
+        );
+        if let Err(e) = state.append(session, f.answer_on, &reply).await {
+            tracing::warn!(%session, stream = r, error = %e, "could not end a forwarded call");
+        }
     }
 }

@@ -68,8 +68,31 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
             return Ok(Located::Here(r));
         }
         tracing::warn!(%session, "this instance's lease on the session may have lapsed (its heartbeat went unrefreshed); its backend stops and the session is claimed again");
-        // This route only: a newer one another request opened meanwhile stays.
+        // This route only: a newer one another request opened meanwhile
+        // stays. A successor reads forwarded messages from where it stopped.
+        let seen = r.inbox_seen.load(std::sync::atomic::Ordering::Acquire);
         state.routes.close_route(session, &r);
+        let located = locate_from(state, session, Some(seen)).await;
+        if matches!(located, Ok(Located::There(_))) {
+            super::inbox::end_forwarded(state, session, seen).await;
+        }
+        return located;
+    }
+    locate_from(state, session, None).await
+}
+
+/// [`locate`]; a route opened here under the lease reads forwarded messages
+/// after `seen_from` when given (a route whose lease lapsed hands over what
+/// it had not read yet), else after the count at the claim.
+pub(crate) async fn locate_from(
+    state: &AppState,
+    session: &str,
+    seen_from: Option<mcp_resume_log::Seq>,
+) -> Result<Located, ApiError> {
+    if let Some(r) = state.routes.get(session) {
+        if !r.lease_lost(&*state.log) {
+            return Ok(Located::Here(r));
+        }
     }
     let exclusive = state.backend.as_ref().is_some_and(|b| b.exclusive());
     let mut lease = None;
@@ -79,7 +102,10 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
         }
         // Counted before the claim: a message forwarded to this instance as
         // soon as it holds the lease opens a later stream.
-        let seen = state.log.request_streams(session).await?;
+        let seen = match seen_from {
+            Some(seen) => seen,
+            None => state.log.request_streams(session).await?,
+        };
         // Taken before the claim: a lapse after it makes the route stale.
         let epoch = state.log.lease_epoch();
         match state.log.claim(session).await? {

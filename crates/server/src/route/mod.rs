@@ -50,6 +50,9 @@ pub(crate) struct SessionRoute {
     /// The lease epoch it was opened under, for an exclusive backend on a
     /// shared log ([`lease`]).
     epoch: Option<u64>,
+    /// How far its inbox read forwarded messages (request streams), so a
+    /// route that replaces it under a new lease epoch goes on from there.
+    pub(crate) inbox_seen: std::sync::atomic::AtomicU64,
 }
 
 impl Routes {
@@ -104,6 +107,7 @@ impl Routes {
             table: table.clone(),
             used: Mutex::new(Instant::now()),
             epoch: lease.map(|(_, epoch)| epoch),
+            inbox_seen: std::sync::atomic::AtomicU64::new(lease.map_or(0, |(seen, _)| seen)),
         });
         map.insert(session.to_owned(), route.clone());
         tokio::spawn(commit_loop(
@@ -115,7 +119,13 @@ impl Routes {
             route.epoch,
         ));
         if let Some((seen, _)) = lease {
-            tokio::spawn(inbox::watch(state.clone(), session.to_owned(), seen, true));
+            tokio::spawn(inbox::watch(
+                state.clone(),
+                session.to_owned(),
+                seen,
+                true,
+                Some(Arc::downgrade(&route)),
+            ));
         }
         Ok(route)
     }
@@ -286,7 +296,7 @@ async fn commit_loop(
                 // streams after this count: taken before the request is
                 // committed, so none can come earlier.
                 let seen = state.log.request_streams(&session).await.unwrap_or(0);
-                tokio::spawn(inbox::watch(state.clone(), session.clone(), seen, false));
+                tokio::spawn(inbox::watch(state.clone(), session.clone(), seen, false, None));
             }
             // An answer handed to a waiting POST goes out only after what the
             // backend sent before it is committed: a client never reads a
