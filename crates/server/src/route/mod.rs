@@ -9,15 +9,15 @@
 //! ([`Outbox`]). When the backend stops, every call still in flight is
 //! answered with an error: a caller never waits forever.
 
+mod commit;
 pub(crate) mod inbox;
 pub(crate) mod lease;
 pub(crate) mod table;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bytes::Bytes;
 use mcp_resume_log::{LogError, StreamKey};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Pending, Queued};
 use crate::jsonrpc;
 use crate::state::AppState;
+use commit::{count_messages, flush, push, Run};
 use table::{Answer, Dest, Routed, Table};
 
 /// How the wire ids of server requests start (then a per-route nonce and a
@@ -237,9 +238,6 @@ impl SessionRoute {
     }
 }
 
-/// Messages bound for one stream, committed in one append.
-type Run = (StreamKey, Vec<Bytes>);
-
 /// Commits what a session's backend sends, in order, until the backend
 /// stops; then answers every call still in flight with an error.
 async fn commit_loop(
@@ -387,51 +385,6 @@ async fn commit_loop(
     }
 }
 
-/// How many of `queued` are messages (what the outbox counts as uncommitted).
-fn count_messages(queued: &[Queued]) -> usize {
-    queued
-        .iter()
-        .filter(|q| matches!(q, Queued::Message(_)))
-        .count()
-}
-
-/// Adds `m` to the run of stream `k`.
-fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value) {
-    let bytes = Bytes::from(serde_json::to_vec(m).unwrap_or_default());
-    match runs.last_mut() {
-        Some((last, b)) if *last == k => b.push(bytes),
-        _ => runs.push((k, vec![bytes])),
-    }
-}
-
-/// Commits the runs in order; a run that cannot be committed is reported to
-/// the backend at its next send ([`Pending::fail`]). With `fenced` (a route
-/// under a lease), each commit is refused once another instance holds the
-/// lease: then nothing more is committed and this says so (`true`).
-async fn flush(
-    state: &AppState,
-    session: &str,
-    runs: &mut Vec<Run>,
-    pending: &Pending,
-    fenced: bool,
-) -> bool {
-    for (k, messages) in runs.drain(..) {
-        match commit_with_retry(state, session, k, messages, fenced).await {
-            Ok(_) => {}
-            Err(LogError::LeaseLost(_)) => {
-                // The runs after it are dropped with the drain.
-                tracing::warn!(%session, "another instance holds the session's lease: what this instance's backend sent is not committed");
-                return true;
-            }
-            Err(e) => {
-                tracing::error!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
-                pending.fail(e);
-            }
-        }
-    }
-    false
-}
-
 /// Opens the request stream of lazy call `call` (its key) and tells the
 /// POST that waits to read it; the stream its messages go to (the session
 /// stream if it cannot be opened).
@@ -457,33 +410,6 @@ async fn open_lazy(state: &AppState, session: &str, table: &Mutex<Table>, call: 
             tracing::warn!(%session, error = %e, "could not open a call's request stream; its messages go to the session stream");
             StreamKey::Session
         }
-    }
-}
-
-/// Commits, retrying once after a moment: a response that is never
-/// committed would leave its request stream open. Both attempts carry one
-/// key, so a first attempt whose outcome was unknown is not committed twice.
-async fn commit_with_retry(
-    state: &AppState,
-    session: &str,
-    k: StreamKey,
-    messages: Vec<Bytes>,
-    fenced: bool,
-) -> Result<u64, LogError> {
-    let key = AppState::once_key();
-    let commit = |messages| async move {
-        if fenced {
-            state.commit_fenced(session, k, messages, key).await
-        } else {
-            state.commit_once(session, k, messages, key).await
-        }
-    };
-    match commit(messages.clone()).await {
-        Err(LogError::Unavailable(_) | LogError::Storage(_)) => {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            commit(messages).await
-        }
-        other => other,
     }
 }
 

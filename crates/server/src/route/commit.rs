@@ -1,0 +1,88 @@
+//! A route's commits: runs of messages bound for one stream, each committed
+//! in one append (fenced by the lease for an exclusive backend), retried
+//! once under one key when the log's answer was unknown.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use mcp_resume_log::{LogError, StreamKey};
+use serde_json::Value;
+
+use crate::backend::{Pending, Queued};
+use crate::state::AppState;
+
+/// Messages bound for one stream, committed in one append.
+pub(super) type Run = (StreamKey, Vec<Bytes>);
+
+/// How many of `queued` are messages (what the outbox counts as uncommitted).
+pub(super) fn count_messages(queued: &[Queued]) -> usize {
+    queued
+        .iter()
+        .filter(|q| matches!(q, Queued::Message(_)))
+        .count()
+}
+
+/// Adds `m` to the run of stream `k`.
+pub(super) fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value) {
+    let bytes = Bytes::from(serde_json::to_vec(m).unwrap_or_default());
+    match runs.last_mut() {
+        Some((last, b)) if *last == k => b.push(bytes),
+        _ => runs.push((k, vec![bytes])),
+    }
+}
+
+/// Commits the runs in order; a run that cannot be committed is reported to
+/// the backend at its next send ([`Pending::fail`]). With `fenced` (a route
+/// under a lease), each commit is refused once another instance holds the
+/// lease: then nothing more is committed and this says so (`true`).
+pub(super) async fn flush(
+    state: &AppState,
+    session: &str,
+    runs: &mut Vec<Run>,
+    pending: &Pending,
+    fenced: bool,
+) -> bool {
+    for (k, messages) in runs.drain(..) {
+        match commit_with_retry(state, session, k, messages, fenced).await {
+            Ok(_) => {}
+            Err(LogError::LeaseLost(_)) => {
+                // The runs after it are dropped with the drain.
+                tracing::warn!(%session, "another instance holds the session's lease: what this instance's backend sent is not committed");
+                return true;
+            }
+            Err(e) => {
+                tracing::error!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
+                pending.fail(e);
+            }
+        }
+    }
+    false
+}
+
+/// Commits, retrying once after a moment: a response that is never
+/// committed would leave its request stream open. Both attempts carry one
+/// key, so a first attempt whose outcome was unknown is not committed twice.
+async fn commit_with_retry(
+    state: &AppState,
+    session: &str,
+    k: StreamKey,
+    messages: Vec<Bytes>,
+    fenced: bool,
+) -> Result<u64, LogError> {
+    let key = AppState::once_key();
+    let commit = |messages| async move {
+        if fenced {
+            state.commit_fenced(session, k, messages, key).await
+        } else {
+            state.commit_once(session, k, messages, key).await
+        }
+    };
+    match commit(messages.clone()).await {
+        Err(LogError::Unavailable(_) | LogError::Storage(_)) => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            commit(messages).await
+        }
+        other => other,
+    }
+}
+
