@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::gateway::{gateway_python, init, pid, pid_of};
-use common::{post, rt, RedisServer};
+use common::{post, rt, RedisServer, Serve};
 use serde_json::{json, Value};
 
 fn signal(pid: u32, sig: &str) {
@@ -24,13 +24,20 @@ fn signal(pid: u32, sig: &str) {
     assert!(ok, "kill -{sig} {pid}");
 }
 
-#[test]
-fn an_owner_frozen_past_its_lease_stops_its_child_and_forwards_after_the_thaw() {
+/// Two gateways (A, B) on one Redis of their own, the Python SDK stdio
+/// server behind them; dropped gateways first, then the Redis.
+fn two_gateways() -> (RedisServer, tempfile::TempDir, Serve, Serve) {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let store = ["--store", redis.url.as_str()];
     let a = gateway_python(dir.path(), &store);
     let b = gateway_python(dir.path(), &store);
+    (redis, dir, a, b)
+}
+
+#[test]
+fn an_owner_frozen_past_its_lease_stops_its_child_and_forwards_after_the_thaw() {
+    let (_redis, _dir, a, b) = two_gateways();
     rt().block_on(async {
         let sid = init(&a.url).await;
         let on_a = pid(&pid_of(&a.url, &sid, 1).await).expect("A runs the child");
@@ -104,11 +111,7 @@ fn an_owner_frozen_past_its_lease_stops_its_child_and_forwards_after_the_thaw() 
 /// of leaving it unread until a message happens to reach it directly.
 #[test]
 fn forwarded_calls_are_answered_after_an_owner_stalls_short_of_its_expiry() {
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let store = ["--store", redis.url.as_str()];
-    let a = gateway_python(dir.path(), &store);
-    let b = gateway_python(dir.path(), &store);
+    let (_redis, _dir, a, b) = two_gateways();
     rt().block_on(async {
         let sid = init(&a.url).await;
         let on_a = pid(&pid_of(&a.url, &sid, 1).await).expect("A runs the child");

@@ -66,8 +66,18 @@ impl AppState {
         messages: Vec<bytes::Bytes>,
     ) -> Result<Seq, LogError> {
         let n = messages.len();
+        self.timed(n, self.log.append(session, stream, messages))
+            .await
+    }
+
+    /// Records a commit of `n` events in the metrics once `append` is done.
+    async fn timed(
+        &self,
+        n: usize,
+        append: impl Future<Output = Result<Seq, LogError>>,
+    ) -> Result<Seq, LogError> {
         let started = std::time::Instant::now();
-        let seq = self.log.append(session, stream, messages).await?;
+        let seq = append.await?;
         self.metrics.committed(n, started.elapsed());
         Ok(seq)
     }
@@ -82,10 +92,8 @@ impl AppState {
         key: u64,
     ) -> Result<Seq, LogError> {
         let n = messages.len();
-        let started = std::time::Instant::now();
-        let seq = self.log.append_once(session, stream, messages, key).await?;
-        self.metrics.committed(n, started.elapsed());
-        Ok(seq)
+        self.timed(n, self.log.append_once(session, stream, messages, key))
+            .await
     }
 
     /// [`AppState::commit_once`] on behalf of this instance's lease on the
@@ -99,10 +107,8 @@ impl AppState {
         key: u64,
     ) -> Result<Seq, LogError> {
         let n = messages.len();
-        let started = std::time::Instant::now();
-        let seq = self.log.append_fenced(session, stream, messages, key).await?;
-        self.metrics.committed(n, started.elapsed());
-        Ok(seq)
+        self.timed(n, self.log.append_fenced(session, stream, messages, key))
+            .await
     }
 
     /// A random key for [`AppState::commit_once`].
