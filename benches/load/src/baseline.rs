@@ -24,8 +24,8 @@ pub async fn run(
         for which in order {
             let bin = if which == 0 { &this } else { &baseline_bin };
             let server = crate::servers::ours(bin, &extra);
-            let r = crate::workloads::echo_rps(&server.url, conns, Duration::from_secs(duration))
-                .await;
+            let r =
+                crate::workloads::echo_rps(&server.url, conns, Duration::from_secs(duration)).await;
             let d = crate::workloads::delivery(&server.url, events).await;
             eprintln!(
                 "round {round} {}: {r:.0} tools/call/s, {:.0} notifications/s",

@@ -18,7 +18,13 @@ fn hosted(dir: &Path) -> Server {
     let data = tempfile::tempdir().unwrap();
     let bin = dir.join("rmcp_durable");
     let child = Command::new(&bin)
-        .args(["--listen", "127.0.0.1:0", "--transport", "mcp-resume", "--store"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--transport",
+            "mcp-resume",
+            "--store",
+        ])
         .arg(format!("disk:{}", data.path().join("log").display()))
         .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
@@ -57,7 +63,12 @@ pub async fn run(
             };
             let rps = echo_rps(&server.url, conns, duration).await;
             let eps = delivery(&server.url, events).await.per_sec;
-            eprintln!("round {} {} {}: {rps:.0} echo/s, {eps:.0} notifications/s", round + 1, rows[i].0, rows[i].1);
+            eprintln!(
+                "round {} {} {}: {rps:.0} echo/s, {eps:.0} notifications/s",
+                round + 1,
+                rows[i].0,
+                rows[i].1
+            );
             rows[i].2.push(rps);
             rows[i].3.push(eps);
             drop(server);
@@ -68,7 +79,12 @@ pub async fn run(
         "| build | path | tools/call echo/s ({conns} connections) | notifications/s ({events} to one SSE reader) |\n| --- | --- | --- | --- |\n"
     );
     for (build, path, rps, eps) in &rows {
-        let _ = writeln!(table, "| {build} | {path} | {:.0} | {:.0} |", mean(rps), mean(eps));
+        let _ = writeln!(
+            table,
+            "| {build} | {path} | {:.0} | {:.0} |",
+            mean(rps),
+            mean(eps)
+        );
     }
     println!("{table}");
     if let Some(out) = out {

@@ -215,7 +215,17 @@ async fn main() {
             duration,
             conns,
             out,
-        } => hosted::run(builds, rounds, events, Duration::from_secs(duration), conns, out).await,
+        } => {
+            hosted::run(
+                builds,
+                rounds,
+                events,
+                Duration::from_secs(duration),
+                conns,
+                out,
+            )
+            .await
+        }
         Cmd::Gateway {
             calls,
             sessions,
@@ -273,7 +283,18 @@ async fn main() {
             events,
             serve_args,
             out,
-        } => baseline::run(baseline_bin, rounds, duration, conns, events, serve_args, out).await,
+        } => {
+            baseline::run(
+                baseline_bin,
+                rounds,
+                duration,
+                conns,
+                events,
+                serve_args,
+                out,
+            )
+            .await
+        }
         Cmd::Compare {
             duration,
             conns,

@@ -67,14 +67,16 @@ fn check(args: CheckArgs) -> ExitCode {
         println!("clean");
         ExitCode::SUCCESS
     } else if args.repair && report.problems.is_empty() {
-        println!(
-            "servable: what is lost is refused loudly (409 data-lost), nothing is renumbered"
-        );
+        println!("servable: what is lost is refused loudly (409 data-lost), nothing is renumbered");
         ExitCode::SUCCESS
     } else {
         println!(
             "damaged{}",
-            if args.repair { "" } else { " (--repair makes it servable)" }
+            if args.repair {
+                ""
+            } else {
+                " (--repair makes it servable)"
+            }
         );
         ExitCode::from(1)
     }

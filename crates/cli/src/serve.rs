@@ -235,7 +235,10 @@ async fn open_log(
 /// Opens the disk log at `path`, counting its damaged streams.
 fn open_disk(path: &Path, retention: Retention) -> Result<(Arc<dyn Log>, String, u64), String> {
     let log = DiskLog::open(path, retention).map_err(|e| {
-        format!("opening the log: {e} (`mcp-resume log check {}` says more)", path.display())
+        format!(
+            "opening the log: {e} (`mcp-resume log check {}` says more)",
+            path.display()
+        )
     })?;
     let damaged = log.lost_ranges().len() as u64;
     Ok((Arc::new(log), format!("disk:{}", path.display()), damaged))

@@ -36,7 +36,10 @@ fn log_check(dir: &Path, repair: bool) -> (i32, String) {
     }
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("log check{}:\n{text}", if repair { " --repair" } else { "" });
+    eprintln!(
+        "log check{}:\n{text}",
+        if repair { " --repair" } else { "" }
+    );
     (out.status.code().unwrap_or(-1), text)
 }
 
@@ -61,7 +64,8 @@ async fn events(url: &str, sid: &str, cursor: u64) -> Vec<(u64, String)> {
     let mut body = r.bytes_stream();
     let mut out = Vec::new();
     // Until a second of silence (a live stream stays open) or its end.
-    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_secs(1), body.next()).await {
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(Duration::from_secs(1), body.next()).await
+    {
         for e in parser.feed(&chunk) {
             if !e.data.is_empty() {
                 out.push((e.id.unwrap().parse().unwrap(), e.data));

@@ -69,7 +69,11 @@ fn an_owner_frozen_past_its_lease_stops_its_child_and_forwards_after_the_thaw() 
         // Through the thawed A, the session is B's child, every time.
         for id in 4..8 {
             let got = pid_of(&a.url, &sid, id).await;
-            assert_eq!(pid(&got), Some(on_b), "one child per session after the thaw: {got:?}");
+            assert_eq!(
+                pid(&got),
+                Some(on_b),
+                "one child per session after the thaw: {got:?}"
+            );
         }
         assert_eq!(pid(&pid_of(&b.url, &sid, 8).await), Some(on_b));
 
@@ -84,8 +88,13 @@ fn an_owner_frozen_past_its_lease_stops_its_child_and_forwards_after_the_thaw() 
             serde_json::from_str(data.unwrap_or("null")).unwrap()
         });
         assert_eq!(answer["id"], 2, "{body}");
-        let reason = answer["error"]["data"]["reason"].as_str().unwrap_or_default();
-        assert!(["lease-lost", "server-restarted"].contains(&reason), "{body}");
+        let reason = answer["error"]["data"]["reason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            ["lease-lost", "server-restarted"].contains(&reason),
+            "{body}"
+        );
         // And A's child is stopped.
         let proc = format!("/proc/{on_a}");
         for _ in 0..100 {
@@ -115,7 +124,11 @@ fn forwarded_calls_are_answered_after_an_owner_stalls_short_of_its_expiry() {
     rt().block_on(async {
         let sid = init(&a.url).await;
         let on_a = pid(&pid_of(&a.url, &sid, 1).await).expect("A runs the child");
-        assert_eq!(pid(&pid_of(&b.url, &sid, 2).await), Some(on_a), "B forwards to A");
+        assert_eq!(
+            pid(&pid_of(&b.url, &sid, 2).await),
+            Some(on_a),
+            "B forwards to A"
+        );
         signal(a.child.id(), "STOP");
         // Forwarded to the frozen owner (its heartbeat still lives).
         let forwarded = {

@@ -105,7 +105,9 @@ async fn loud_or_identical(log: &DiskLog, c: &Committed) -> Result<bool, String>
         };
         let committed = want.len() as u64;
         if (b.floor, b.head) != (1, committed) {
-            return Err(format!("{id} {stream:?}: bounds {b:?}, committed head {committed}"));
+            return Err(format!(
+                "{id} {stream:?}: bounds {b:?}, committed head {committed}"
+            ));
         }
         let mut after = 0;
         while after < b.head {
@@ -154,7 +156,10 @@ async fn loud_or_identical(log: &DiskLog, c: &Committed) -> Result<bool, String>
             .await
             .map_err(|e| format!("{id} {stream:?}: append {e}"))?;
         if next != want.len() as u64 + 1 {
-            return Err(format!("{id} {stream:?}: the next append got seq {next}, committed head {}", want.len()));
+            return Err(format!(
+                "{id} {stream:?}: the next append got seq {next}, committed head {}",
+                want.len()
+            ));
         }
     }
     Ok(lost_any)
@@ -347,7 +352,10 @@ fn a_journal_cut_anywhere_is_never_a_silent_renumbering() {
     let c = fill(&pristine, "");
     let (f, used) = journal(&pristine);
     let name = f.strip_prefix(&pristine).unwrap().to_path_buf();
-    let mut cuts: Vec<u64> = (1..).map(|k| k * 4096).take_while(|&n| n < used as u64).collect();
+    let mut cuts: Vec<u64> = (1..)
+        .map(|k| k * 4096)
+        .take_while(|&n| n < used as u64)
+        .collect();
     cuts.extend([used as u64 - 1, used as u64 - 7, used as u64 - 100]);
     let mut seen = std::collections::BTreeMap::new();
     for at in cuts {
@@ -359,7 +367,10 @@ fn a_journal_cut_anywhere_is_never_a_silent_renumbering() {
         std::fs::remove_dir_all(&path).unwrap();
     }
     eprintln!("journal of {used} bytes, outcomes: {seen:?}");
-    assert!(seen.contains_key("Damaged"), "the sweep never lost anything? {seen:?}");
+    assert!(
+        seen.contains_key("Damaged"),
+        "the sweep never lost anything? {seen:?}"
+    );
 }
 
 /// Table files (fjall's sorted tables, after a flush): bit flips in each,
@@ -379,7 +390,11 @@ fn a_damaged_or_deleted_table_is_refused_or_served_loudly() {
         .filter(|f| f.components().any(|c| c.as_os_str() == "tables"))
         .map(|f| f.strip_prefix(&pristine).unwrap().to_path_buf())
         .collect();
-    assert!(!tables.is_empty(), "no table files under {}", pristine.display());
+    assert!(
+        !tables.is_empty(),
+        "no table files under {}",
+        pristine.display()
+    );
     for (k, t) in tables.iter().enumerate() {
         let path = dir.path().join(format!("flip{k}"));
         copy_dir(&pristine, &path);
@@ -408,7 +423,10 @@ fn a_missing_committed_heads_record_is_refused() {
     assert_eq!(outcome(&path, &c), Outcome::Refused);
     // The offline check names it; the repair accepts the log as it is.
     let report = DiskLog::check(&path, false).unwrap();
-    assert!(!report.is_clean() && !report.problems.is_empty(), "{report:?}");
+    assert!(
+        !report.is_clean() && !report.problems.is_empty(),
+        "{report:?}"
+    );
     let report = DiskLog::check(&path, true).unwrap();
     assert!(report.problems.is_empty(), "{report:?}");
     assert_eq!(outcome(&path, &c), Outcome::Whole);
@@ -426,7 +444,10 @@ fn the_check_names_known_damage_and_a_repair_keeps_it_servable() {
     cut(&f, used as u64 / 2);
     assert_eq!(outcome(&path, &c), Outcome::Damaged);
     let report = DiskLog::check(&path, false).unwrap();
-    assert!(!report.damage.is_empty() && report.problems.is_empty(), "{report:?}");
+    assert!(
+        !report.damage.is_empty() && report.problems.is_empty(),
+        "{report:?}"
+    );
     assert!(report.events > 0);
     let report = DiskLog::check(&path, true).unwrap();
     assert!(report.problems.is_empty(), "{report:?}");

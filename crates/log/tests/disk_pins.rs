@@ -9,7 +9,9 @@ use bytes::Bytes;
 use mcp_resume_log::{DiskLog, Log, Retention, StreamKey};
 
 fn batch(n: usize) -> Vec<Bytes> {
-    (0..n).map(|i| Bytes::from(format!("{{\"i\":{i}}}"))).collect()
+    (0..n)
+        .map(|i| Bytes::from(format!("{{\"i\":{i}}}")))
+        .collect()
 }
 
 #[tokio::test]
@@ -31,7 +33,11 @@ async fn a_pin_survives_a_restart_until_it_expires() {
     let log = DiskLog::open(dir.path(), retention).unwrap();
     log.append("a", s, batch(5)).await.unwrap();
     let b = log.bounds("a", s).await.unwrap();
-    assert_eq!((b.head, b.floor), (10, 3), "the pin held the floor across the restart");
+    assert_eq!(
+        (b.head, b.floor),
+        (10, 3),
+        "the pin held the floor across the restart"
+    );
     assert_eq!(log.read("a", s, 2, 100).await.unwrap().len(), 8);
     drop(log);
     // Once it expires, it holds nothing, restarted or not.

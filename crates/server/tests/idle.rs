@@ -45,7 +45,11 @@ async fn an_open_reader_keeps_its_session_alive_past_the_idle_ttl() {
     let r = s
         .post(Some(&sid), json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"emit","arguments":{"count":1}}}))
         .await;
-    assert_eq!(r.status(), 200, "the session idled out under its open reader");
+    assert_eq!(
+        r.status(),
+        200,
+        "the session idled out under its open reader"
+    );
     let _ = r.text().await;
     for _ in 0..50 {
         if !seen.lock().unwrap().is_empty() {
@@ -54,7 +58,11 @@ async fn an_open_reader_keeps_its_session_alive_past_the_idle_ttl() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 1, "the event reaches the stream that stayed open: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        1,
+        "the event reaches the stream that stayed open: {seen:?}"
+    );
 }
 
 #[tokio::test]
@@ -63,7 +71,10 @@ async fn a_session_nobody_reads_still_ends_after_the_idle_ttl() {
     let sid = s.init().await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let r = s
-        .post(Some(&sid), json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}))
+        .post(
+            Some(&sid),
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}),
+        )
         .await;
     assert_eq!(r.status(), 404);
 }

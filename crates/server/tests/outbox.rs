@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::faulty::{FaultyLog, Faults};
+use common::faulty::{Faults, FaultyLog};
 use mcp_resume_log::{Log, MemoryLog};
 use mcp_resume_server::backend::{
     Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox,
@@ -144,7 +144,9 @@ async fn sends_resolve_when_queued_and_nothing_is_visible_before_its_commit() {
     });
 
     // Every commit is held (a slow disk): the handler's sends still resolve.
-    faults.hold_appends.store(true, std::sync::atomic::Ordering::Release);
+    faults
+        .hold_appends
+        .store(true, std::sync::atomic::Ordering::Release);
     let call = tokio::spawn(post(
         Some(sid.clone()),
         json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"burst","arguments":{}}}),
@@ -160,11 +162,22 @@ async fn sends_resolve_when_queued_and_nothing_is_visible_before_its_commit() {
     }
     // Queued, not committed: no reader sees any of it.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(seen.lock().unwrap().is_empty(), "a reader saw an uncommitted message");
-    assert_eq!(log.bounds(&sid, mcp_resume_log::StreamKey::Session).await.unwrap().head, 0);
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "a reader saw an uncommitted message"
+    );
+    assert_eq!(
+        log.bounds(&sid, mcp_resume_log::StreamKey::Session)
+            .await
+            .unwrap()
+            .head,
+        0
+    );
 
     // Committed: all of it, in order, once; and the call answers.
-    faults.hold_appends.store(false, std::sync::atomic::Ordering::Release);
+    faults
+        .hold_appends
+        .store(false, std::sync::atomic::Ordering::Release);
     let answer = call.await.unwrap().unwrap().text().await.unwrap();
     assert!(answer.contains("sent 100"), "{answer}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

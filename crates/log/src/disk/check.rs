@@ -223,7 +223,9 @@ pub(super) fn check(path: &Path, repair: bool) -> Result<CheckReport, LogError> 
             }
         }
         match opened {
-            Err(e) => report.problems.push(format!("still refused after the repair: {e}")),
+            Err(e) => report
+                .problems
+                .push(format!("still refused after the repair: {e}")),
             Ok(_) => report.problems.clear(),
         }
     }

@@ -10,10 +10,10 @@ use fjall::PersistMode;
 use tokio::sync::oneshot;
 
 use super::heads::{Entry, HeadsWriter};
+use super::pins::{pin_key, pins_of};
 use super::store::*;
 use crate::hub::{lock, Hub, SessionState, StreamState};
 use crate::types::now_ms;
-use super::pins::{pin_key, pins_of};
 use crate::{Bounds, Event, LogError, PinId, Seq, StreamKey};
 
 /// Most ops folded into one transaction.
@@ -350,18 +350,16 @@ impl Committer {
                     }
                     Effect::Published(id.clone(), *stream, Vec::new(), floor)
                 }),
-                Op::Pin { id, pin, value, .. } => {
-                    match value {
-                        Some(v) => self.session(&ov, id).map(|_| {
-                            wb.insert(&st.pins, pin_key(id, *pin), v.as_slice());
-                        }),
-                        None => {
-                            wb.remove(&st.pins, pin_key(id, *pin));
-                            Ok(())
-                        }
+                Op::Pin { id, pin, value, .. } => match value {
+                    Some(v) => self.session(&ov, id).map(|_| {
+                        wb.insert(&st.pins, pin_key(id, *pin), v.as_slice());
+                    }),
+                    None => {
+                        wb.remove(&st.pins, pin_key(id, *pin));
+                        Ok(())
                     }
-                    .map(|_| Effect::Stored)
                 }
+                .map(|_| Effect::Stored),
             };
             done.push((op, effect));
         }

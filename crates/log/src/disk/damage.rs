@@ -10,8 +10,8 @@ use fjall::PersistMode;
 
 use super::heads::Recorded;
 use super::store::{
-    bounds_value, decode_bounds, event_key, session_prefix, storage, stream_key, SessionRec,
-    Store, HEADS_KEPT,
+    bounds_value, decode_bounds, event_key, session_prefix, storage, stream_key, SessionRec, Store,
+    HEADS_KEPT,
 };
 use crate::hub::Hub;
 use crate::types::now_ms;
@@ -256,7 +256,10 @@ mod tests {
     async fn append(log: &DiskLog, n: u64) -> u64 {
         let mut head = 0;
         for _ in 0..n {
-            head = log.append("a", S, vec![Bytes::from_static(b"{}")]).await.unwrap();
+            head = log
+                .append("a", S, vec![Bytes::from_static(b"{}")])
+                .await
+                .unwrap();
         }
         head
     }
@@ -284,7 +287,11 @@ mod tests {
         assert_eq!((b.head, b.lost), (30, Some((11, 30))));
         assert!(matches!(
             log.read("a", S, 10, 100).await,
-            Err(LogError::DataLost { from: 11, to: 30, .. })
+            Err(LogError::DataLost {
+                from: 11,
+                to: 30,
+                ..
+            })
         ));
         assert_eq!(log.read("a", S, 0, 100).await.unwrap().len(), 10);
         assert_eq!(append(&log, 1).await, 31);

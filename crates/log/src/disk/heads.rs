@@ -363,7 +363,10 @@ pub(super) fn append_record(dir: &Path, entries: &[Entry]) {
     entries.iter().for_each(|e| encode_entry(e, &mut payload));
     let mut out = Vec::new();
     seal(&payload, &mut out);
-    let mut f = OpenOptions::new().append(true).open(dir.join(FILE)).unwrap();
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(dir.join(FILE))
+        .unwrap();
     f.write_all(&out).unwrap();
 }
 
@@ -398,7 +401,10 @@ mod tests {
         let bytes = std::fs::read(dir.path().join(FILE)).unwrap();
         let r = parse(&bytes[..bytes.len() - 3]).unwrap();
         assert!(r.stopped.is_some());
-        assert!(r.sessions.contains_key("c"), "the record before the cut holds");
+        assert!(
+            r.sessions.contains_key("c"),
+            "the record before the cut holds"
+        );
         // A flipped bit in an early record, intact ones after it: damage.
         let mut bad = bytes.clone();
         bad[MAGIC.len() + RECORD_HEADER + 1] ^= 1;

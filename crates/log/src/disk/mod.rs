@@ -44,8 +44,8 @@ mod heads;
 mod pins;
 mod store;
 
-use commit::{Committer, Op, Reply};
 pub use check::CheckReport;
+use commit::{Committer, Op, Reply};
 pub use damage::{Damage, DamageKind};
 use store::{load, read_events, storage, Store};
 
@@ -119,8 +119,12 @@ impl DiskLog {
         let hub = Arc::new(Hub::new(retention, capacity, CACHE_EVENTS));
         load(&store, &hub).map_err(named)?;
         pins::load_pins(&store, &hub).map_err(named)?;
-        let heads = heads::HeadsWriter::create(&path, &commit::snapshot(&hub))
-            .map_err(|e| storage(format!("{}: the committed-heads record: {e}", path.display())))?;
+        let heads = heads::HeadsWriter::create(&path, &commit::snapshot(&hub)).map_err(|e| {
+            storage(format!(
+                "{}: the committed-heads record: {e}",
+                path.display()
+            ))
+        })?;
         damage::keep_heads(&store)?;
         damage::report(&path, &found, &hub);
         let (tx, rx) = std_mpsc::channel();
@@ -236,27 +240,25 @@ impl DiskLog {
 /// on damaged files is an error that names the log.
 fn open_store(path: &Path) -> Result<Store, LogError> {
     std::panic::catch_unwind(|| -> Result<Store, fjall::Error> {
-            let db = Database::builder(path)
-                .cache_size(8 * 1024 * 1024)
-                .open()?;
-            let opts = KeyspaceCreateOptions::default;
-            Ok(Store {
-                sessions: db.keyspace("sessions", opts)?,
-                streams: db.keyspace("streams", opts)?,
-                events: db.keyspace("events", opts)?,
-                requests: db.keyspace("requests", opts)?,
-                meta: db.keyspace("meta", opts)?,
-                pins: db.keyspace("pins", opts)?,
-                db,
-            })
+        let db = Database::builder(path).cache_size(8 * 1024 * 1024).open()?;
+        let opts = KeyspaceCreateOptions::default;
+        Ok(Store {
+            sessions: db.keyspace("sessions", opts)?,
+            streams: db.keyspace("streams", opts)?,
+            events: db.keyspace("events", opts)?,
+            requests: db.keyspace("requests", opts)?,
+            meta: db.keyspace("meta", opts)?,
+            pins: db.keyspace("pins", opts)?,
+            db,
         })
-        .map_err(|_| {
-            LogError::Corrupt(format!(
-                "{}: the storage engine could not read it",
-                path.display()
-            ))
-        })?
-        .map_err(|e| fjall_error(path, e))
+    })
+    .map_err(|_| {
+        LogError::Corrupt(format!(
+            "{}: the storage engine could not read it",
+            path.display()
+        ))
+    })?
+    .map_err(|e| fjall_error(path, e))
 }
 
 #[async_trait]

@@ -323,7 +323,8 @@ impl Log for RedisLog {
         messages: Vec<Bytes>,
         key: u64,
     ) -> Result<Seq, LogError> {
-        self.append_keyed(id, stream, messages, Some(key), None).await
+        self.append_keyed(id, stream, messages, Some(key), None)
+            .await
     }
 
     async fn append_fenced(
@@ -388,10 +389,7 @@ impl Log for RedisLog {
             .tails
             .subscribe(id, format!("{p}:ev:{n}"), format!("{p}:st:{n}"), b.head)
             .await;
-        Ok((
-            Bounds::new(head, b.floor),
-            sub,
-        ))
+        Ok((Bounds::new(head, b.floor), sub))
     }
 
     async fn pin(

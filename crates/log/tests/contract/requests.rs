@@ -181,24 +181,54 @@ fn an_append_fenced_by_a_lease_taken_over_commits_nothing() {
             let log = b.log();
             log.create_session("s", Bytes::new()).await.unwrap();
             let Some(url) = b.redis_url() else {
-                assert_eq!(log.append_fenced("s", S, vec![msg(1)], 1).await, Ok(1), "{}", b.name);
+                assert_eq!(
+                    log.append_fenced("s", S, vec![msg(1)], 1).await,
+                    Ok(1),
+                    "{}",
+                    b.name
+                );
                 continue;
             };
-            let stalled = RedisLog::connect(url, Retention::default(), 0).await.unwrap();
-            let other = RedisLog::connect(url, Retention::default(), 0).await.unwrap();
-            assert_eq!(stalled.claim("s").await.unwrap().as_deref(), Some(stalled.instance()));
-            assert_eq!(stalled.append_fenced("s", S, vec![msg(1)], 1).await, Ok(1), "{}", b.name);
+            let stalled = RedisLog::connect(url, Retention::default(), 0)
+                .await
+                .unwrap();
+            let other = RedisLog::connect(url, Retention::default(), 0)
+                .await
+                .unwrap();
+            assert_eq!(
+                stalled.claim("s").await.unwrap().as_deref(),
+                Some(stalled.instance())
+            );
+            assert_eq!(
+                stalled.append_fenced("s", S, vec![msg(1)], 1).await,
+                Ok(1),
+                "{}",
+                b.name
+            );
             // Its heartbeat goes (a stalled process's expires); the other takes the lease.
             stalled.close().await.unwrap();
-            assert_eq!(other.claim("s").await.unwrap().as_deref(), Some(other.instance()));
+            assert_eq!(
+                other.claim("s").await.unwrap().as_deref(),
+                Some(other.instance())
+            );
             assert_eq!(
                 stalled.append_fenced("s", S, vec![msg(2)], 2).await,
                 Err(LogError::LeaseLost("s".into())),
                 "{}",
                 b.name
             );
-            assert_eq!(log.bounds("s", S).await.unwrap().head, 1, "{}: nothing appended", b.name);
-            assert_eq!(other.append_fenced("s", S, vec![msg(2)], 3).await, Ok(2), "{}", b.name);
+            assert_eq!(
+                log.bounds("s", S).await.unwrap().head,
+                1,
+                "{}: nothing appended",
+                b.name
+            );
+            assert_eq!(
+                other.append_fenced("s", S, vec![msg(2)], 3).await,
+                Ok(2),
+                "{}",
+                b.name
+            );
             other.close().await.unwrap();
         }
     });

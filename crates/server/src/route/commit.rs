@@ -85,4 +85,3 @@ async fn commit_with_retry(
         other => other,
     }
 }
-

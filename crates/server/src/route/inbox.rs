@@ -146,7 +146,9 @@ pub(crate) async fn watch(
             }
         }
         seen = n;
-        route.inbox_seen.store(seen, std::sync::atomic::Ordering::Release);
+        route
+            .inbox_seen
+            .store(seen, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -167,7 +169,11 @@ pub(crate) async fn end_forwarded(state: &AppState, session: &str, seen: Seq) {
         else {
             continue;
         };
-        let Some(id) = f.message.get("id").filter(|_| f.message.get("method").is_some()) else {
+        let Some(id) = f
+            .message
+            .get("id")
+            .filter(|_| f.message.get("method").is_some())
+        else {
             continue;
         };
         if f.owner != state.log.instance() {

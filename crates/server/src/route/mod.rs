@@ -147,7 +147,10 @@ impl Routes {
     /// (not a newer one opened since).
     fn close_if(&self, session: &str, table: &Arc<Mutex<Table>>) {
         let mut map = self.lock();
-        if map.get(session).is_some_and(|r| Arc::ptr_eq(&r.table, table)) {
+        if map
+            .get(session)
+            .is_some_and(|r| Arc::ptr_eq(&r.table, table))
+        {
             if let Some(r) = map.remove(session) {
                 r.backend.close();
             }
@@ -294,7 +297,13 @@ async fn commit_loop(
                 // streams after this count: taken before the request is
                 // committed, so none can come earlier.
                 let seen = state.log.request_streams(&session).await.unwrap_or(0);
-                tokio::spawn(inbox::watch(state.clone(), session.clone(), seen, false, None));
+                tokio::spawn(inbox::watch(
+                    state.clone(),
+                    session.clone(),
+                    seen,
+                    false,
+                    None,
+                ));
             }
             // An answer handed to a waiting POST goes out only after what the
             // backend sent before it is committed: a client never reads a
