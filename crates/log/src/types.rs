@@ -68,6 +68,16 @@ impl Bounds {
         }
     }
 
+    /// These bounds with the floor moved to `floor`: a lost range the floor
+    /// has passed is forgotten (nothing a reader can ask for is missing).
+    pub(crate) fn with_floor(self, floor: Seq) -> Self {
+        Self {
+            floor,
+            lost: self.lost.filter(|(_, to)| *to >= floor),
+            ..self
+        }
+    }
+
     /// Checks that a reader at `cursor` can be served every event after it:
     /// within the retained range and not needing a lost event first.
     pub fn admit(&self, cursor: Seq) -> Result<(), mcp_resume_proto::CursorDiscontinuity> {

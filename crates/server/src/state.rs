@@ -83,32 +83,25 @@ impl AppState {
     }
 
     /// [`AppState::commit`] for a batch that may be retried: at most once
-    /// per `key` ([`Log::append_once`]).
+    /// per `key` ([`Log::append_once`]); with `fenced`, on behalf of this
+    /// instance's lease on the session ([`Log::append_fenced`]: refused with
+    /// `LeaseLost` once another instance holds it).
     pub(crate) async fn commit_once(
         &self,
         session: &str,
         stream: StreamKey,
         messages: Vec<bytes::Bytes>,
         key: u64,
+        fenced: bool,
     ) -> Result<Seq, LogError> {
         let n = messages.len();
-        self.timed(n, self.log.append_once(session, stream, messages, key))
-            .await
-    }
-
-    /// [`AppState::commit_once`] on behalf of this instance's lease on the
-    /// session ([`Log::append_fenced`]): refused with `LeaseLost` once
-    /// another instance holds it.
-    pub(crate) async fn commit_fenced(
-        &self,
-        session: &str,
-        stream: StreamKey,
-        messages: Vec<bytes::Bytes>,
-        key: u64,
-    ) -> Result<Seq, LogError> {
-        let n = messages.len();
-        self.timed(n, self.log.append_fenced(session, stream, messages, key))
-            .await
+        if fenced {
+            let append = self.log.append_fenced(session, stream, messages, key);
+            self.timed(n, append).await
+        } else {
+            let append = self.log.append_once(session, stream, messages, key);
+            self.timed(n, append).await
+        }
     }
 
     /// A random key for [`AppState::commit_once`].

@@ -190,7 +190,7 @@ impl ToolContext {
     ) -> Result<Seq, ToolError> {
         Ok(self
             .state
-            .commit_once(&self.session, StreamKey::Session, messages, key)
+            .commit_once(&self.session, StreamKey::Session, messages, key, false)
             .await?)
     }
 

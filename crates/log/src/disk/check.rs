@@ -132,7 +132,7 @@ pub(super) fn check(path: &Path, repair: bool) -> Result<CheckReport, LogError> 
     for kv in store.streams.iter() {
         let (k, v) = kv.into_inner().map_err(|e| unreadable("streams", e))?;
         report.streams += 1;
-        let Some((id, n)) = split_key(&k) else {
+        let Some((id, n)) = split_key(&k).map(|(id, n)| (id.to_owned(), n)) else {
             report.problems.push("a stream key is malformed".into());
             continue;
         };
@@ -184,7 +184,7 @@ pub(super) fn check(path: &Path, repair: bool) -> Result<CheckReport, LogError> 
     // Request records belong to live streams.
     for kv in store.requests.iter() {
         let (k, _) = kv.into_inner().map_err(|e| unreadable("requests", e))?;
-        let Some((id, n)) = split_key(&k) else {
+        let Some((id, n)) = split_key(&k).map(|(id, n)| (id.to_owned(), n)) else {
             report.problems.push("a request key is malformed".into());
             continue;
         };
@@ -235,13 +235,6 @@ pub(super) fn check(path: &Path, repair: bool) -> Result<CheckReport, LogError> 
 /// A keyspace that cannot be read through (a table failing its checksum).
 fn unreadable(what: &str, e: impl std::fmt::Display) -> LogError {
     LogError::Corrupt(format!("reading {what}: {e}"))
-}
-
-/// `(session id, stream number)` of a stream or request key.
-fn split_key(k: &[u8]) -> Option<(String, u64)> {
-    let split = k.len().checked_sub(9)?;
-    let id = std::str::from_utf8(&k[..split]).ok()?.to_owned();
-    Some((id, u64_at(k, split + 1)?))
 }
 
 /// Reads every event of one stream and compares it with `floor ..= head`

@@ -289,11 +289,7 @@ impl Committer {
                     }
                     let head = b.head + evs.len() as u64;
                     let floor = self.floor_after(id, *stream, Bounds { head, ..b }, None);
-                    let after = Bounds {
-                        head,
-                        floor,
-                        lost: b.lost.filter(|(_, to)| *to >= floor),
-                    };
+                    let after = Bounds { head, ..b }.with_floor(floor);
                     for seq in b.floor..floor {
                         wb.remove(&st.events, event_key(id, n, seq));
                     }
@@ -340,11 +336,7 @@ impl Committer {
                             // The call's record goes with its last event.
                             wb.remove(&st.requests, stream_key(id, n));
                         }
-                        let after = Bounds {
-                            floor,
-                            lost: b.lost.filter(|(_, to)| *to >= floor),
-                            ..b
-                        };
+                        let after = b.with_floor(floor);
                         wb.insert(&st.streams, stream_key(id, n), bounds_value(after));
                         ov.streams.insert((id.clone(), n), after);
                     }
@@ -371,11 +363,12 @@ impl Committer {
         }
         // Durable now. First the committed-heads record, so nothing is
         // visible that it does not cover; then visible, in commit order, and answered.
-        let entries: Vec<Entry> = done
-            .iter()
-            .filter_map(|(_, e)| e.as_ref().ok())
-            .flat_map(heads_entries)
-            .collect();
+        let mut entries = Vec::new();
+        for (_, effect) in &done {
+            if let Ok(effect) = effect {
+                heads_entries(effect, &mut entries);
+            }
+        }
         let rotate = self.heads.append(&entries).unwrap_or_else(|e| {
             tracing::error!(error = %e, "could not append to the committed-heads record; rewriting it");
             true
@@ -430,27 +423,24 @@ impl Committer {
     }
 }
 
-/// What one committed effect adds to the committed-heads record.
-fn heads_entries(effect: &Effect) -> Vec<Entry> {
+/// Adds what one committed effect changes to the committed-heads record's `out`.
+fn heads_entries(effect: &Effect, out: &mut Vec<Entry>) {
     let head = |id: &String, stream: u64, head: Seq| Entry::Head {
         id: id.clone(),
         stream,
         head,
     };
     match effect {
-        Effect::Created(id, ..) => vec![head(id, 0, 0)],
-        Effect::Opened(id, r, _) => vec![head(id, *r, 0)],
-        Effect::Published(id, key, evs, _) => evs
-            .last()
-            .map(|e| head(id, key.number(), e.seq))
-            .into_iter()
-            .collect(),
-        Effect::Ended(id) => vec![Entry::Ended { id: id.clone() }],
-        Effect::Forgotten(ids) => ids
-            .iter()
-            .map(|id| Entry::Forgotten { id: id.clone() })
-            .collect(),
-        Effect::Meta(..) | Effect::Stored => Vec::new(),
+        Effect::Created(id, ..) => out.push(head(id, 0, 0)),
+        Effect::Opened(id, r, _) => out.push(head(id, *r, 0)),
+        Effect::Published(id, key, evs, _) => {
+            out.extend(evs.last().map(|e| head(id, key.number(), e.seq)))
+        }
+        Effect::Ended(id) => out.push(Entry::Ended { id: id.clone() }),
+        Effect::Forgotten(ids) => {
+            out.extend(ids.iter().map(|id| Entry::Forgotten { id: id.clone() }))
+        }
+        Effect::Meta(..) | Effect::Stored => {}
     }
 }
 

@@ -78,15 +78,18 @@ impl Drop for DiskLog {
 }
 
 fn fjall_error(path: &Path, e: fjall::Error) -> LogError {
+    let locked = match &e {
+        fjall::Error::Locked => true,
+        fjall::Error::Io(io) => io.kind() == std::io::ErrorKind::WouldBlock,
+        _ => false,
+    };
+    if locked {
+        return storage(format!(
+            "{} is already open in another process",
+            path.display()
+        ));
+    }
     match e {
-        fjall::Error::Locked => storage(format!(
-            "{} is already open in another process",
-            path.display()
-        )),
-        fjall::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => storage(format!(
-            "{} is already open in another process",
-            path.display()
-        )),
         fjall::Error::Io(io) => storage(format!("{}: {io}", path.display())),
         other => LogError::Corrupt(format!("{}: {other:?}", path.display())),
     }

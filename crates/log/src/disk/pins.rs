@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fjall::PersistMode;
 
-use super::store::{session_prefix, storage, stream_key, u64_at, Store};
+use super::store::{session_prefix, split_key, storage, stream_key, u64_at, Store};
 use crate::hub::Hub;
 use crate::types::now_ms;
 use crate::{LogError, PinId, Seq, StreamKey};
@@ -35,11 +35,8 @@ pub(super) fn load_pins(store: &Store, hub: &Hub) -> Result<(), LogError> {
     let mut stale = Vec::new();
     for kv in store.pins.iter() {
         let (k, v) = kv.into_inner().map_err(storage)?;
-        let parsed = k.len().checked_sub(9).and_then(|split| {
-            let id = std::str::from_utf8(&k[..split]).ok()?;
-            let pin = u64_at(&k, split + 1)?;
-            Some((id, pin, u64_at(&v, 0)?, u64_at(&v, 8)?, u64_at(&v, 16)?))
-        });
+        let parsed = split_key(&k)
+            .and_then(|(id, pin)| Some((id, pin, u64_at(&v, 0)?, u64_at(&v, 8)?, u64_at(&v, 16)?)));
         match parsed {
             Some((id, pin, stream, seq, until_ms)) if until_ms > now && hub.cell(id).is_ok() => {
                 let until = Instant::now() + Duration::from_millis(until_ms - now);

@@ -44,6 +44,14 @@ pub(super) fn stream_key(id: &str, stream: u64) -> Vec<u8> {
     k
 }
 
+/// The session id and number of a key made by [`stream_key`] (a stream,
+/// request record or pin key); `None` for one that cannot be such a key.
+pub(super) fn split_key(k: &[u8]) -> Option<(&str, u64)> {
+    let split = k.len().checked_sub(9)?;
+    let id = std::str::from_utf8(&k[..split]).ok()?;
+    Some((id, u64_at(k, split + 1)?))
+}
+
 /// The key of one event: big-endian seq, so byte order is stream order.
 pub(super) fn event_key(id: &str, stream: u64, seq: Seq) -> Vec<u8> {
     let mut k = stream_key(id, stream);
@@ -227,9 +235,7 @@ pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
     for kv in store.streams.iter() {
         let (k, v) = kv.into_inner().map_err(storage)?;
         let corrupt = || LogError::Corrupt("a stream record is malformed".into());
-        let split = k.len().checked_sub(9).ok_or_else(corrupt)?;
-        let id = std::str::from_utf8(&k[..split]).map_err(|_| corrupt())?;
-        let n = u64_at(&k, split + 1).ok_or_else(corrupt)?;
+        let (id, n) = split_key(&k).ok_or_else(corrupt)?;
         let b = decode_bounds(&v).ok_or_else(corrupt)?;
         let (head, floor) = (b.head, b.floor);
         let st = states
@@ -279,9 +285,7 @@ pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
     for kv in store.requests.iter() {
         let (k, v) = kv.into_inner().map_err(storage)?;
         let corrupt = || LogError::Corrupt("a request record is malformed".into());
-        let split = k.len().checked_sub(9).ok_or_else(corrupt)?;
-        let id = std::str::from_utf8(&k[..split]).map_err(|_| corrupt())?;
-        let n = u64_at(&k, split + 1).ok_or_else(corrupt)?;
+        let (id, n) = split_key(&k).ok_or_else(corrupt)?;
         // Records of streams retention emptied are dropped with their last
         // events; any other stream without state is an inconsistency.
         match states

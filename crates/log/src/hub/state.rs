@@ -219,11 +219,9 @@ impl SessionState {
             s.subs.retain(|sub| sub.offer(&ev));
             s.cache.push_back(ev);
         }
-        s.floor = floor.max(s.floor);
-        if s.lost.is_some_and(|(_, to)| to < s.floor) {
-            // Retention passed the lost range: nothing a reader can ask for is missing now.
-            s.lost = None;
-        }
+        // Retention passing the lost range forgets it (the one rule: Bounds::with_floor).
+        let moved = s.bounds().with_floor(floor.max(s.floor));
+        (s.floor, s.lost) = (moved.floor, moved.lost);
         while s.cache.front().is_some_and(|e| e.seq < s.floor) || s.cache.len() > cache_limit {
             s.cache.pop_front();
         }

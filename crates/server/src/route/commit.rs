@@ -70,17 +70,13 @@ async fn commit_with_retry(
     fenced: bool,
 ) -> Result<u64, LogError> {
     let key = AppState::once_key();
-    let commit = |messages| async move {
-        if fenced {
-            state.commit_fenced(session, k, messages, key).await
-        } else {
-            state.commit_once(session, k, messages, key).await
-        }
-    };
-    match commit(messages.clone()).await {
+    match state
+        .commit_once(session, k, messages.clone(), key, fenced)
+        .await
+    {
         Err(LogError::Unavailable(_) | LogError::Storage(_)) => {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            commit(messages).await
+            state.commit_once(session, k, messages, key, fenced).await
         }
         other => other,
     }
