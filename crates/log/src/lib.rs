@@ -55,6 +55,13 @@ pub trait Log: Send + Sync + 'static {
     /// Replaces the session's metadata (for example its tool list).
     async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError>;
 
+    /// Replaces the session's metadata with `meta` only if it is still
+    /// `expect`, atomically; whether it did. The compare-and-set by which
+    /// several writers (a durable task's owner, and `tasks/update` or
+    /// `tasks/cancel` on any instance) change one record without losing each
+    /// other's change: a writer that gets `false` reads the record again.
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError>;
+
     /// How many sessions are live now (for caps and metrics).
     async fn live_sessions(&self) -> usize;
 
@@ -201,6 +208,13 @@ pub trait Log: Send + Sync + 'static {
     async fn claim(&self, id: &str) -> Result<Option<String>, LogError> {
         let _ = id;
         Ok(None)
+    }
+
+    /// Whether other processes share this log (Redis): then a session's
+    /// messages may reach any instance, and one instance hands another what
+    /// it must handle through the log. A log of one process: false.
+    fn shared(&self) -> bool {
+        false
     }
 
     /// Whether the leases this handle won ([`Log::claim`]) are certainly

@@ -84,6 +84,16 @@ impl Log for MemoryLog {
         })
     }
 
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
+        self.hub.with_live(id, |st| {
+            let same = st.meta == expect;
+            if same {
+                st.meta = meta;
+            }
+            Ok(same)
+        })
+    }
+
     async fn touch(&self, id: &str) -> Result<(), LogError> {
         self.hub.touch(id)
     }

@@ -29,10 +29,12 @@ pub(super) enum Op {
         meta: Bytes,
         reply: Reply<()>,
     },
+    /// Answers 1 if it replaced the record, 0 if `expect` did not match.
     SetMeta {
         id: String,
         meta: Bytes,
-        reply: Reply<()>,
+        expect: Option<Bytes>,
+        reply: Reply<u64>,
     },
     End {
         id: String,
@@ -77,7 +79,7 @@ enum Effect {
     Opened(String, u64, Bytes),
     Published(String, StreamKey, Vec<Event>, Seq),
     Forgotten(Vec<String>),
-    /// Nothing to show: a stored pin.
+    /// Nothing to show: a stored pin, or a record whose compare-and-set did not match.
     Stored,
 }
 
@@ -184,7 +186,12 @@ impl Committer {
                         Ok(Effect::Created(id.clone(), created, meta.clone()))
                     }
                 }
-                Op::SetMeta { id, meta, .. } => self.session(&ov, id).map(|mut rec| {
+                Op::SetMeta {
+                    id, meta, expect, ..
+                } => self.session(&ov, id).map(|mut rec| {
+                    if expect.as_ref().is_some_and(|e| *e != rec.meta) {
+                        return Effect::Stored; // answers 0: not replaced
+                    }
                     rec.meta = meta.clone();
                     wb.insert(&st.sessions, id.as_bytes(), rec.encode());
                     ov.sessions.insert(id.clone(), rec);
@@ -393,10 +400,13 @@ impl Committer {
             Effect::Created(id, created, meta) => {
                 self.hub.insert(&id, SessionState::new(created, meta, 1))
             }
-            Effect::Meta(id, meta) => self.hub.with_live(&id, |st| {
-                st.meta = meta;
-                Ok(())
-            }),
+            Effect::Meta(id, meta) => {
+                answer = 1;
+                self.hub.with_live(&id, |st| {
+                    st.meta = meta;
+                    Ok(())
+                })
+            }
             Effect::Ended(id) => self.hub.end(&id),
             Effect::Forgotten(ids) => {
                 self.hub.forget(&ids);
@@ -464,14 +474,13 @@ pub(super) fn snapshot(hub: &Hub) -> Vec<Entry> {
 fn respond(op: Op, answer: Result<u64, LogError>) {
     match op {
         Op::Create { reply, .. }
-        | Op::SetMeta { reply, .. }
         | Op::End { reply, .. }
         | Op::Forget { reply, .. }
         | Op::Trim { reply, .. }
         | Op::Pin { reply, .. } => {
             let _ = reply.send(answer.map(|_| ()));
         }
-        Op::OpenRequest { reply, .. } | Op::Append { reply, .. } => {
+        Op::OpenRequest { reply, .. } | Op::Append { reply, .. } | Op::SetMeta { reply, .. } => {
             let _ = reply.send(answer);
         }
     }

@@ -283,9 +283,23 @@ impl Log for DiskLog {
         self.submit(|reply| Op::SetMeta {
             id: id.to_owned(),
             meta,
+            expect: None,
             reply,
         })
         .await
+        .map(|_| ())
+    }
+
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
+        let swapped = self
+            .submit(|reply| Op::SetMeta {
+                id: id.to_owned(),
+                meta,
+                expect: Some(expect),
+                reply,
+            })
+            .await?;
+        Ok(swapped == 1)
     }
 
     async fn touch(&self, id: &str) -> Result<(), LogError> {

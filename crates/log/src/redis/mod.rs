@@ -191,6 +191,25 @@ impl Log for RedisLog {
         self.wait_replicas(id).await
     }
 
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
+        let r: i64 = self
+            .scripts
+            .swap_meta
+            .key(format!("{}:s", prefix(id)))
+            .arg(expect.as_ref())
+            .arg(meta.as_ref())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        if r == 1 {
+            self.wait_replicas(id).await?;
+        }
+        Ok(r == 1)
+    }
+
     async fn touch(&self, id: &str) -> Result<(), LogError> {
         self.hset_if_live(id, "a", now_ms()).await?;
         Ok(())
@@ -259,6 +278,10 @@ impl Log for RedisLog {
 
     fn instance(&self) -> &str {
         &self.heartbeat.id
+    }
+
+    fn shared(&self) -> bool {
+        true
     }
 
     async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {

@@ -134,6 +134,17 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 0
 "#;
 
+/// Compare-and-set of a live session's record: `1` replaced, `0` the
+/// record is not `ARGV[1]`, `-1` no live session.
+pub(super) const SWAP_META: &str = r#"
+local session = KEYS[1]
+local expect, meta = ARGV[1], ARGV[2]
+if redis.call('HGET', session, 'e') ~= '0' then return -1 end
+if (redis.call('HGET', session, 'm') or '') ~= expect then return 0 end
+redis.call('HSET', session, 'm', meta)
+return 1
+"#;
+
 /// After `WAIT`: the committed head `c` moves up to `ARGV[1]`. Replication
 /// is one ordered stream, so replicas holding seq N hold everything before it.
 pub(super) const COMMIT: &str = r#"
@@ -182,6 +193,7 @@ pub(super) struct Scripts {
     pub end: Script,
     pub open_request: Script,
     pub if_live_hset: Script,
+    pub swap_meta: Script,
     pub bounds: Script,
     pub commit: Script,
     pub request_meta: Script,
@@ -199,6 +211,7 @@ impl Scripts {
             end: Script::new(END),
             open_request: Script::new(OPEN_REQUEST),
             if_live_hset: Script::new(IF_LIVE_HSET),
+            swap_meta: Script::new(SWAP_META),
             bounds: Script::new(BOUNDS),
             commit: Script::new(COMMIT),
             request_meta: Script::new(REQUEST_META),

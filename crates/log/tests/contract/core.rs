@@ -385,3 +385,49 @@ fn many_sessions_append_concurrently() {
         }
     });
 }
+
+#[test]
+fn swap_meta_replaces_only_the_record_it_expects() {
+    rt().block_on(async {
+        for b in backends(Retention::default(), 1024).await {
+            let log = b.log().clone();
+            log.create_session("a", Bytes::from_static(b"v1"))
+                .await
+                .unwrap();
+            // A writer that read v1 wins; one that read something else loses
+            // and changes nothing.
+            assert!(log
+                .swap_meta("a", Bytes::from_static(b"v1"), Bytes::from_static(b"v2"))
+                .await
+                .unwrap());
+            assert!(
+                !log.swap_meta("a", Bytes::from_static(b"v1"), Bytes::from_static(b"v3"))
+                    .await
+                    .unwrap(),
+                "{}",
+                b.name
+            );
+            assert_eq!(
+                log.session("a").await.unwrap().meta,
+                Bytes::from_static(b"v2")
+            );
+            // Of many writers racing from the same record, exactly one wins.
+            let racers = (0..8u8).map(|i| {
+                let log = log.clone();
+                async move {
+                    log.swap_meta("a", Bytes::from_static(b"v2"), Bytes::from(vec![b'w', i]))
+                        .await
+                        .unwrap()
+                }
+            });
+            let won = futures_util::future::join_all(racers).await;
+            assert_eq!(won.iter().filter(|w| **w).count(), 1, "{}: {won:?}", b.name);
+            // An ended session is no session.
+            log.end_session("a").await.unwrap();
+            assert!(matches!(
+                log.swap_meta("a", Bytes::new(), Bytes::new()).await,
+                Err(LogError::NoSession(_))
+            ));
+        }
+    });
+}

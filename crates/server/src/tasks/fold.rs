@@ -1,32 +1,44 @@
-//! A task's state, folded from the events of its stream (no I/O).
+//! A task's state and its transitions (no I/O).
 //!
-//! A task's stream holds, in commit order, what its owner and its clients
-//! said of it: status snapshots by the owner (`{"s": "working"}`,
-//! `{"s": "input_required", "inputRequests": {..}}`), answers to input
-//! requests by `tasks/update` on any instance (`{"in": {KEY: RESPONSE}}`),
-//! and terminal states (`completed` with a `result`, `failed` with an
-//! `error`, `cancelled`), each with its commit time (`"at"`, ms). The
-//! **first terminal event wins**: a cancel that lands before the owner's
-//! result, or the failure that marks a dead owner, is final, and anything
-//! committed after it is ignored. Input requests answered since the last
-//! snapshot are no longer pending; a task whose every request is answered
-//! reads as `working` until its owner says more.
+//! The state lives in the task's record ([`super::TaskRecord::state`]),
+//! changed by compare-and-set (`cell.rs`), so `tasks/get` reads one record
+//! however long the task's history and wherever retention has moved its
+//! stream's floor. Each transition is a method here: the work asks for
+//! input ([`TaskState::ask`]), a client answers ([`TaskState::answer`]),
+//! the work takes its answers ([`TaskState::take`]), the task ends
+//! ([`TaskState::end`]). The **first end wins**: a cancel that lands before
+//! the owner's result, or the failure that marks a dead owner, is final.
+//!
+//! Every change but `take` is also committed to the task's stream, as an
+//! event: status snapshots (`{"s": "working"}`, `{"s": "input_required",
+//! "inputRequests": {..}}`), answers (`{"in": {KEY: RESPONSE}}`) and terminal
+//! states (`completed` with a `result`, `failed` with an `error`,
+//! `cancelled`), each with its time (`"at"`, ms). The stream wakes the work
+//! and keeps the history; [`fold`] reads a state from it for a record written
+//! before states were kept in records.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 /// The statuses of a task (SEP-2663), as on the wire.
 pub(crate) const TERMINAL: &[&str] = &["completed", "failed", "cancelled"];
 
-/// A task's state at some point of its stream.
-#[derive(Debug, Clone, PartialEq)]
+/// A task's state, as its record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct TaskState {
     /// `working`, `input_required`, `completed`, `failed` or `cancelled`.
+    #[serde(rename = "s")]
     pub(crate) status: String,
-    /// When the last event that changed it was committed (ms).
+    /// When it last changed (Unix ms).
+    #[serde(rename = "u")]
     pub(crate) updated_ms: u64,
     /// What the wire shows beside the status: `inputRequests` (only those
-    /// still pending), `result` or `error`.
+    /// still outstanding), `result` or `error`.
+    #[serde(rename = "p", default, skip_serializing_if = "Map::is_empty")]
     pub(crate) payload: Map<String, Value>,
+    /// Answers a client gave that the work has not taken yet, by key.
+    #[serde(rename = "a", default, skip_serializing_if = "Map::is_empty")]
+    pub(crate) answers: Map<String, Value>,
 }
 
 impl TaskState {
@@ -36,7 +48,77 @@ impl TaskState {
             status: "working".into(),
             updated_ms: created_ms,
             payload: Map::new(),
+            answers: Map::new(),
         }
+    }
+
+    /// The work asks for input under `key`: the task is `input_required`
+    /// with every outstanding request. False once the task has ended.
+    pub(crate) fn ask(&mut self, key: &str, request: Value, at: u64) -> bool {
+        if self.terminal() {
+            return false;
+        }
+        let mut pending = self.pending();
+        pending.insert(key.to_owned(), request);
+        self.status = "input_required".into();
+        self.payload = Map::from_iter([("inputRequests".to_owned(), Value::Object(pending))]);
+        self.updated_ms = at;
+        true
+    }
+
+    /// A client answers (`tasks/update`): answers to outstanding requests
+    /// are kept for the work, any other key is ignored (SEP-2663: unknown,
+    /// already answered or superseded keys). The task is `working` again
+    /// once nothing is outstanding. Returns the keys it accepted.
+    pub(crate) fn answer(&mut self, responses: &Map<String, Value>, at: u64) -> Vec<String> {
+        if self.terminal() {
+            return Vec::new();
+        }
+        let Some(Value::Object(pending)) = self.payload.get_mut("inputRequests") else {
+            return Vec::new();
+        };
+        let mut accepted = Vec::new();
+        for (key, response) in responses {
+            if pending.remove(key).is_some() {
+                self.answers.insert(key.clone(), response.clone());
+                accepted.push(key.clone());
+            }
+        }
+        if accepted.is_empty() {
+            return accepted;
+        }
+        if pending.is_empty() {
+            self.status = "working".into();
+            self.payload.clear();
+        }
+        self.updated_ms = at;
+        accepted
+    }
+
+    /// The work has taken the answers under `keys`; whether any was there.
+    pub(crate) fn take(&mut self, keys: &[String]) -> bool {
+        let before = self.answers.len();
+        for k in keys {
+            self.answers.remove(k);
+        }
+        self.answers.len() != before
+    }
+
+    /// The task ends as `status` (`completed`, `failed`, `cancelled`) with
+    /// its `result` or `error`; false if it had ended already: the first
+    /// end wins.
+    pub(crate) fn end(&mut self, status: &str, payload: Option<(&str, Value)>, at: u64) -> bool {
+        if self.terminal() {
+            return false;
+        }
+        self.status = status.to_owned();
+        self.updated_ms = at;
+        self.payload.clear();
+        self.answers.clear();
+        if let Some((k, v)) = payload {
+            self.payload.insert(k.to_owned(), v);
+        }
+        true
     }
 
     /// Whether it has ended.
@@ -44,7 +126,8 @@ impl TaskState {
         TERMINAL.contains(&self.status.as_str())
     }
 
-    /// Applies one event of the task's stream.
+    /// Applies one event of the task's stream (the state of a record
+    /// written before records kept it, [`fold`]).
     pub(crate) fn apply(&mut self, event: &Value) {
         if self.terminal() {
             return;
@@ -88,7 +171,8 @@ impl TaskState {
     }
 }
 
-/// Folds a task's events, in order.
+/// Folds a task's events, in order: the state of a task whose record was
+/// written by an earlier release, which kept states only in streams.
 pub(crate) fn fold<'a>(created_ms: u64, events: impl IntoIterator<Item = &'a Value>) -> TaskState {
     let mut state = TaskState::new(created_ms);
     for e in events {

@@ -8,15 +8,20 @@
 //!
 //! A task is a log session of its own (its id is a session id: 256 random
 //! bits), whose record says who owns it (the instance running its work) and
-//! whose stream carries its events (`fold.rs`). A handler creates one with
+//! holds its state, changed by compare-and-set (`cell.rs`, `fold.rs`), and
+//! whose stream carries its events: the history, and the bell that wakes
+//! its work when a client answers or cancels. A handler creates one with
 //! [`TaskStore::spawn`]; the work runs on this instance and talks to the
 //! client through its [`TaskContext`] (input requests answered with
 //! `tasks/update`, cancellation by `tasks/cancel`). `tasks/get`,
 //! `tasks/update` and `tasks/cancel` are answered by the transport from the
 //! log (`serve.rs`); they never reach the backend.
 
+mod cell;
 pub(crate) mod fold;
 pub(crate) mod serve;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,6 +32,8 @@ use bytes::Bytes;
 use mcp_resume_log::{Log, LogError, StreamKey, Subscription};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+
+use fold::TaskState;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -37,6 +44,11 @@ pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// How long a cancelled task's work may run on before it is dropped.
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
+
+/// How many times the owner tries to commit how a task ended (backing off
+/// 0.1 s, 0.3 s, ... about 12 s in all) before it gives up and leaves the
+/// task to be failed once this instance is gone.
+const END_ATTEMPTS: usize = 6;
 
 /// Who made a stateless-era request, as the transport authenticated it
 /// (`None`: no credentials configured). The transport puts it in the HTTP
@@ -60,12 +72,16 @@ pub struct TaskRecord {
     /// How often a client should poll it (ms).
     #[serde(rename = "poll")]
     pub poll_ms: u64,
+    /// Its state now; `None` in a record written by a release that kept
+    /// states only in the task's stream (then folded from it).
+    #[serde(rename = "st", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) state: Option<TaskState>,
 }
 
 impl TaskRecord {
     /// The task's fields common to every answer about it (SEP-2663 `Task`),
     /// in the state `state`.
-    pub(crate) fn wire(&self, id: &str, state: &fold::TaskState) -> Map<String, Value> {
+    pub(crate) fn wire(&self, id: &str, state: &TaskState) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("taskId".into(), json!(id));
         m.insert("status".into(), json!(state.status));
@@ -148,11 +164,14 @@ impl TaskStore {
         Fut: Future<Output = TaskEnd> + Send + 'static,
     {
         let id = new_session_id();
+        let created_ms = now_ms();
+        let state = TaskState::new(created_ms);
         let record = TaskRecord {
             owner: self.log.instance().to_owned(),
-            created_ms: now_ms(),
+            created_ms,
             ttl_ms: self.ttl.as_millis() as u64,
             poll_ms: self.poll.as_millis() as u64,
+            state: Some(state.clone()),
         };
         let session = SessionRecord {
             protocol_version: "2026-07-28".into(),
@@ -166,14 +185,12 @@ impl TaskStore {
             shared: Arc::new(Shared {
                 log: self.log.clone(),
                 id: id.clone(),
-                pending: Mutex::default(),
                 waiters: Mutex::default(),
                 cancel: CancellationToken::new(),
-                commit: tokio::sync::Mutex::new(()),
             }),
         };
         tokio::spawn(run(ctx, sub, work));
-        Ok(record.wire(&id, &fold::TaskState::new(record.created_ms)))
+        Ok(record.wire(&id, &state))
     }
 }
 
@@ -186,13 +203,10 @@ pub struct TaskContext {
 struct Shared {
     log: Arc<dyn Log>,
     id: String,
-    /// Input requests waiting for an answer.
-    pending: Mutex<Map<String, Value>>,
+    /// The work's input requests waiting for an answer, by key.
     waiters: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     /// Fires when the task ends by someone else's word (a cancel).
     cancel: CancellationToken,
-    /// One snapshot commit at a time, so the last committed is the newest.
-    commit: tokio::sync::Mutex<()>,
 }
 
 impl TaskContext {
@@ -203,16 +217,38 @@ impl TaskContext {
 
     /// Asks the client for input (an `elicitation/create`,
     /// `sampling/createMessage` or `roots/list` request, as JSON) under
-    /// `key`: the task shows `input_required` with it until the client
-    /// answers with `tasks/update`; returns the answer.
+    /// `key`, unique over the task's life: the task shows `input_required`
+    /// with it until the client answers with `tasks/update` (on any
+    /// instance); returns the answer.
     pub async fn request_input(&self, key: &str, request: Value) -> Result<Value, TaskError> {
+        let shared = &self.shared;
         let (tx, rx) = oneshot::channel();
-        lock(&self.shared.waiters).insert(key.to_owned(), tx);
-        lock(&self.shared.pending).insert(key.to_owned(), request);
-        self.snapshot().await?;
+        lock(&shared.waiters).insert(key.to_owned(), tx);
+        let asked = cell::update(&*shared.log, &shared.id, |s| {
+            s.ask(key, request.clone(), now_ms()).then_some(())
+        })
+        .await;
+        let state = match asked {
+            Ok((state, Some(()))) => state,
+            Ok((_, None)) => {
+                lock(&shared.waiters).remove(key);
+                return Err(TaskError::Cancelled); // it has ended
+            }
+            Err(e) => {
+                lock(&shared.waiters).remove(key);
+                return Err(e.into());
+            }
+        };
+        let pending = Value::Object(state.pending());
+        let e = fold::event(
+            "input_required",
+            state.updated_ms,
+            Some(("inputRequests", pending)),
+        );
+        shared.append(&e).await?;
         tokio::select! {
             answer = rx => answer.map_err(|_| TaskError::Cancelled),
-            _ = self.shared.cancel.cancelled() => Err(TaskError::Cancelled),
+            _ = shared.cancel.cancelled() => Err(TaskError::Cancelled),
         }
     }
 
@@ -220,22 +256,6 @@ impl TaskContext {
     /// selects on it and returns [`TaskEnd::Cancelled`].
     pub async fn cancelled(&self) {
         self.shared.cancel.cancelled().await
-    }
-
-    /// Commits the task's status as its pending input requests say.
-    async fn snapshot(&self) -> Result<(), LogError> {
-        let _one = self.shared.commit.lock().await;
-        let pending = lock(&self.shared.pending).clone();
-        let e = if pending.is_empty() {
-            fold::event("working", now_ms(), None)
-        } else {
-            fold::event(
-                "input_required",
-                now_ms(),
-                Some(("inputRequests", Value::Object(pending))),
-            )
-        };
-        self.shared.append(&e).await
     }
 }
 
@@ -246,6 +266,52 @@ impl Shared {
             .append(&self.id, StreamKey::Session, vec![bytes])
             .await?;
         Ok(())
+    }
+
+    /// Hands the work the answers its record holds for it, and stops the
+    /// work once the task has ended; whether it has. A record that cannot
+    /// be read is read again (every 500 ms) until it can: the bell that
+    /// called this rings once.
+    async fn sync(&self) -> bool {
+        let state = loop {
+            match cell::read(&*self.log, &self.id).await {
+                Ok((_, state)) => break state,
+                Err(LogError::NoSession(_) | LogError::SessionEnded | LogError::Closed) => {
+                    self.cancel.cancel(); // expired
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!(task = %self.id, error = %e, "reading a task's record again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = self.cancel.cancelled() => return true,
+                    }
+                }
+            }
+        };
+        if state.terminal() {
+            self.cancel.cancel();
+            return true;
+        }
+        let mut taken = Vec::new();
+        {
+            let mut waiters = lock(&self.waiters);
+            for (key, answer) in &state.answers {
+                if let Some(tx) = waiters.remove(key) {
+                    let _ = tx.send(answer.clone());
+                    taken.push(key.clone());
+                }
+            }
+        }
+        if !taken.is_empty() {
+            // Bookkeeping only: an answer left in the record is never handed
+            // out twice (keys are not reused, its waiter is gone).
+            let took = cell::update(&*self.log, &self.id, |s| s.take(&taken).then_some(())).await;
+            if let Err(e) = took {
+                tracing::debug!(task = %self.id, error = %e, "could not clear a task's taken answers");
+            }
+        }
+        false
     }
 }
 
@@ -261,7 +327,7 @@ where
     Fut: Future<Output = TaskEnd> + Send + 'static,
 {
     let shared = ctx.shared.clone();
-    let watcher = tokio::spawn(watch(shared.clone(), sub, ctx.clone()));
+    let watcher = tokio::spawn(watch(shared.clone(), sub));
     let grace = async {
         shared.cancel.cancelled().await;
         tokio::time::sleep(CANCEL_GRACE).await;
@@ -272,33 +338,49 @@ where
     };
     watcher.abort();
     if shared.cancel.is_cancelled() {
-        return; // ended by someone else's word: the first terminal event stands
+        return; // ended by someone else's word: the first end stands
     }
-    let at = now_ms();
-    let e = match end {
-        TaskEnd::Completed(result) => fold::event("completed", at, Some(("result", result))),
-        TaskEnd::Failed(error) => fold::event("failed", at, Some(("error", error))),
-        TaskEnd::Cancelled => fold::event("cancelled", at, None),
+    let (status, payload) = match end {
+        TaskEnd::Completed(result) => ("completed", Some(("result", result))),
+        TaskEnd::Failed(error) => ("failed", Some(("error", error))),
+        TaskEnd::Cancelled => ("cancelled", None),
     };
-    if let Err(e) = shared.append(&e).await {
-        tracing::warn!(task = %shared.id, error = %e, "could not commit how a task ended; tasks/get will report it failed once this instance is gone");
+    let at = now_ms();
+    let mut backoff = Duration::from_millis(100);
+    for _ in 0..END_ATTEMPTS {
+        let ended = cell::update(&*shared.log, &shared.id, |s| {
+            s.end(status, payload.clone(), at).then_some(())
+        })
+        .await;
+        match ended {
+            Ok((_, Some(()))) => {
+                let e = fold::event(status, at, payload);
+                if let Err(e) = shared.append(&e).await {
+                    tracing::warn!(task = %shared.id, error = %e, "a task's end is in its record but not in its stream");
+                }
+                return;
+            }
+            // Ended first by another's word, or expired.
+            Ok((_, None)) | Err(LogError::NoSession(_) | LogError::SessionEnded) => return,
+            Err(e) => {
+                tracing::warn!(task = %shared.id, error = %e, "could not commit how a task ended; trying again");
+                tokio::time::sleep(backoff).await;
+                backoff *= 3;
+            }
+        }
     }
+    tracing::error!(task = %shared.id, "gave up committing how a task ended; tasks/get will report it failed once this instance is gone");
 }
 
-/// Follows the task's stream for answers to its input requests and for its
-/// end by another's word. A subscription that ends (a lost connection to
-/// the log, a lag) is taken again, and what was committed meanwhile is read,
-/// so an answer is never missed; a task that expired stops its work.
-async fn watch(shared: Arc<Shared>, mut sub: Subscription, ctx: TaskContext) {
-    let mut last = 0;
+/// Follows the task's stream as a bell: every event (an answer, a cancel,
+/// the work's own) makes the work read the task's record (`Shared::sync`).
+/// A subscription that ends (a lost connection to the log, a lag) is taken
+/// again and the record read, so an answer is never missed; nothing is read
+/// from the stream itself, so retention may trim it freely.
+async fn watch(shared: Arc<Shared>, mut sub: Subscription) {
     loop {
         match sub.next().await {
-            Ok(ev) => {
-                last = ev.seq;
-                if on_event(&shared, &ctx, &ev.message).await {
-                    return;
-                }
-            }
+            Ok(_) => {}
             Err(LogError::NoSession(_) | LogError::SessionEnded | LogError::Closed) => {
                 shared.cancel.cancel();
                 return;
@@ -306,59 +388,19 @@ async fn watch(shared: Arc<Shared>, mut sub: Subscription, ctx: TaskContext) {
             Err(e) => {
                 tracing::debug!(task = %shared.id, error = %e, "following a task's stream again");
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                let Ok((bounds, again)) =
-                    shared.log.subscribe(&shared.id, StreamKey::Session).await
-                else {
-                    continue;
-                };
-                let missed = shared
-                    .log
-                    .read(&shared.id, StreamKey::Session, last, serve::MAX_EVENTS)
-                    .await
-                    .unwrap_or_default();
-                for ev in missed.into_iter().take_while(|ev| ev.seq <= bounds.head) {
-                    last = ev.seq;
-                    if on_event(&shared, &ctx, &ev.message).await {
-                        return;
+                match shared.log.subscribe(&shared.id, StreamKey::Session).await {
+                    Ok((_, again)) => sub = again,
+                    Err(e) => {
+                        tracing::debug!(task = %shared.id, error = %e, "could not follow a task's stream");
+                        continue;
                     }
                 }
-                sub = again;
             }
         }
-    }
-}
-
-/// Applies one event of the task's stream to its running work; whether the
-/// task has ended.
-async fn on_event(shared: &Shared, ctx: &TaskContext, message: &[u8]) -> bool {
-    let Ok(v) = serde_json::from_slice::<Value>(message) else {
-        return false;
-    };
-    if let Some(answers) = v.get("in").and_then(Value::as_object) {
-        let mut answered = false;
-        for (key, answer) in answers {
-            let waiter = lock(&shared.waiters).remove(key);
-            if let Some(tx) = waiter {
-                lock(&shared.pending).remove(key);
-                let _ = tx.send(answer.clone());
-                answered = true;
-            }
+        if shared.sync().await {
+            return;
         }
-        if answered && lock(&shared.pending).is_empty() {
-            if let Err(e) = ctx.snapshot().await {
-                tracing::warn!(task = %shared.id, error = %e, "could not commit a task's status");
-            }
-        }
-        return false;
     }
-    if v.get("s")
-        .and_then(Value::as_str)
-        .is_some_and(|s| fold::TERMINAL.contains(&s))
-    {
-        shared.cancel.cancel();
-        return true;
-    }
-    false
 }
 
 /// Now, in Unix ms.

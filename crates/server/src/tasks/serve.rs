@@ -7,8 +7,9 @@
 use axum::http::{HeaderMap, StatusCode};
 use mcp_resume_log::{LogError, StreamKey};
 use mcp_resume_proto::headers as h;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
+use super::cell;
 use super::fold::{self, TaskState};
 use super::{now_ms, Caller, TaskRecord, TaskStore, TASKS_EXTENSION};
 use crate::jsonrpc;
@@ -18,9 +19,6 @@ use crate::session::{valid_session_id, SessionRecord};
 const HEADER_MISMATCH: i64 = -32020;
 /// JSON-RPC: the client lacks a capability the request needs.
 const MISSING_CAPABILITY: i64 = -32021;
-/// The most events of a task that are read to fold it.
-pub(crate) const MAX_EVENTS: usize = 4096;
-
 /// Methods of the first tasks draft that the extension removed.
 const REMOVED: &[&str] = &["tasks/result", "tasks/list"];
 
@@ -115,32 +113,21 @@ pub(crate) async fn serve(
     let outcome = match method {
         "tasks/get" => get(store, caller, task_id).await,
         "tasks/update" => {
-            let answers = params.get("inputResponses").cloned().unwrap_or(json!({}));
-            if !answers.is_object() {
-                return fail(
-                    StatusCode::OK,
-                    jsonrpc::INVALID_PARAMS,
-                    "inputResponses must be an object".into(),
-                    None,
-                );
-            }
-            act(
-                store,
-                caller,
-                task_id,
-                json!({"in": answers, "at": now_ms()}),
-            )
-            .await
+            let answers = match params.get("inputResponses") {
+                None => Map::new(),
+                Some(Value::Object(m)) => m.clone(),
+                Some(_) => {
+                    return fail(
+                        StatusCode::OK,
+                        jsonrpc::INVALID_PARAMS,
+                        "inputResponses must be an object".into(),
+                        None,
+                    )
+                }
+            };
+            update(store, caller, task_id, &answers).await
         }
-        "tasks/cancel" => {
-            act(
-                store,
-                caller,
-                task_id,
-                fold::event("cancelled", now_ms(), None),
-            )
-            .await
-        }
+        "tasks/cancel" => cancel(store, caller, task_id).await,
         other => {
             return fail(
                 StatusCode::NOT_FOUND,
@@ -203,40 +190,34 @@ async fn record(store: &TaskStore, caller: &Caller, task_id: &str) -> Result<Tas
     }
 }
 
-/// The task's state, failing it first if its owner died before it ended.
+/// The task's state, failing it first (once, whoever asks first) if its
+/// owner died before it ended.
 async fn state(store: &TaskStore, task_id: &str, rec: &TaskRecord) -> Result<TaskState, Lookup> {
     let log = store.log();
-    let events = log.read(task_id, StreamKey::Session, 0, MAX_EVENTS).await?;
-    let values: Vec<Value> = events
-        .iter()
-        .filter_map(|e| serde_json::from_slice(&e.message).ok())
-        .collect();
-    let state = fold::fold(rec.created_ms, &values);
+    let state = cell::current(&**log, task_id, rec).await?;
     if state.terminal() || rec.owner == log.instance() || log.instance_alive(&rec.owner).await? {
         return Ok(state);
     }
-    let failed = fold::event(
-        "failed",
-        now_ms(),
-        Some((
-            "error",
-            json!({"code": jsonrpc::INTERNAL_ERROR,
-                "message": "the server running this task stopped before it finished; it may be retried",
-                "data": {"reason": "server-restarted"}}),
-        )),
-    );
-    append(store, task_id, &failed).await?;
-    tracing::info!(
-        task = task_id,
-        "failed a task whose owner died before it ended"
-    );
-    // Read again: an end the owner committed just before dying wins.
-    let events = log.read(task_id, StreamKey::Session, 0, MAX_EVENTS).await?;
-    let values: Vec<Value> = events
-        .iter()
-        .filter_map(|e| serde_json::from_slice(&e.message).ok())
-        .collect();
-    Ok(fold::fold(rec.created_ms, &values))
+    let error = json!({"code": jsonrpc::INTERNAL_ERROR,
+        "message": "the server running this task stopped before it finished; it may be retried",
+        "data": {"reason": "server-restarted"}});
+    let at = now_ms();
+    let (state, failed) = cell::update(&**log, task_id, |s| {
+        s.end("failed", Some(("error", error.clone())), at)
+            .then_some(())
+    })
+    .await?;
+    if failed.is_some() {
+        tracing::info!(
+            task = task_id,
+            "failed a task whose owner died before it ended"
+        );
+        let e = fold::event("failed", at, Some(("error", error)));
+        if let Err(e) = append(store, task_id, &e).await {
+            tracing::warn!(task = task_id, error = %e, "a task's failure is in its record but not in its stream");
+        }
+    }
+    Ok(state)
 }
 
 async fn append(store: &TaskStore, task_id: &str, event: &Value) -> Result<(), LogError> {
@@ -266,17 +247,51 @@ async fn get(store: &TaskStore, caller: &Caller, task_id: &str) -> Result<Value,
     Ok(Value::Object(m))
 }
 
-/// `tasks/update` and `tasks/cancel`: commits `event` unless the task has
-/// ended, and acknowledges.
-async fn act(
+/// `tasks/update`: keeps the answers to outstanding input requests for the
+/// work (any other key is ignored, as SEP-2663 asks), rings the work's bell,
+/// and acknowledges. An answer kept by an earlier try whose bell failed
+/// rings again, so a retry after a 503 is never lost.
+async fn update(
     store: &TaskStore,
     caller: &Caller,
     task_id: &str,
-    event: Value,
+    answers: &Map<String, Value>,
 ) -> Result<Value, Lookup> {
     let rec = record(store, caller, task_id).await?;
-    if !state(store, task_id, &rec).await?.terminal() {
-        append(store, task_id, &event).await?;
+    if state(store, task_id, &rec).await?.terminal() {
+        return Ok(json!({"resultType": "complete"}));
+    }
+    let at = now_ms();
+    let (state, _) = cell::update(&**store.log(), task_id, |s| {
+        let accepted = s.answer(answers, at);
+        (!accepted.is_empty()).then_some(accepted)
+    })
+    .await?;
+    let ring: Map<String, Value> = answers
+        .iter()
+        .filter(|(k, _)| state.answers.contains_key(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !ring.is_empty() {
+        append(store, task_id, &json!({"in": ring, "at": at})).await?;
+    }
+    Ok(json!({"resultType": "complete"}))
+}
+
+/// `tasks/cancel`: ends the task as `cancelled` unless it has ended, tells
+/// its work, and acknowledges.
+async fn cancel(store: &TaskStore, caller: &Caller, task_id: &str) -> Result<Value, Lookup> {
+    let rec = record(store, caller, task_id).await?;
+    if state(store, task_id, &rec).await?.terminal() {
+        return Ok(json!({"resultType": "complete"}));
+    }
+    let at = now_ms();
+    let (_, cancelled) = cell::update(&**store.log(), task_id, |s| {
+        s.end("cancelled", None, at).then_some(())
+    })
+    .await?;
+    if cancelled.is_some() {
+        append(store, task_id, &fold::event("cancelled", at, None)).await?;
     }
     Ok(json!({"resultType": "complete"}))
 }

@@ -55,6 +55,9 @@ impl Log for FaultyLog {
     async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
         self.inner.set_meta(id, meta).await
     }
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
+        self.inner.swap_meta(id, expect, meta).await
+    }
     async fn live_sessions(&self) -> usize {
         self.inner.live_sessions().await
     }
