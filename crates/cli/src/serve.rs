@@ -122,6 +122,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 10_000)]
     upgrade_timeout_ms: u64,
 
+    /// Seconds a call's response is retried while the log is unavailable
+    /// before an error response (-32603, reason commit-failed) ends the call
+    /// instead: no call stays open.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    reply_deadline_secs: u64,
+
     /// Refuse WebSocket upgrades with 426 (clients stay on SSE, losing nothing).
     #[arg(long)]
     no_websocket: bool,
@@ -344,6 +350,7 @@ pub async fn run_with(
     config.tombstone_ttl = Duration::from_secs(args.tombstone_ttl_secs);
     config.keepalive = Duration::from_secs(args.keepalive_secs.max(1));
     config.upgrade_timeout = Duration::from_millis(args.upgrade_timeout_ms);
+    config.reply_deadline = Duration::from_secs(args.reply_deadline_secs);
     config.unsafe_legacy_upgrade = args.unsafe_legacy_upgrade;
     config.websocket = !args.no_websocket;
     config.max_sessions = args.max_sessions;

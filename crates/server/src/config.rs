@@ -62,6 +62,10 @@ pub struct ServerConfig {
     /// it opened (docs/protocol.md 6.1; `DiskLog::lost_ranges`), exported as
     /// `mcp_resume_log_damaged_streams` so an operator's alert sees them.
     pub damaged_streams: u64,
+    /// How long the response of a call is retried while the log is
+    /// unavailable before an error response (-32603, `commit-failed`) takes
+    /// its place, so that no call stays open (docs/protocol.md 3.4).
+    pub reply_deadline: Duration,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +93,7 @@ impl Default for ServerConfig {
             tls: None,
             conn_limits: ConnLimits::default(),
             damaged_streams: 0,
+            reply_deadline: Duration::from_secs(30),
         }
     }
 }

@@ -37,6 +37,7 @@ pub mod listen;
 mod mcp;
 mod metrics;
 mod orphans;
+mod reply;
 mod route;
 mod session;
 mod sse;

@@ -73,14 +73,29 @@ pub async fn handle_socket_message(state: &AppState, session: &str, message: &Va
     if state.backend.is_some() {
         return crate::http::socket_message(state, session, message.clone()).await;
     }
-    let reply = match Incoming::classify(message) {
-        Ok(Incoming::Request { id, method, params }) => {
-            handle_request(state, session, StreamKey::Session, &id, &method, &params).await
-        }
+    let (reply, id) = match Incoming::classify(message) {
+        Ok(Incoming::Request { id, method, params }) => (
+            handle_request(state, session, StreamKey::Session, &id, &method, &params).await,
+            id,
+        ),
         Ok(_) => return,
-        Err(why) => jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why),
+        Err(why) => (
+            jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why),
+            Value::Null,
+        ),
     };
-    if let Err(e) = state.append(session, StreamKey::Session, &reply).await {
+    let bytes = bytes::Bytes::from(serde_json::to_vec(&reply).unwrap_or_default());
+    let calls = if id.is_null() { Vec::new() } else { vec![id] };
+    if let Err(e) = crate::reply::commit(
+        state,
+        session,
+        StreamKey::Session,
+        vec![bytes],
+        false,
+        &calls,
+    )
+    .await
+    {
         tracing::warn!(session, error = %e, "could not commit a WebSocket response");
     }
 }

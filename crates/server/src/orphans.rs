@@ -7,7 +7,9 @@
 //! JSON-RPC error response for its call (the server restarted while the call
 //! ran, so the client may retry), committed like any event. Orphans are ended
 //! once at start-up (every stream of a disk log left from before) and lazily
-//! when a client resumes one (an instance of a shared Redis log that died).
+//! when a client resumes one (an instance of a shared Redis log that died),
+//! each under one key per call, so instances racing to end it commit one
+//! error.
 
 use bytes::Bytes;
 use mcp_resume_log::{LogError, StreamKey};
@@ -65,13 +67,33 @@ pub(crate) async fn end_if_orphaned(
         "the server restarted while this call ran; it may be retried",
         json!({"reason": "server-restarted"}),
     );
-    state.append(session, stream, &reply).await?;
+    let reply = Bytes::from(serde_json::to_vec(&reply).unwrap_or_default());
+    state
+        .commit_once(session, stream, vec![reply], orphan_key(session, r), false)
+        .await?;
     tracing::info!(
         session,
         stream = r,
         "ended a call whose handler died with its process"
     );
     Ok(true)
+}
+
+/// The key under which the error of orphaned call `r` of `session` is
+/// committed: the same on every instance ([`mcp_resume_log::Log::append_once`]),
+/// so instances (or a resume and the start-up sweep) that end one orphan at
+/// once commit one error. FNV-1a, stable across processes and releases.
+fn orphan_key(session: &str, r: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in b"orphan\0"
+        .iter()
+        .chain(session.as_bytes())
+        .chain(&r.to_le_bytes())
+    {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// Ends every orphaned call of every live session; run once at start-up.

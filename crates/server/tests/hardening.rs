@@ -453,3 +453,53 @@ async fn a_reader_that_never_reads_does_not_hold_up_shutdown() {
     );
     drop(stalled);
 }
+
+/// Calls `tool` on `sid` as a client that accepts only SSE (a request
+/// stream); the response read from it (at most 15 s).
+async fn call_on_request_stream(s: &TestServer, sid: &str, tool: &str, args: Value) -> Value {
+    let resp = reqwest::Client::new()
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", sid)
+        .body(json!({"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":tool,"arguments":args}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let events = read_sse(resp, 1, 15_000).await;
+    let last = events
+        .iter()
+        .rfind(|e| !e.data.is_empty())
+        .expect("the call ended with a response");
+    serde_json::from_str(&last.data).unwrap()
+}
+
+#[tokio::test]
+async fn a_call_whose_response_the_log_refuses_still_ends() {
+    let (log, faults) = faulty(Retention::default());
+    let mut config = ServerConfig::default();
+    config.reply_deadline = Duration::from_secs(1);
+    let s = TestServer::start_with(log, config).await;
+    let sid = s.init().await;
+    // A short outage: the response is retried until it lands.
+    faults.refuse_appends.store(4, Ordering::SeqCst);
+    let v = call_on_request_stream(&s, &sid, "echo", json!({"text": "after the outage"})).await;
+    assert_eq!(v["result"]["content"][0]["text"], "after the outage", "{v}");
+    assert_eq!(faults.refuse_appends.load(Ordering::SeqCst), 0);
+    // An outage past the reply deadline: the call ends with an error in its
+    // response's place once the log is back, never open and silent.
+    faults.refuse_appends.store(1_000_000, Ordering::SeqCst);
+    let heal = {
+        let faults = faults.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            faults.refuse_appends.store(0, Ordering::SeqCst);
+        })
+    };
+    let v = call_on_request_stream(&s, &sid, "echo", json!({"text": "lost"})).await;
+    heal.await.unwrap();
+    assert_eq!(v["id"], 41, "{v}");
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert_eq!(v["error"]["data"]["reason"], "commit-failed", "{v}");
+}

@@ -1,8 +1,7 @@
 //! A route's commits: runs of messages bound for one stream, each committed
 //! in one append (fenced by the lease for an exclusive backend), retried
-//! once under one key when the log's answer was unknown.
-
-use std::time::Duration;
+//! under one key while the log is unavailable, and a call's answer replaced
+//! by an error past the reply deadline (`crate::reply`).
 
 use bytes::Bytes;
 use mcp_resume_log::{LogError, StreamKey};
@@ -32,7 +31,8 @@ pub(super) fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value) {
 }
 
 /// Commits the runs in order; a run that cannot be committed is reported to
-/// the backend at its next send ([`Pending::fail`]). With `fenced` (a route
+/// the backend at its next send ([`Pending::fail`]), and a call it answered
+/// gets an error response instead. With `fenced` (a route
 /// under a lease), each commit is refused once another instance holds the
 /// lease: then nothing more is committed and this says so (`true`).
 pub(super) async fn flush(
@@ -43,7 +43,8 @@ pub(super) async fn flush(
     fenced: bool,
 ) -> bool {
     for (k, messages) in runs.drain(..) {
-        match commit_with_retry(state, session, k, messages, fenced).await {
+        let calls = crate::reply::answered_calls(&messages);
+        match crate::reply::commit(state, session, k, messages, fenced, &calls).await {
             Ok(_) => {}
             Err(LogError::LeaseLost(_)) => {
                 // The runs after it are dropped with the drain.
@@ -57,27 +58,4 @@ pub(super) async fn flush(
         }
     }
     false
-}
-
-/// Commits, retrying once after a moment: a response that is never
-/// committed would leave its request stream open. Both attempts carry one
-/// key, so a first attempt whose outcome was unknown is not committed twice.
-async fn commit_with_retry(
-    state: &AppState,
-    session: &str,
-    k: StreamKey,
-    messages: Vec<Bytes>,
-    fenced: bool,
-) -> Result<u64, LogError> {
-    let key = AppState::once_key();
-    match state
-        .commit_once(session, k, messages.clone(), key, fenced)
-        .await
-    {
-        Err(LogError::Unavailable(_) | LogError::Storage(_)) => {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            state.commit_once(session, k, messages, key, fenced).await
-        }
-        other => other,
-    }
 }
