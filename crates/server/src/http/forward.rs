@@ -35,7 +35,7 @@ pub(super) async fn message(
     message: Value,
 ) -> Result<Response, ApiError> {
     let Some(id) = message.get("id").cloned() else {
-        inbox::forward(state, &session, &message, Some(owner)).await?;
+        inbox::forward(state, &session, &message, owner).await?;
         return Ok(axum::http::StatusCode::ACCEPTED.into_response());
     };
     let (stream, head, sub) = request(state, &session, owner, &message, &id).await?;
@@ -54,12 +54,14 @@ pub(super) async fn request(
     message: &Value,
     id: &Value,
 ) -> Result<(StreamKey, u64, Subscription), ApiError> {
-    super::open_stream(
+    let opened = super::open_stream(
         state,
         session,
         inbox::carrier(message, Some(owner), Some(id)),
     )
-    .await
+    .await?;
+    inbox::ring(state, session, owner).await?;
+    Ok(opened)
 }
 
 /// Awaits the response on a forwarded call's stream, for a client that reads

@@ -19,7 +19,7 @@
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use mcp_resume_log::StreamKey;
+use mcp_resume_log::{LogError, StreamKey};
 use mcp_resume_proto::headers as h;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -62,7 +62,10 @@ pub(super) async fn initialize(
     };
     state.log.create_session(&sid, record.encode()).await?;
     let opened = match route::lease::claim_new(state, &sid).await {
-        Ok(lease) => state.routes.open(state, &sid, None, lease),
+        Ok(lease) => match state.routes.follow_bell(state).await {
+            Ok(()) => state.routes.open(state, &sid, None, lease),
+            Err(e) => return Err(e.into()),
+        },
         Err(e) => Err(crate::backend::BackendError::Failed(e.to_string())),
     };
     let route = match opened {
@@ -115,7 +118,7 @@ pub(super) async fn message(
 ) -> Result<Response, ApiError> {
     if message.get("method").is_none() {
         // An answer to a server request: no backend needs starting for it.
-        client_answer(state, &session, message).await;
+        client_answer(state, &session, message).await?;
         return Ok(StatusCode::ACCEPTED.into_response());
     }
     let route = match route::lease::locate(state, &session).await? {
@@ -153,7 +156,7 @@ pub(super) async fn message(
             Ok(StatusCode::ACCEPTED.into_response())
         }
         (None, _) => {
-            client_answer(state, &session, message).await;
+            client_answer(state, &session, message).await?;
             Ok(StatusCode::ACCEPTED.into_response())
         }
     }
@@ -161,9 +164,10 @@ pub(super) async fn message(
 
 /// The client's response to a server request: delivered to the route that
 /// sent the request if it is on this instance, else forwarded through the
-/// log to the instance that did (route::inbox). One that nobody awaits is
+/// log to the instance that did (route::inbox; an error if it could not be,
+/// so the client is told and may send it again). One that nobody awaits is
 /// logged and dropped.
-async fn client_answer(state: &AppState, session: &str, message: Value) {
+async fn client_answer(state: &AppState, session: &str, message: Value) -> Result<(), LogError> {
     let wire = message
         .get("id")
         .and_then(Value::as_str)
@@ -177,15 +181,20 @@ async fn client_answer(state: &AppState, session: &str, message: Value) {
                 tracing::warn!(%session, id = wire, "a response to a server request answered already is dropped")
             }
         }
-        None if wire.starts_with(crate::route::WIRE_PREFIX) => {
-            if let Err(e) = crate::route::inbox::forward(state, session, &message, None).await {
-                tracing::warn!(%session, id = wire, error = %e, "could not forward a response to the instance that asked");
+        None => match crate::route::asker(wire) {
+            Some(asker) => {
+                if let Err(e) = crate::route::inbox::forward(state, session, &message, asker).await
+                {
+                    tracing::warn!(%session, id = wire, error = %e, "could not forward a response to the instance that asked");
+                    return Err(e);
+                }
             }
-        }
-        None => {
-            tracing::warn!(%session, id = %message["id"], "a response to a request this server never sent is dropped")
-        }
+            None => {
+                tracing::warn!(%session, id = %message["id"], "a response to a request this server never sent is dropped")
+            }
+        },
     }
+    Ok(())
 }
 
 /// Hands the client's answer to a server request to the backend of `route`,
@@ -306,7 +315,10 @@ async fn cancelled(state: &AppState, session: &str, route: &SessionRoute, messag
 /// session stream (docs/protocol.md 5.3).
 pub(crate) async fn socket_message(state: &AppState, session: &str, message: Value) {
     if message.get("method").is_none() {
-        return client_answer(state, session, message).await;
+        if let Err(e) = client_answer(state, session, message).await {
+            tracing::warn!(%session, error = %e, "a WebSocket client's answer to a server request could not be forwarded");
+        }
+        return;
     }
     match route::lease::locate(state, session).await {
         Ok(Located::Here(route)) => {
@@ -314,7 +326,7 @@ pub(crate) async fn socket_message(state: &AppState, session: &str, message: Val
         }
         Ok(Located::There(owner)) => {
             // Its request is answered on the session stream, as here.
-            if let Err(e) = route::inbox::forward(state, session, &message, Some(&owner)).await {
+            if let Err(e) = route::inbox::forward(state, session, &message, &owner).await {
                 tracing::warn!(%session, error = %e, "a WebSocket message could not be forwarded to the session's owner");
             }
         }
@@ -382,7 +394,7 @@ pub(super) async fn batch(
                 deliver(state, session, &route, item.clone(), &id).await;
                 waiting.push((id, rx));
             }
-            Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await,
+            Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await?,
             Ok(jsonrpc::Incoming::Notification) => {
                 let _ = route.deliver(item.clone());
             }
@@ -412,9 +424,9 @@ async fn forwarded_batch(
                     super::forward::request(state, session, owner, item, &id).await?;
                 waiting.push((id, stream, sub));
             }
-            Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await,
+            Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await?,
             Ok(jsonrpc::Incoming::Notification) => {
-                route::inbox::forward(state, session, item, Some(owner)).await?;
+                route::inbox::forward(state, session, item, owner).await?;
             }
             Err(why) => replies.push(jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why)),
         }

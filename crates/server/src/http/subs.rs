@@ -100,6 +100,7 @@ async fn open_stream(
     state.log.create_session(&listen, record.encode()).await?;
     let (bounds, sub) = state.log.subscribe(&listen, StreamKey::Session).await?;
     if state.backend.is_some() {
+        state.routes.follow_bell(state).await?;
         let route = match state.routes.open(state, &listen, None, None) {
             Ok(r) => r,
             Err(e) => {

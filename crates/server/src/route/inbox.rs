@@ -16,9 +16,12 @@
 //! and the owner, like any call's, so the orphan sweep ends it if the owner
 //! dies; the client reads it from `R/0`. A forwarded notification or answer
 //! has no `id`: nothing is ever appended to its stream, and the sweep leaves
-//! it alone. The instance that handles the session reads the records of
-//! request streams opened since it started looking, every [`POLL`]: while a
-//! route awaits answers, or for as long as it owns an exclusive session.
+//! it alone. Whoever opens a carrier then rings the receiver's bell
+//! ([`super::bell`]); the instance that handles the session wakes and reads
+//! the records of request streams opened since it last read, in order:
+//! while a route awaits answers, or for as long as it owns an exclusive
+//! session. Nothing is polled, and nothing forwarded is skipped: a record
+//! that cannot be read is read again, from the same place, after a pause.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,8 +33,11 @@ use serde_json::{json, Value};
 use super::SessionRoute;
 use crate::state::AppState;
 
-/// How often a route that awaits forwarded messages looks for them.
-pub(crate) const POLL: Duration = Duration::from_millis(100);
+/// How often a waiting watcher checks, in memory, that its route and lease
+/// still stand (no I/O).
+const CHECK: Duration = Duration::from_secs(1);
+/// The longest pause before a record that could not be read is read again.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The record of a request stream that carries `message` to instance
 /// `owner` (any instance, for an answer: the route that asked knows it by
@@ -45,19 +51,38 @@ pub(crate) fn carrier(message: &Value, owner: Option<&str>, call: Option<&Value>
 }
 
 /// Forwards `message` (a notification, or a client's response to a server
-/// request this instance did not send) to `owner` (`None`: whichever route
-/// sent the request it answers), through the log.
+/// request this instance did not send) to instance `to` (the session's
+/// owner, or the instance whose route sent the request it answers),
+/// through the log, and rings its bell. An error: the message may not
+/// arrive, and the client must be told (503), never `202`.
 pub(crate) async fn forward(
     state: &AppState,
     session: &str,
     message: &Value,
-    owner: Option<&str>,
+    to: &str,
 ) -> Result<(), LogError> {
     state
         .log
-        .open_request_stream(session, carrier(message, owner, None))
+        .open_request_stream(session, carrier(message, Some(to), None))
         .await?;
-    Ok(())
+    ring(state, session, to).await
+}
+
+/// Rings instance `to`'s bell for `session` after a carrier was opened for
+/// it; tried three times over about 300 ms, as a log that just opened the
+/// carrier is most likely there again at once.
+pub(crate) async fn ring(state: &AppState, session: &str, to: &str) -> Result<(), LogError> {
+    let mut tries = 0;
+    loop {
+        match super::bell::ring(&state.routes.bells, &*state.log, to, session).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < 2 && crate::reply::retryable(&e) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100 * tries)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// A message forwarded in a request stream's record, and where the route
@@ -84,11 +109,11 @@ fn forwarded(meta: &[u8], r: Seq) -> Option<Forwarded> {
 }
 
 /// Hands `session`'s route the messages forwarded to it, from request
-/// stream `seen + 1` on, until the route goes or, unless `always`, until it
-/// awaits no answer. With `owner`, this watch belongs to that route (the
-/// lease holder's): it stops when another route replaces it, and records
-/// how far it read ([`SessionRoute::inbox_seen`]) so a successor goes on
-/// from there.
+/// stream `seen + 1` on, each time its bell rings, until the route goes or,
+/// unless `always`, until it awaits no answer. With `owner`, this watch
+/// belongs to that route (the lease holder's): it stops when another route
+/// replaces it, and records how far it read ([`SessionRoute::inbox_seen`])
+/// so a successor goes on from there.
 pub(crate) async fn watch(
     state: AppState,
     session: String,
@@ -96,14 +121,23 @@ pub(crate) async fn watch(
     always: bool,
     owner: Option<std::sync::Weak<SessionRoute>>,
 ) {
+    let waker = state.routes.bells.waker(&session);
+    // Read at once: what was forwarded before this watch began.
+    let mut read = true;
+    let mut backoff = Duration::from_millis(100);
     loop {
-        tokio::time::sleep(POLL).await;
+        if !read {
+            tokio::select! {
+                _ = waker.notified() => read = true,
+                _ = tokio::time::sleep(CHECK) => {}
+            }
+        }
         let Some(route) = state.routes.peek(&session) else {
-            return;
+            break;
         };
         if let Some(owner) = &owner {
             if !owner.upgrade().is_some_and(|o| Arc::ptr_eq(&o, &route)) {
-                return;
+                break;
             }
         }
         if route.lease_lost(&*state.log) {
@@ -112,44 +146,81 @@ pub(crate) async fn watch(
                 // happens to reach this instance directly.
                 let _ = super::lease::locate(&state, &session).await;
             }
-            return;
+            break;
         }
         if !always {
             let mut t = route.lock_table();
             if !t.asking() {
                 t.watching = false;
-                return;
+                break;
             }
         }
-        let n = match state.log.request_streams(&session).await {
-            Ok(n) => n,
-            Err(LogError::NoSession(_) | LogError::SessionEnded) => return,
-            Err(e) => {
-                tracing::debug!(%session, error = %e, "could not look for forwarded messages");
-                continue;
-            }
-        };
-        for r in seen + 1..=n {
-            let Some(f) = state
-                .log
-                .request_meta(&session, r)
-                .await
-                .ok()
-                .and_then(|meta| forwarded(&meta, r))
-            else {
-                continue;
-            };
-            let answer = f.message.get("method").is_none();
-            if answer || (always && f.owner == state.log.instance()) {
-                crate::http::relay::dispatch(&state, &session, &route, f.answer_on, f.message)
-                    .await;
-            }
+        if !read {
+            continue;
         }
-        seen = n;
+        match take(&state, &session, &route, seen, always).await {
+            Taken::All(n) => {
+                seen = n;
+                read = false;
+                backoff = Duration::from_millis(100);
+            }
+            Taken::Until(n, e) => {
+                seen = n;
+                tracing::debug!(%session, error = %e, "reading forwarded messages again after a pause");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            Taken::Gone => break,
+        }
         route
             .inbox_seen
             .store(seen, std::sync::atomic::Ordering::Release);
     }
+    state.routes.bells.forget(&session, &waker);
+}
+
+/// How far one reading of the inbox got.
+enum Taken {
+    /// Every record up to this request stream was read.
+    All(Seq),
+    /// Records up to this one were read; the next could not be, for this
+    /// reason: read again from there.
+    Until(Seq, LogError),
+    /// The session is gone.
+    Gone,
+}
+
+/// Hands `route` the messages forwarded in the records of request streams
+/// after `seen`, in order.
+async fn take(
+    state: &AppState,
+    session: &str,
+    route: &Arc<SessionRoute>,
+    seen: Seq,
+    always: bool,
+) -> Taken {
+    let n = match state.log.request_streams(session).await {
+        Ok(n) => n,
+        Err(LogError::NoSession(_) | LogError::SessionEnded) => return Taken::Gone,
+        Err(e) => return Taken::Until(seen, e),
+    };
+    for r in seen + 1..=n {
+        let meta = match state.log.request_meta(session, r).await {
+            Ok(meta) => meta,
+            // Gone (retention took a call's stream): not a message to read.
+            Err(LogError::NoStream { .. } | LogError::Truncated { .. }) => continue,
+            Err(LogError::NoSession(_) | LogError::SessionEnded) => return Taken::Gone,
+            Err(e) => return Taken::Until(r - 1, e),
+        };
+        let Some(f) = forwarded(&meta, r) else {
+            continue; // a call's own stream
+        };
+        let answer = f.message.get("method").is_none();
+        if answer || (always && f.owner == state.log.instance()) {
+            crate::http::relay::dispatch(state, session, route, f.answer_on, f.message).await;
+        }
+    }
+    Taken::All(n)
 }
 
 /// Another instance took the lease of `session` while requests forwarded to

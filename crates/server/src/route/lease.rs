@@ -100,6 +100,11 @@ pub(crate) async fn locate_from(
         if let Some(owner) = state.routes.owner_seen(session) {
             return Ok(Located::There(owner));
         }
+        // Followed before the claim: once it wins, others ring it.
+        state.routes.follow_bell(state).await?;
+        if let Some(owner) = state.routes.owner_seen(session) {
+            return Ok(Located::There(owner));
+        }
         // Counted before the claim: a message forwarded to this instance as
         // soon as it holds the lease opens a later stream.
         let seen = match seen_from {
@@ -127,6 +132,7 @@ pub(crate) async fn locate_from(
             "this session was not created through the server's backend".into(),
         ));
     };
+    state.routes.follow_bell(state).await?;
     match state.routes.open(state, session, Some(init), lease) {
         Ok(r) => Ok(Located::Here(r)),
         Err(BackendError::Busy(why)) => Err(ApiError::TooMany(why)),

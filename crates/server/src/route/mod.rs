@@ -9,6 +9,7 @@
 //! ([`Outbox`]). When the backend stops, every call still in flight is
 //! answered with an error: a caller never waits forever.
 
+pub(crate) mod bell;
 mod commit;
 pub(crate) mod inbox;
 pub(crate) mod lease;
@@ -28,9 +29,16 @@ use crate::state::AppState;
 use commit::{count_messages, flush, push, Run};
 use table::{Answer, Dest, Routed, Table};
 
-/// How the wire ids of server requests start (then a per-route nonce and a
-/// counter): an answer with such an id that no route here sent is forwarded.
+/// How the wire ids of server requests start (then the instance of the
+/// route that sent it, a per-route nonce and a counter): an answer with such
+/// an id that no route here sent is forwarded to that instance.
 pub(crate) const WIRE_PREFIX: &str = "mr.";
+
+/// The instance whose route sent the server request with wire id `wire`.
+pub(crate) fn asker(wire: &str) -> Option<&str> {
+    let instance = wire.strip_prefix(WIRE_PREFIX)?.split('.').next()?;
+    (instance.len() == 32 && instance.bytes().all(|b| b.is_ascii_hexdigit())).then_some(instance)
+}
 /// Most queued messages committed in one pass.
 const BATCH: usize = 256;
 
@@ -41,6 +49,9 @@ pub(crate) struct Routes {
     /// Sessions whose exclusive backend runs on another instance, and when
     /// that was last checked ([`lease`]).
     owners: Mutex<HashMap<String, (String, Instant)>>,
+    /// This instance's inbox bell: what wakes the watchers of forwarded
+    /// messages ([`bell`]).
+    pub(crate) bells: Arc<bell::Bells>,
 }
 
 /// One session's route.
@@ -59,6 +70,18 @@ pub(crate) struct SessionRoute {
 impl Routes {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<SessionRoute>>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Creates and follows this instance's inbox bell, once ([`bell`]):
+    /// before a route opens here, so before this instance can be named as
+    /// a session's owner or send a server request, and no ring goes unheard.
+    pub(crate) async fn follow_bell(&self, state: &AppState) -> Result<(), LogError> {
+        // Touched well within the session TTL, so it never expires idle.
+        let touch = (state.config.session_ttl / 3).clamp(
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(60),
+        );
+        self.bells.open(&state.log, touch).await
     }
 
     /// The route of `session` on this instance, if it has one.
@@ -80,7 +103,8 @@ impl Routes {
     /// count and a lease epoch), this instance holds the session's owner
     /// lease: the route takes the messages other instances forward to it
     /// through request streams after that count ([`inbox`]) for as long as
-    /// it lives, and only while the lease epoch holds.
+    /// it lives, and only while the lease epoch holds. The caller has
+    /// followed the inbox bell ([`Routes::follow_bell`]).
     pub(crate) fn open(
         &self,
         state: &AppState,
@@ -96,7 +120,11 @@ impl Routes {
             return Err(BackendError::Failed("this server has no backend".into()));
         };
         let (outbox, rx, pending) = Outbox::new();
-        let prefix = format!("{WIRE_PREFIX}{}.", &crate::session::new_session_id()[..12]);
+        let prefix = format!(
+            "{WIRE_PREFIX}{}.{}.",
+            state.log.instance(),
+            &crate::session::new_session_id()[..8]
+        );
         let mut table = Table::new(prefix);
         // The owner's inbox also takes forwarded answers: the watch that
         // runs only while answers are awaited is not needed.

@@ -1,0 +1,71 @@
+//! Between gateways on one Redis nothing is polled (docs/protocol.md 3.4):
+//! a message forwarded to a session's owner rings the owner's inbox bell
+//! and is answered at once, and idle sessions cost no Redis commands. The
+//! inbox used to be polled every 100 ms per session an instance owned: ten
+//! commands a second for each idle session.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::gateway::{gateway_python, init, pid, pid_of};
+use common::{rt, RedisServer};
+
+/// Every command the Redis on `port` has run so far.
+fn redis_calls(port: u16) -> u64 {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "INFO", "commandstats"])
+        .output()
+        .expect("redis-cli runs (it comes with redis-server)");
+    assert!(out.status.success(), "redis-cli INFO failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split("calls=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Far past any answer's time: a call still open then hangs.
+const HANG: Duration = Duration::from_secs(30);
+
+#[test]
+fn forwarded_calls_are_pushed_and_idle_sessions_cost_no_redis_commands() {
+    const SESSIONS: usize = 12;
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", redis.url.as_str()];
+    let a = gateway_python(dir.path(), &store);
+    let b = gateway_python(dir.path(), &store);
+    rt().block_on(async {
+        let mut sessions = Vec::new();
+        for _ in 0..SESSIONS {
+            sessions.push(init(&a.url).await);
+        }
+        // A owns every session (its child); a call through B is forwarded
+        // to A through the log and answered by A's child.
+        for (i, sid) in sessions.iter().enumerate() {
+            let on_a = pid(&pid_of(&a.url, sid, 1).await).expect("A runs the child");
+            let got = tokio::time::timeout(HANG, pid_of(&b.url, sid, 2 + i as u64))
+                .await
+                .expect("a forwarded call is answered, never left waiting");
+            assert_eq!(pid(&got), Some(on_a), "{got:?}");
+        }
+        // Idle: what the two instances cost together, with every session
+        // owned and nothing sent.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let before = redis_calls(redis.port);
+        let window = Duration::from_secs(5);
+        tokio::time::sleep(window).await;
+        let per_sec = (redis_calls(redis.port) - before) as f64 / window.as_secs_f64();
+        println!(
+            "{per_sec:.1} Redis commands/s for {SESSIONS} idle gateway sessions on two instances"
+        );
+        // Polling cost 10 a second per owned session (120 here) on top of the
+        // instances' own heartbeats; push costs no command per session.
+        assert!(
+            per_sec < 2.0 * SESSIONS as f64,
+            "{per_sec:.1} Redis commands/s for {SESSIONS} idle sessions"
+        );
+    });
+}
