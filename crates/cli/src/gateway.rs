@@ -47,9 +47,15 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 256)]
     max_children: usize,
 
+    /// Seconds a new session's child waits for the client's initialize
+    /// before it is stopped and the session ended (a stateless request or
+    /// a client that went away never holds a child for long).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    child_init_secs: u64,
+
     /// Serve each session from a session on this MCP Streamable HTTP
     /// endpoint (http:// or https://) instead of a child process.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["env", "max_children", "command"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["env", "max_children", "child_init_secs", "command"])]
     upstream: Option<String>,
 
     /// A header sent with every request to the upstream, 'Name: value'
@@ -112,5 +118,6 @@ fn stdio(args: &GatewayArgs) -> Result<StdioBackend, String> {
         rest.to_vec(),
         env,
         args.max_children.max(1),
-    ))
+    )
+    .with_init_grace(std::time::Duration::from_secs(args.child_init_secs)))
 }

@@ -303,3 +303,58 @@ fn an_idle_session_s_child_is_stopped_after_the_session_ttl() {
         assert_eq!(r.status(), 404, "the session ended");
     });
 }
+
+/// The child processes of process `pid`.
+fn children_of(pid: u32) -> usize {
+    let out = std::process::Command::new("pgrep")
+        .args(["-P", &pid.to_string()])
+        .output()
+        .expect("pgrep runs");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn a_child_nobody_initializes_is_stopped_after_the_init_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway_python(dir.path(), &["--child-init-secs", "1"]);
+    rt().block_on(async {
+        // A stateless resumable listen: the gateway starts a child for its
+        // stream, and no initialize ever reaches it.
+        let resp = reqwest::Client::new()
+            .post(&gw.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+                "params": {"notifications": {}, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {
+                        "extensions": {"dev.mcp-resume/resumable-listen": {}}}}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            resp.headers().get("x-mcp-resume-listen").is_some(),
+            "a resumable listen stream: {}",
+            resp.status()
+        );
+        let gateway = gw.child.id();
+        assert_eq!(children_of(gateway), 1, "its child started");
+        // Past the grace it is stopped: such children never pile up to
+        // --max-children.
+        let mut left = 1;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            left = children_of(gateway);
+            if left == 0 {
+                break;
+            }
+        }
+        assert_eq!(left, 0, "the uninitialized child still runs");
+        drop(resp);
+    });
+}

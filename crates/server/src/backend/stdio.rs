@@ -9,9 +9,12 @@
 //! starts a new child and initializes it with the client's stored
 //! `initialize` params; the child's answer to that is not sent to anyone. A
 //! child that exits by itself ends its session: calls in flight get a
-//! JSON-RPC error, then the session answers 404.
+//! JSON-RPC error, then the session answers 404. A child nobody initializes
+//! within the init grace (30 s by default: a stateless request that needs
+//! no session, a client that went away) is stopped and its session ended,
+//! so such children cannot pile up to `--max-children`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +36,7 @@ pub struct StdioBackend {
     env: Vec<(String, String)>,
     max_children: usize,
     children: Arc<AtomicUsize>,
+    init_grace: Duration,
 }
 
 impl StdioBackend {
@@ -50,7 +54,15 @@ impl StdioBackend {
             env,
             max_children,
             children: Arc::default(),
+            init_grace: Duration::from_secs(30),
         }
+    }
+
+    /// How long a new session's child may wait for the client's
+    /// `initialize` before it is stopped and its session ended (30 s).
+    pub fn with_init_grace(mut self, grace: Duration) -> Self {
+        self.init_grace = grace;
+        self
     }
 
     fn spawn(&self) -> Result<Child, BackendError> {
@@ -96,6 +108,7 @@ impl Backend for StdioBackend {
             return Err(BackendError::Failed("the child has no stdio".into()));
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+        let initialized = Arc::new(AtomicBool::new(restore.is_some()));
         if let Some(params) = restore {
             // Re-initialize the new child as the client once did; its answer
             // (id RESTORE_ID) has no call waiting and is dropped.
@@ -121,6 +134,23 @@ impl Backend for StdioBackend {
         let id = session.to_owned();
         let program = self.program.clone();
         let (kill_tx, mut kill_rx) = mpsc::channel::<()>(1);
+        if !initialized.load(Ordering::Acquire) {
+            let (initialized, kill, outbox, grace) = (
+                initialized.clone(),
+                kill_tx.clone(),
+                outbox.clone(),
+                self.init_grace,
+            );
+            let id = id.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                if !initialized.load(Ordering::Acquire) {
+                    tracing::warn!(session = %id, "the child was not initialized within {grace:?}; it is stopped");
+                    outbox.end_session(format!("no initialize within {grace:?}"));
+                    let _ = kill.try_send(());
+                }
+            });
+        }
         tokio::spawn(async move {
             let _slot = slot;
             let mut lines = BufReader::new(stdout).lines();
@@ -158,7 +188,11 @@ impl Backend for StdioBackend {
             }
             let _ = child.wait().await;
         });
-        Ok(Box::new(StdioSession { tx, kill: kill_tx }))
+        Ok(Box::new(StdioSession {
+            tx,
+            kill: kill_tx,
+            initialized,
+        }))
     }
 
     fn park_after(&self) -> Option<Duration> {
@@ -183,10 +217,15 @@ impl Drop for Slot {
 struct StdioSession {
     tx: mpsc::UnboundedSender<Value>,
     kill: mpsc::Sender<()>,
+    /// The client's `initialize` (or a restore's) reached the child.
+    initialized: Arc<AtomicBool>,
 }
 
 impl BackendSession for StdioSession {
     fn deliver(&self, message: Value) -> Result<(), DeliverError> {
+        if message.get("method").and_then(Value::as_str) == Some("initialize") {
+            self.initialized.store(true, Ordering::Release);
+        }
         self.tx.send(message).map_err(|_| DeliverError::Closed)
     }
 
