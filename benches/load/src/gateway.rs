@@ -70,17 +70,22 @@ pub async fn direct(python: &Path, script: &Path, calls: usize) -> Vec<f64> {
     lat
 }
 
-fn init_message() -> Value {
+pub(crate) fn init_message() -> Value {
     json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "load", "version": "0"}}})
 }
 
-fn add(i: u64) -> Value {
+pub(crate) fn add(i: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
         "params": {"name": "add", "arguments": {"a": i, "b": 1}}})
 }
 
-async fn post(http: &reqwest::Client, url: &str, sid: Option<&str>, m: Value) -> reqwest::Response {
+pub(crate) async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    sid: Option<&str>,
+    m: Value,
+) -> reqwest::Response {
     let mut rb = http
         .post(url)
         .header("content-type", "application/json")
@@ -98,7 +103,7 @@ async fn post(http: &reqwest::Client, url: &str, sid: Option<&str>, m: Value) ->
 }
 
 /// A session on the gateway, its child started and initialized.
-async fn session(http: &reqwest::Client, url: &str) -> String {
+pub(crate) async fn session(http: &reqwest::Client, url: &str) -> String {
     let r = post(http, url, None, init_message()).await;
     let sid = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
     post(
