@@ -13,6 +13,7 @@ pub mod error;
 pub mod frame;
 pub mod gate;
 pub mod headers;
+pub mod meta;
 pub mod seqcheck;
 pub mod sse;
 pub mod upgrade;

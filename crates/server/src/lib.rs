@@ -45,7 +45,6 @@ mod state;
 pub mod tasks;
 pub mod tools;
 mod trace;
-mod ws;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -146,7 +145,7 @@ impl McpServer {
             )
             .layer(axum::middleware::from_fn_with_state(
                 self.state.clone(),
-                metrics::count_refusals,
+                http::ops::count_refusals,
             ))
             .layer(cors::layer(&self.state))
             .layer(trace::layer())
@@ -166,9 +165,9 @@ impl McpServer {
     /// (`serve --metrics-listen`) or merge anywhere.
     pub fn ops_router(&self) -> Router {
         Router::new()
-            .route("/metrics", get(metrics::scrape))
-            .route("/healthz", get(metrics::healthz))
-            .route("/readyz", get(metrics::readyz))
+            .route("/metrics", get(http::ops::scrape))
+            .route("/healthz", get(http::ops::healthz))
+            .route("/readyz", get(http::ops::readyz))
             .with_state(self.state.clone())
     }
 

@@ -4,7 +4,7 @@ use mcp_resume_log::StreamKey;
 use mcp_resume_proto::SUPPORTED_PROTOCOL_VERSIONS;
 use serde_json::{json, Value};
 
-use crate::jsonrpc::{self, Incoming};
+use crate::jsonrpc;
 use crate::state::AppState;
 use crate::tools;
 
@@ -64,38 +64,5 @@ pub async fn handle_request(
             jsonrpc::METHOD_NOT_FOUND,
             format!("method {other:?} not found"),
         ),
-    }
-}
-
-/// Handles a message that arrived over a WebSocket: a request's response goes
-/// into the session stream (docs/protocol.md 5.3); notifications and responses need nothing.
-pub async fn handle_socket_message(state: &AppState, session: &str, message: &Value) {
-    if state.backend.is_some() {
-        return crate::http::socket_message(state, session, message.clone()).await;
-    }
-    let (reply, id) = match Incoming::classify(message) {
-        Ok(Incoming::Request { id, method, params }) => (
-            handle_request(state, session, StreamKey::Session, &id, &method, &params).await,
-            id,
-        ),
-        Ok(_) => return,
-        Err(why) => (
-            jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why),
-            Value::Null,
-        ),
-    };
-    let bytes = bytes::Bytes::from(serde_json::to_vec(&reply).unwrap_or_default());
-    let calls = if id.is_null() { Vec::new() } else { vec![id] };
-    if let Err(e) = crate::reply::commit(
-        state,
-        session,
-        StreamKey::Session,
-        vec![bytes],
-        false,
-        &calls,
-    )
-    .await
-    {
-        tracing::warn!(session, error = %e, "could not commit a WebSocket response");
     }
 }

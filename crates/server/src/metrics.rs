@@ -1,26 +1,17 @@
-//! What an operator scrapes: Prometheus metrics of one server, and the
-//! liveness and readiness probes.
-//!
-//! `GET /metrics` answers in the OpenMetrics text format (which Prometheus
-//! scrapes natively); `GET /healthz` says the process answers; `GET /readyz`
-//! says the log can be reached (503 while, say, Redis is down).
+//! What an operator scrapes: Prometheus metrics of one server, encoded in
+//! the OpenMetrics text format (which Prometheus scrapes natively) by the
+//! operations endpoints (`crate::http::ops`).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use mcp_resume_log::LogError;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-
-use crate::state::AppState;
 
 /// A `transport` label: `sse` or `websocket`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,7 +38,7 @@ pub struct StatusLabel {
 pub struct Metrics {
     registry: Registry,
     /// Live sessions, set from the log at each scrape.
-    sessions_live: Gauge,
+    pub(crate) sessions_live: Gauge,
     /// Streams with a lost range when the log opened (docs/protocol.md 6.1).
     pub(crate) damaged_streams: Gauge,
     /// Events committed through this server.
@@ -152,7 +143,7 @@ impl Metrics {
     }
 
     /// The text a scrape gets.
-    fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -175,63 +166,4 @@ impl Drop for ReaderGuard {
             })
             .dec();
     }
-}
-
-/// `GET /metrics`.
-pub(crate) async fn scrape(State(state): State<AppState>) -> Response {
-    let live = state.log.live_sessions().await;
-    state.metrics.sessions_live.set(live as i64);
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-        )],
-        state.metrics.encode(),
-    )
-        .into_response()
-}
-
-/// `GET /healthz`: the process answers.
-pub(crate) async fn healthz() -> &'static str {
-    "ok\n"
-}
-
-/// `GET /readyz`: the log answers; 503 with the reason while it cannot.
-pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
-    // A lookup of an id no session has: a reachable log answers "no such session".
-    match state.log.session("readyz-probe").await {
-        Ok(_) | Err(LogError::NoSession(_)) | Err(LogError::SessionEnded) => {
-            (StatusCode::OK, "ready\n").into_response()
-        }
-        Err(e) => {
-            // The reason goes to the server's log, not to whoever probes.
-            tracing::warn!(error = %e, "readyz: the log cannot be reached");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
-                "log unavailable\n",
-            )
-                .into_response()
-        }
-    }
-}
-
-/// Counts every refused request (4xx, 5xx) by status; a layer on the MCP routes.
-pub(crate) async fn count_refusals(
-    State(state): State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let resp = next.run(req).await;
-    let status = resp.status();
-    if status.is_client_error() || status.is_server_error() {
-        state
-            .metrics
-            .refusals
-            .get_or_create(&StatusLabel {
-                status: status.as_u16(),
-            })
-            .inc();
-    }
-    resp
 }

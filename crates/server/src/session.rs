@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// A new session id: 256 bits from the OS CSPRNG, hex (visible ASCII only).
 pub fn new_session_id() -> String {
@@ -39,11 +40,11 @@ pub struct SessionRecord {
     /// [`Backend`](crate::backend::Backend): any instance restores the
     /// session's backend from them (its peer's capabilities and info).
     #[serde(rename = "i", default, skip_serializing_if = "Option::is_none")]
-    pub init: Option<serde_json::Value>,
+    pub init: Option<Value>,
     /// Set for a durable task ([`crate::tasks`]), which is a log session of
     /// its own but never an MCP session: a client naming it as one gets 404.
     #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<crate::tasks::TaskRecord>,
+    pub task: Option<TaskRecord>,
     /// Set for a resumable listen stream (MCP 2026-07-28 extension): a log
     /// session read like a session stream, fed by the backend on its owner.
     #[serde(rename = "l", default, skip_serializing_if = "Option::is_none")]
@@ -73,4 +74,44 @@ impl SessionRecord {
     pub fn decode(b: &[u8]) -> Self {
         serde_json::from_slice(b).unwrap_or_default()
     }
+}
+
+/// What the server keeps of a task in its session record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The instance that runs the task's work.
+    #[serde(rename = "o")]
+    pub owner: String,
+    /// When it was created (Unix ms).
+    #[serde(rename = "c")]
+    pub created_ms: u64,
+    /// How long it is kept after its last use (ms).
+    #[serde(rename = "ttl")]
+    pub ttl_ms: u64,
+    /// How often a client should poll it (ms).
+    #[serde(rename = "poll")]
+    pub poll_ms: u64,
+    /// Its state now; `None` in a record written by a release that kept
+    /// states only in the task's stream (then folded from it).
+    #[serde(rename = "st", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) state: Option<TaskState>,
+}
+
+/// A task's state, as its record keeps it; its transitions are
+/// `crate::tasks::fold`'s.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TaskState {
+    /// `working`, `input_required`, `completed`, `failed` or `cancelled`.
+    #[serde(rename = "s")]
+    pub(crate) status: String,
+    /// When it last changed (Unix ms).
+    #[serde(rename = "u")]
+    pub(crate) updated_ms: u64,
+    /// What the wire shows beside the status: `inputRequests` (only those
+    /// still outstanding), `result` or `error`.
+    #[serde(rename = "p", default, skip_serializing_if = "Map::is_empty")]
+    pub(crate) payload: Map<String, Value>,
+    /// Answers a client gave that the work has not taken yet, by key.
+    #[serde(rename = "a", default, skip_serializing_if = "Map::is_empty")]
+    pub(crate) answers: Map<String, Value>,
 }

@@ -36,8 +36,8 @@ pub(crate) fn presented(headers: &HeaderMap, allow_subprotocol: bool) -> Present
         };
     }
     if allow_subprotocol {
-        let offered = crate::ws::offered_protocols(headers)
-            .find_map(|p| p.strip_prefix(AUTH_SUBPROTOCOL_PREFIX));
+        let offered =
+            offered_protocols(headers).find_map(|p| p.strip_prefix(AUTH_SUBPROTOCOL_PREFIX));
         match offered {
             Some("") => return Presented::Empty,
             Some(token) => return Presented::Token(token),
@@ -61,6 +61,16 @@ fn bearer_token(value: &str) -> Option<&str> {
 /// secret (it shows in the time of a short compare only).
 pub(crate) fn same_token(presented: &str, expected: &str) -> bool {
     presented.as_bytes().ct_eq(expected.as_bytes()).into()
+}
+
+/// The subprotocols a request offers, one by one.
+pub(crate) fn offered_protocols(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
 }
 
 #[cfg(test)]

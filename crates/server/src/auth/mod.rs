@@ -57,6 +57,7 @@ pub use error::{AuthError, AuthSetupError, Challenge, JwksError, TokenRejection}
 pub use jwks::JwksSource;
 pub use metadata::{ProtectedResourceMetadata, WELL_KNOWN_PATH};
 
+pub(crate) use credentials::offered_protocols;
 use credentials::Presented;
 use jwt::{JwtVerifier, Refusal};
 

@@ -63,7 +63,7 @@ pub(crate) async fn credentials(
         .map(|p| p.subject);
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
-        if !origin_allowed(&state.config, origin) {
+        if !crate::cors::origin_allowed(&state.config, origin) {
             return Err(ApiError::Forbidden(origin.to_owned()));
         }
     }
@@ -83,33 +83,6 @@ pub(crate) fn check_version(headers: &HeaderMap) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-pub(crate) fn origin_allowed(config: &crate::ServerConfig, origin: &str) -> bool {
-    if config
-        .allowed_origins
-        .iter()
-        .any(|o| o == "*" || o == origin)
-    {
-        return true;
-    }
-    if !config.allow_loopback_origins {
-        return false;
-    }
-    let Some(rest) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    let host = if rest.starts_with('[') {
-        rest.split_once(']')
-            .map(|(h, _)| &h[1..])
-            .unwrap_or_default()
-    } else {
-        rest.split(':').next().unwrap_or_default()
-    };
-    matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
 /// What an `Accept` header allows.

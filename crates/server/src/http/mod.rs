@@ -3,13 +3,14 @@
 
 mod forward;
 mod guard;
+pub(crate) mod ops;
 mod post;
 pub(crate) mod relay;
 mod stateless;
+pub(crate) use crate::route::streams::{open_call_stream, open_stream};
 pub(crate) mod subs;
-pub(crate) use stateless::{META_CAPABILITIES, META_VERSION};
-
-pub(crate) use relay::socket_message;
+mod ws;
+pub(crate) use stateless::META_CAPABILITIES;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
@@ -20,12 +21,12 @@ use mcp_resume_proto::EventId;
 
 use crate::error::ApiError;
 use crate::session::valid_session_id;
+use crate::sse;
 use crate::state::AppState;
-use crate::{sse, ws};
 
 pub use guard::CursorQuery;
 use guard::{accepts, session_header};
-pub(crate) use guard::{cursor, guard, live_session, origin_allowed, query, Principal};
+pub(crate) use guard::{cursor, guard, live_session, query, Principal};
 pub use post::post;
 
 /// `GET P`: the session stream over SSE, or a request stream with `Last-Event-ID: R/n`.
@@ -163,39 +164,4 @@ pub(crate) fn session_cursor(
             "{id} names a request stream; this endpoint serves the session stream"
         ))),
     }
-}
-
-/// Opens the request stream `R` of a call (its record names the call's id
-/// and this instance, for the orphan sweep) and takes its commit point, so
-/// the stream will see every event of the call.
-pub(crate) async fn open_call_stream(
-    state: &AppState,
-    session: &str,
-    id: &serde_json::Value,
-) -> Result<(StreamKey, Seq, mcp_resume_log::Subscription), ApiError> {
-    open_stream(
-        state,
-        session,
-        crate::orphans::record(id, state.log.instance()),
-    )
-    .await
-}
-
-/// Opens a request stream with record `meta` (within the session's limit)
-/// and subscribes to it from its start.
-pub(crate) async fn open_stream(
-    state: &AppState,
-    session: &str,
-    meta: bytes::Bytes,
-) -> Result<(StreamKey, Seq, mcp_resume_log::Subscription), ApiError> {
-    let r = state.log.open_request_stream(session, meta).await?;
-    if r > state.config.max_request_streams {
-        return Err(ApiError::TooMany(format!(
-            "this session opened its maximum of {} request streams; start a new session",
-            state.config.max_request_streams
-        )));
-    }
-    let stream = StreamKey::Request(r);
-    let (bounds, sub) = state.log.subscribe(session, stream).await?;
-    Ok((stream, bounds.head, sub))
 }

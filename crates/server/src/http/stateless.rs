@@ -34,10 +34,9 @@ use crate::tasks::{self, Caller};
 
 use super::subs;
 
-/// The `_meta` key of a stateless request's protocol version.
-pub(crate) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// The `_meta` key of a stateless request's client capabilities.
-pub(crate) const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub(crate) use mcp_resume_proto::meta::{
+    CLIENT_CAPABILITIES as META_CAPABILITIES, PROTOCOL_VERSION as META_VERSION,
+};
 
 /// JSON-RPC: the requested protocol version is not supported (stateless era).
 const UNSUPPORTED_VERSION: i64 = -32022;

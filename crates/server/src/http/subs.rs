@@ -26,7 +26,6 @@ use mcp_resume_log::{LogError, StreamKey};
 use mcp_resume_proto::headers as h;
 use serde_json::Value;
 
-use super::relay;
 use crate::error::ApiError;
 use crate::session::{new_session_id, ListenRecord, SessionRecord};
 use crate::state::AppState;
@@ -110,7 +109,7 @@ async fn open_stream(
         };
         // Everything the backend sends for it (the acknowledgement, the
         // notifications, a final result) is committed to L's session stream.
-        relay::dispatch(state, &listen, &route, StreamKey::Session, message).await;
+        crate::route::dispatch::dispatch(state, &listen, &route, StreamKey::Session, message).await;
     } else {
         // The built-in tools: the transport acknowledges, and the demo tools
         // called on L as a session (`Mcp-Session-Id: L`) write to it (`emit`).

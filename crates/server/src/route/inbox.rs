@@ -217,7 +217,7 @@ async fn take(
         };
         let answer = f.message.get("method").is_none();
         if answer || (always && f.owner == state.log.instance()) {
-            crate::http::relay::dispatch(state, session, route, f.answer_on, f.message).await;
+            super::dispatch::dispatch(state, session, route, f.answer_on, f.message).await;
         }
     }
     Taken::All(n)

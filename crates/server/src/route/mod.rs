@@ -11,8 +11,10 @@
 
 pub(crate) mod bell;
 mod commit;
+pub(crate) mod dispatch;
 pub(crate) mod inbox;
 pub(crate) mod lease;
+pub(crate) mod streams;
 pub(crate) mod table;
 
 use std::collections::HashMap;
@@ -427,7 +429,7 @@ async fn commit_loop(
 /// stream if it cannot be opened).
 async fn open_lazy(state: &AppState, session: &str, table: &Mutex<Table>, call: &str) -> StreamKey {
     let id: Value = serde_json::from_str(call).unwrap_or(Value::Null);
-    match crate::http::open_call_stream(state, session, &id).await {
+    match streams::open_call_stream(state, session, &id).await {
         Ok((k, head, sub)) => {
             let tx = table
                 .lock()

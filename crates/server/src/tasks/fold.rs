@@ -17,29 +17,12 @@
 //! and keeps the history; [`fold`] reads a state from it for a record written
 //! before states were kept in records.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 /// The statuses of a task (SEP-2663), as on the wire.
 pub(crate) const TERMINAL: &[&str] = &["completed", "failed", "cancelled"];
 
-/// A task's state, as its record keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct TaskState {
-    /// `working`, `input_required`, `completed`, `failed` or `cancelled`.
-    #[serde(rename = "s")]
-    pub(crate) status: String,
-    /// When it last changed (Unix ms).
-    #[serde(rename = "u")]
-    pub(crate) updated_ms: u64,
-    /// What the wire shows beside the status: `inputRequests` (only those
-    /// still outstanding), `result` or `error`.
-    #[serde(rename = "p", default, skip_serializing_if = "Map::is_empty")]
-    pub(crate) payload: Map<String, Value>,
-    /// Answers a client gave that the work has not taken yet, by key.
-    #[serde(rename = "a", default, skip_serializing_if = "Map::is_empty")]
-    pub(crate) answers: Map<String, Value>,
-}
+pub(crate) use crate::session::TaskState;
 
 impl TaskState {
     /// A task just created.

@@ -30,7 +30,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use mcp_resume_log::{Log, LogError, StreamKey, Subscription};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use fold::TaskState;
@@ -57,26 +56,7 @@ const END_ATTEMPTS: usize = 6;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller(pub Option<String>);
 
-/// What the server keeps of a task in its session record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskRecord {
-    /// The instance that runs the task's work.
-    #[serde(rename = "o")]
-    pub owner: String,
-    /// When it was created (Unix ms).
-    #[serde(rename = "c")]
-    pub created_ms: u64,
-    /// How long it is kept after its last use (ms).
-    #[serde(rename = "ttl")]
-    pub ttl_ms: u64,
-    /// How often a client should poll it (ms).
-    #[serde(rename = "poll")]
-    pub poll_ms: u64,
-    /// Its state now; `None` in a record written by a release that kept
-    /// states only in the task's stream (then folded from it).
-    #[serde(rename = "st", default, skip_serializing_if = "Option::is_none")]
-    pub(crate) state: Option<TaskState>,
-}
+pub use crate::session::TaskRecord;
 
 impl TaskRecord {
     /// The task's fields common to every answer about it (SEP-2663 `Task`),

@@ -54,9 +54,9 @@ pub(crate) async fn serve(
     }
     let meta = params.get("_meta");
     let version = meta
-        .and_then(|m| m.get(crate::http::META_VERSION))
+        .and_then(|m| m.get(mcp_resume_proto::meta::PROTOCOL_VERSION))
         .and_then(Value::as_str);
-    let caps = meta.and_then(|m| m.get(crate::http::META_CAPABILITIES));
+    let caps = meta.and_then(|m| m.get(mcp_resume_proto::meta::CLIENT_CAPABILITIES));
     let (Some(version), Some(caps)) = (version, caps.filter(|c| c.is_object())) else {
         return fail(StatusCode::BAD_REQUEST, jsonrpc::INVALID_PARAMS, "the request's _meta needs io.modelcontextprotocol/protocolVersion and clientCapabilities".into(), None);
     };

@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 
 use super::serve::serve;
 use super::*;
-use crate::http::{META_CAPABILITIES, META_VERSION};
+use mcp_resume_proto::meta::{
+    CLIENT_CAPABILITIES as META_CAPABILITIES, PROTOCOL_VERSION as META_VERSION,
+};
 
 /// A `tasks/*` request from a client that declares the extension; its result.
 async fn call(store: &TaskStore, method: &str, mut params: Value) -> Value {

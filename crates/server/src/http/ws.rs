@@ -17,8 +17,9 @@ use mcp_resume_proto::{
     close, headers as h, ClientFrame, Gate, GateError, GateVerdict, SUBPROTOCOL,
 };
 
+use super::{live_session, session_cursor, CursorQuery, Principal};
+use crate::auth::offered_protocols;
 use crate::error::ApiError;
-use crate::http::{live_session, session_cursor, CursorQuery, Principal};
 use crate::sse::REPLAY_CHUNK;
 use crate::state::AppState;
 
@@ -28,16 +29,6 @@ const MESSAGE_TASKS: usize = 64;
 const READ_BUFFER: usize = 4 * 1024;
 /// Bytes gathered before a write goes to the socket (replays are flushed per chunk anyway).
 const WRITE_BUFFER: usize = 8 * 1024;
-
-/// The subprotocols a request offers, one by one.
-pub(crate) fn offered_protocols(headers: &HeaderMap) -> impl Iterator<Item = &str> {
-    headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-}
 
 fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) -> bool {
     headers
@@ -80,7 +71,7 @@ pub(crate) async fn upgrade(
     // 3. The session and the cursor.
     let prior = session_cursor(headers, q)?;
     live_session(&state, &id, headers, &principal, false).await?;
-    crate::http::subs::end_if_orphaned(&state, &id).await?;
+    super::subs::end_if_orphaned(&state, &id).await?;
     let ws = WebSocketUpgrade::from_request_parts(parts, &())
         .await
         .map_err(|e| ApiError::bad("invalid-upgrade", e.body_text()))?
@@ -367,7 +358,7 @@ impl Conn {
                     .map_err(|_| Closing(close::GOING_AWAY, "server shutting down".into()))?;
                 let (state, id) = (self.state.clone(), self.id.clone());
                 self.state.spawn(async move {
-                    crate::mcp::handle_socket_message(&state, &id, &value).await;
+                    socket_message(&state, &id, &value).await;
                     drop(permit);
                 });
                 Ok(())
@@ -443,7 +434,7 @@ async fn legacy(state: AppState, id: String, mut sub: Subscription, mut socket: 
                     if let Ok(ClientFrame::Message { message }) = ClientFrame::parse(text.as_str()) {
                         if let Ok(value) = serde_json::from_str(message.get()) {
                             let (task_state, id) = (state.clone(), id.clone());
-                            state.spawn(async move { crate::mcp::handle_socket_message(&task_state, &id, &value).await });
+                            state.spawn(async move { socket_message(&task_state, &id, &value).await });
                         }
                     }
                 }
@@ -459,4 +450,42 @@ async fn legacy(state: AppState, id: String, mut sub: Subscription, mut socket: 
             reason: "".into(),
         })))
         .await;
+}
+
+/// A client `message` frame (docs/protocol.md 5.3): a request's response
+/// goes into the session stream, committed within the reply deadline
+/// (`crate::reply`); notifications and responses need no answer. A session
+/// with a backend hands it to its route.
+async fn socket_message(state: &AppState, session: &str, message: &serde_json::Value) {
+    use crate::jsonrpc::{self, Incoming};
+    use serde_json::Value;
+    if state.backend.is_some() {
+        return super::relay::socket_message(state, session, message.clone()).await;
+    }
+    let (reply, id) = match Incoming::classify(message) {
+        Ok(Incoming::Request { id, method, params }) => (
+            crate::mcp::handle_request(state, session, StreamKey::Session, &id, &method, &params)
+                .await,
+            id,
+        ),
+        Ok(_) => return,
+        Err(why) => (
+            jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why),
+            Value::Null,
+        ),
+    };
+    let bytes = bytes::Bytes::from(serde_json::to_vec(&reply).unwrap_or_default());
+    let calls = if id.is_null() { Vec::new() } else { vec![id] };
+    if let Err(e) = crate::reply::commit(
+        state,
+        session,
+        StreamKey::Session,
+        vec![bytes],
+        false,
+        &calls,
+    )
+    .await
+    {
+        tracing::warn!(session, error = %e, "could not commit a WebSocket response");
+    }
 }

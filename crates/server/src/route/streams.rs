@@ -1,0 +1,43 @@
+//! Opening a request stream: the log's unit of a call. Its record names
+//! the call and the instance that runs it (the orphan sweep's key), and it
+//! is subscribed from its start, so whoever reads it sees every event.
+
+use mcp_resume_log::{Seq, StreamKey, Subscription};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Opens the request stream `R` of a call (its record names the call's id
+/// and this instance, for the orphan sweep) and takes its commit point, so
+/// the stream will see every event of the call.
+pub(crate) async fn open_call_stream(
+    state: &AppState,
+    session: &str,
+    id: &serde_json::Value,
+) -> Result<(StreamKey, Seq, Subscription), ApiError> {
+    open_stream(
+        state,
+        session,
+        crate::orphans::record(id, state.log.instance()),
+    )
+    .await
+}
+
+/// Opens a request stream with record `meta` (within the session's limit)
+/// and subscribes to it from its start.
+pub(crate) async fn open_stream(
+    state: &AppState,
+    session: &str,
+    meta: bytes::Bytes,
+) -> Result<(StreamKey, Seq, Subscription), ApiError> {
+    let r = state.log.open_request_stream(session, meta).await?;
+    if r > state.config.max_request_streams {
+        return Err(ApiError::TooMany(format!(
+            "this session opened its maximum of {} request streams; start a new session",
+            state.config.max_request_streams
+        )));
+    }
+    let stream = StreamKey::Request(r);
+    let (bounds, sub) = state.log.subscribe(session, stream).await?;
+    Ok((stream, bounds.head, sub))
+}
