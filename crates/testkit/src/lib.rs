@@ -105,6 +105,35 @@ impl RedisServer {
         self.stop();
         self.launch();
     }
+
+    /// Every command it has run so far (`INFO commandstats`, summed).
+    pub fn commands_run(&self) -> u64 {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "INFO", "commandstats"])
+            .output()
+            .expect("redis-cli (it comes with redis-server)");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split("calls=").nth(1))
+            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// The commands it ran in each of the next `seconds` seconds, sorted:
+    /// the median is a steady cost that a rare burst (a maintenance pass)
+    /// does not move.
+    pub fn commands_per_second(&self, seconds: usize) -> Vec<u64> {
+        let mut out = Vec::with_capacity(seconds);
+        let mut last = self.commands_run();
+        for _ in 0..seconds {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = self.commands_run();
+            out.push(now - last);
+            last = now;
+        }
+        out.sort_unstable();
+        out
+    }
 }
 
 impl Drop for RedisServer {
