@@ -9,21 +9,11 @@
 //! ([`tail`]), not one per reader. "Committed" is acknowledged by Redis, plus
 //! `WAIT` for the configured number of replicas.
 //!
-//! Keys carry the session id in a hash tag (`mcpr:{id}:...`):
-//! - `mcpr:{id}:s` hash: `c` created ms, `r` next request stream, `e` ended, `m` meta, `a` last active ms,
-//!   `o` the owner instance ([`Log::claim`])
-//! - `mcpr:{id}:st:N` hash: `h` head (appended), `c` committed head (what readers see), `f` floor,
-//!   `m` a request stream's record (until retention takes its last event)
-//! - `mcpr:{id}:ev:N` stream: entries `seq-0` with fields `t` (ms) and `m` (message)
-//! - `mcpr:{id}:pin` hash: pin id -> `N:seq:expiry_ms`
-//! - `mcpr:sessions` set of live ids; `mcpr:ended` sorted set of ended ids by end time
-//!   (their tombstones `mcpr:{id}:s` go after the tombstone TTL; those older versions left
-//!   unlisted are listed by maintenance, [`adopt`]); `mcpr:pinseq` counter.
-//!   On a cluster both are split into 64 buckets, `mcpr:sessions:{bN}` and
-//!   `mcpr:ended:{bN}` ([`live`]).
-//! - `mcpr:instance:ID`: present while the handle `ID` runs (see [`instance`]).
-//! - `mcpr:wake:NONCE:SHARD` stream (one entry): wakes an instance's blocking read for a new stream
-//!   (one server only; a cluster's tail polls, see [`tail`]).
+//! Keys carry the session id in a hash tag (`mcpr:{id}:...`); their layout
+//! is one table in `README.md` beside this file, and the scripts that write
+//! them are `lua/*.lua` ([`scripts`]). [`adopt`] lists the tombstones older
+//! versions left unlisted; [`live`] splits the indexes into 64 buckets on a
+//! cluster; [`instance`] keeps the heartbeat.
 //!
 //! On a Redis Cluster (`redis-cluster://`) every key of a session shares the
 //! slot of its hash tag, so each script still runs atomically on that slot's

@@ -1,0 +1,68 @@
+-- Assigns seqs, appends, trims by count (or to `floor`, for age) short of
+-- pins, and moves the heads, in one step. With a key (`once`, kept ten
+-- minutes in `once_keys`), a batch already appended under it is not appended
+-- again: its head is returned (a retry after an unknown outcome). With an
+-- `owner`, nothing is appended unless that instance holds the session's
+-- lease (field `o`): `{-4}`, the fence of a stalled owner.
+-- Returns `{head, floor}`, or `{-1}` no live session, `{-2}` no stream,
+-- `{head, -3}` already appended under `once`, `{-4}` not the owner.
+local session = KEYS[1]
+local stream_state = KEYS[2]
+local events = KEYS[3]
+local pins_key = KEYS[4]
+local once_keys = KEYS[5]
+local stream = ARGV[1]
+local now_ms = ARGV[2]
+local max_events = ARGV[3]
+local floor = ARGV[4]
+local commit_at_ack = ARGV[5]
+local once = ARGV[6] or ''
+local owner = ARGV[7] or ''
+-- ARGV[8..]: the messages, in order
+if redis.call('HGET', session, 'e') ~= '0' then return {-1} end
+if once ~= '' then
+  local done = redis.call('HGET', once_keys, once)
+  if done then return {tonumber(done), -3} end
+end
+if owner ~= '' and redis.call('HGET', session, 'o') ~= owner then return {-4} end
+local h = tonumber(redis.call('HGET', stream_state, 'h'))
+if not h then return {-2} end
+local f = tonumber(redis.call('HGET', stream_state, 'f'))
+for i = 8, #ARGV do
+  h = h + 1
+  redis.call('XADD', events, h .. '-0', 't', now_ms, 'm', ARGV[i])
+end
+local want = h + 1 - tonumber(max_events)
+if tonumber(floor) > want then want = tonumber(floor) end
+if want > h + 1 then want = h + 1 end
+if want > f then
+  local pins = redis.call('HGETALL', pins_key)
+  for j = 1, #pins, 2 do
+    local n, seq, exp = string.match(pins[j + 1], '(%d+):(%d+):(%d+)')
+    if tonumber(exp) > tonumber(now_ms) then
+      if n == stream and tonumber(seq) < want then want = math.max(tonumber(seq), f) end
+    else
+      redis.call('HDEL', pins_key, pins[j])
+    end
+  end
+  if want > f then
+    redis.call('XTRIM', events, 'MINID', want .. '-0')
+    f = want
+    if stream ~= '0' and h > 0 and f > h then
+      -- A request stream retention emptied: its record and its (empty)
+      -- stream go; the state hash keeps head and floor for loud reads.
+      redis.call('HDEL', stream_state, 'm')
+      redis.call('DEL', events)
+    end
+  end
+end
+if commit_at_ack == '1' then
+  redis.call('HSET', stream_state, 'h', h, 'f', f, 'c', h)
+else
+  redis.call('HSET', stream_state, 'h', h, 'f', f)
+end
+if once ~= '' then
+  redis.call('HSET', once_keys, once, h)
+  redis.call('PEXPIRE', once_keys, 600000)
+end
+return {h, f}

@@ -1,0 +1,12 @@
+-- Creates a session unless its id exists (live or a tombstone).
+local session = KEYS[1]
+local head_state = KEYS[2]
+local live_set = KEYS[3]
+local created_ms = ARGV[1]
+local meta = ARGV[2]
+local id = ARGV[3]
+if redis.call('EXISTS', session) == 1 then return -1 end
+redis.call('HSET', session, 'c', created_ms, 'r', 1, 'e', 0, 'm', meta, 'a', created_ms)
+redis.call('HSET', head_state, 'h', 0, 'f', 1, 'c', 0)
+if live_set then redis.call('SADD', live_set, id) end
+return 0
