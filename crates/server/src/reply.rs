@@ -31,75 +31,103 @@ pub(crate) fn retryable(e: &LogError) -> bool {
 /// Commits `messages` to `stream` of `session`: retried under one key
 /// ([`AppState::commit_once`], fenced by this instance's lease with
 /// `fenced`) while the failure is [`retryable`], until the reply deadline.
-/// `calls` are the JSON-RPC ids of the calls the run answers (its
-/// responses): when the run cannot be committed, an error response for each
-/// is committed instead (see the module doc) before this returns the run's
-/// error.
+/// When the run cannot be committed, each call it answers (each response
+/// in it) gets an error response instead (see the module doc) before this
+/// returns the run's error; the run is read for them only then.
 pub(crate) async fn commit(
     state: &AppState,
     session: &str,
     stream: StreamKey,
     messages: Vec<Bytes>,
     fenced: bool,
-    calls: &[Value],
 ) -> Result<Seq, LogError> {
     let deadline = Instant::now() + state.config.reply_deadline;
-    let key = AppState::once_key();
-    let mut backoff = FIRST_BACKOFF;
-    let failure = loop {
-        match state
-            .commit_once(session, stream, messages.clone(), key, fenced)
-            .await
-        {
-            Ok(seq) => return Ok(seq),
-            Err(e) if retryable(&e) && Instant::now() + backoff < deadline => {
-                tracing::debug!(%session, ?stream, error = %e, "committing a call's answer again");
-                if !pause(state, &mut backoff, MAX_BACKOFF).await {
-                    break e;
-                }
-            }
-            Err(e) => break e,
-        }
+    let failure = match retry(state, session, stream, &messages, fenced, Some(deadline)).await {
+        Ok(seq) => return Ok(seq),
+        Err(e) => e,
     };
-    if !calls.is_empty() && retryable(&failure) {
-        tracing::error!(%session, ?stream, error = %failure, "could not commit a call's response within the reply deadline; answering it with an error");
-        let errors: Vec<Bytes> = calls
-            .iter()
-            .map(|id| {
-                let error = jsonrpc::error_with_data(
-                    id,
-                    jsonrpc::INTERNAL_ERROR,
-                    format!(
-                        "the server could not commit this call's response within {} s (its log was unavailable); it may be retried",
-                        state.config.reply_deadline.as_secs()
-                    ),
-                    json!({"reason": "commit-failed"}),
-                );
-                Bytes::from(serde_json::to_vec(&error).unwrap_or_default())
-            })
-            .collect();
-        let key = AppState::once_key();
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            match state
-                .commit_once(session, stream, errors.clone(), key, fenced)
-                .await
-            {
-                Ok(_) => break,
-                Err(e) if retryable(&e) => {
-                    if !pause(state, &mut backoff, 5 * MAX_BACKOFF).await {
-                        tracing::error!(%session, ?stream, "the server stops with a call left unanswered in the log; its owner is gone once it has stopped, and the call is ended as an orphan then");
-                        break;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(%session, ?stream, error = %e, "a call's error response was not committed");
-                    break;
-                }
-            }
+    let calls = answered_calls(&messages);
+    if calls.is_empty() || !retryable(&failure) {
+        return Err(failure);
+    }
+    tracing::error!(%session, ?stream, error = %failure, "could not commit a call's response within the reply deadline; answering it with an error");
+    let errors: Vec<Bytes> = calls
+        .iter()
+        .map(|id| {
+            let error = jsonrpc::error_with_data(
+                id,
+                jsonrpc::INTERNAL_ERROR,
+                format!(
+                    "the server could not commit this call's response within {} s (its log was unavailable); it may be retried",
+                    state.config.reply_deadline.as_secs()
+                ),
+                json!({"reason": "commit-failed"}),
+            );
+            Bytes::from(serde_json::to_vec(&error).unwrap_or_default())
+        })
+        .collect();
+    match retry(state, session, stream, &errors, fenced, None).await {
+        Ok(_) => {}
+        Err(e) if retryable(&e) => {
+            tracing::error!(%session, ?stream, "the server stops with a call left unanswered in the log; its owner is gone once it has stopped, and the call is ended as an orphan then")
+        }
+        Err(e) => {
+            tracing::warn!(%session, ?stream, error = %e, "a call's error response was not committed")
         }
     }
     Err(failure)
+}
+
+/// [`commit`] of one response (a built-in tool's, over SSE or WebSocket);
+/// a failure is logged: the call has its error response by then.
+pub(crate) async fn commit_response(
+    state: &AppState,
+    session: &str,
+    stream: StreamKey,
+    reply: &Value,
+) {
+    let bytes = Bytes::from(serde_json::to_vec(reply).unwrap_or_default());
+    if let Err(e) = commit(state, session, stream, vec![bytes], false).await {
+        tracing::warn!(%session, ?stream, error = %e, "could not commit a response");
+    }
+}
+
+/// Appends `messages` under one key, again after a pause while the failure
+/// is [`retryable`]: until `deadline` (backing off to 2 s), or without one
+/// until it lands (backing off to 10 s); the server stopping ends it. The
+/// last failure when it gives up.
+async fn retry(
+    state: &AppState,
+    session: &str,
+    stream: StreamKey,
+    messages: &[Bytes],
+    fenced: bool,
+    deadline: Option<Instant>,
+) -> Result<Seq, LogError> {
+    let key = AppState::once_key();
+    let max = if deadline.is_some() {
+        MAX_BACKOFF
+    } else {
+        5 * MAX_BACKOFF
+    };
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let e = match state
+            .commit_once(session, stream, messages.to_vec(), key, fenced)
+            .await
+        {
+            Ok(seq) => return Ok(seq),
+            Err(e) => e,
+        };
+        let in_time = deadline.is_none_or(|d| Instant::now() + backoff < d);
+        if !retryable(&e) || !in_time {
+            return Err(e);
+        }
+        tracing::debug!(%session, ?stream, error = %e, "committing a call's answer again");
+        if !pause(state, &mut backoff, max).await {
+            return Err(e);
+        }
+    }
 }
 
 /// Sleeps `backoff` (then doubles it, up to `max`); false if the server
@@ -118,7 +146,7 @@ async fn pause(state: &AppState, backoff: &mut Duration, max: Duration) -> bool 
 }
 
 /// The JSON-RPC ids of the responses in `run`: the calls it answers.
-pub(crate) fn answered_calls(run: &[Bytes]) -> Vec<Value> {
+fn answered_calls(run: &[Bytes]) -> Vec<Value> {
     run.iter()
         .filter(|m| jsonrpc::is_response(m))
         .filter_map(|m| serde_json::from_slice::<Value>(m).ok())

@@ -204,10 +204,7 @@ async fn request_stream(
                 jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried")
             }
         };
-        let bytes = bytes::Bytes::from(serde_json::to_vec(&reply).unwrap_or_default());
-        if let Err(e) = crate::reply::commit(&worker, &sid, stream, vec![bytes], false, std::slice::from_ref(&id)).await {
-            tracing::warn!(session = %sid, stream = ?stream, error = %e, "could not commit a response");
-        }
+        crate::reply::commit_response(&worker, &sid, stream, &reply).await;
     });
     Ok(sse::respond(state, session, stream, 0, head, sub))
 }

@@ -462,30 +462,13 @@ async fn socket_message(state: &AppState, session: &str, message: &serde_json::V
     if state.backend.is_some() {
         return super::relay::socket_message(state, session, message.clone()).await;
     }
-    let (reply, id) = match Incoming::classify(message) {
-        Ok(Incoming::Request { id, method, params }) => (
+    let reply = match Incoming::classify(message) {
+        Ok(Incoming::Request { id, method, params }) => {
             crate::mcp::handle_request(state, session, StreamKey::Session, &id, &method, &params)
-                .await,
-            id,
-        ),
+                .await
+        }
         Ok(_) => return,
-        Err(why) => (
-            jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why),
-            Value::Null,
-        ),
+        Err(why) => jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why),
     };
-    let bytes = bytes::Bytes::from(serde_json::to_vec(&reply).unwrap_or_default());
-    let calls = if id.is_null() { Vec::new() } else { vec![id] };
-    if let Err(e) = crate::reply::commit(
-        state,
-        session,
-        StreamKey::Session,
-        vec![bytes],
-        false,
-        &calls,
-    )
-    .await
-    {
-        tracing::warn!(session, error = %e, "could not commit a WebSocket response");
-    }
+    crate::reply::commit_response(state, session, StreamKey::Session, &reply).await;
 }

@@ -43,8 +43,7 @@ pub(super) async fn flush(
     fenced: bool,
 ) -> bool {
     for (k, messages) in runs.drain(..) {
-        let calls = crate::reply::answered_calls(&messages);
-        match crate::reply::commit(state, session, k, messages, fenced, &calls).await {
+        match crate::reply::commit(state, session, k, messages, fenced).await {
             Ok(_) => {}
             Err(LogError::LeaseLost(_)) => {
                 // The runs after it are dropped with the drain.
