@@ -12,7 +12,7 @@ use axum::http::{header, HeaderName, Method};
 use mcp_resume_proto::headers as h;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// The CORS layer for the MCP routes of `state`'s server.
 pub(crate) fn layer(state: &AppState) -> CorsLayer {

@@ -50,7 +50,7 @@ async fn commit_retrying(
     count: u64,
 ) -> Result<(), ToolError> {
     let give_up = tokio::time::Instant::now() + EMIT_RETRY_FOR;
-    let key = crate::state::AppState::once_key();
+    let key = crate::route::state::AppState::once_key();
     let mut pause = Duration::from_millis(50);
     loop {
         let batch = (k..k + n).map(|i| emit_message(i, count)).collect();

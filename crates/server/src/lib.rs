@@ -3,11 +3,13 @@
 //!
 //! What a library user needs is exported, nothing else: [`McpServer`] (the
 //! routes, maintenance and a clean shutdown), [`ServerConfig`], the tool API
-//! ([`tools`]; [`demo`] is one user of it), [`auth`] and [`listen`]. Inside:
-//! `http` (`POST`/`GET`/`DELETE` on the base path), `sse` (the
-//! replay-then-live reader), `ws` (the cursor-safe WebSocket upgrade: commit
-//! point, echo, gate), `orphans` (calls whose handler died), `metrics`;
-//! docs/architecture.md follows a message through them.
+//! ([`tools`]; [`demo`] is one user of it), the [`backend`] seam, [`auth`]
+//! and [`listen`]. Inside, dependencies point one way: `http` (`POST`/`GET`/
+//! `DELETE` on the base path, the WebSocket upgrade `http/ws.rs`) and `sse`
+//! (the replay-then-live reader) over `route` (each session's route to its
+//! backend, the commit queue, the server's shared state, the orphan sweep)
+//! over `backend` and the log; docs/architecture.md follows a message through
+//! them and `scripts/module-deps` checks that no cycle comes back.
 //!
 //! Mount it in your own axum application:
 //!
@@ -36,12 +38,9 @@ mod jsonrpc;
 pub mod listen;
 mod mcp;
 mod metrics;
-mod orphans;
-mod reply;
 mod route;
 mod session;
 mod sse;
-mod state;
 pub mod tasks;
 pub mod tools;
 mod trace;
@@ -57,8 +56,16 @@ use tokio::sync::{watch, Mutex};
 pub use config::ServerConfig;
 pub use error::ApiError;
 pub use listen::{tls_config, ConnLimits, ListenError};
-use state::AppState;
+use route::state::AppState;
 pub use tools::{ToolContext, ToolError, ToolRegistry};
+
+/// What serves a server's sessions.
+enum Backing {
+    /// The built-in tool API's registry.
+    Tools(ToolRegistry),
+    /// Any other backend.
+    Given(Arc<dyn backend::Backend>),
+}
 
 /// One MCP server: its state, its routes and its shutdown switch.
 pub struct McpServer {
@@ -67,9 +74,10 @@ pub struct McpServer {
 }
 
 impl McpServer {
-    /// A server over `log` offering `tools`.
+    /// A server over `log` offering `tools`: the registry is served to
+    /// every session as its backend, through the same route as any other.
     pub fn new(log: Arc<dyn Log>, tools: ToolRegistry, config: ServerConfig) -> Self {
-        Self::build(log, tools, None, config)
+        Self::build(log, Backing::Tools(tools), config)
     }
 
     /// A server over `log` whose sessions are served by `backend` (for
@@ -81,26 +89,33 @@ impl McpServer {
         backend: Arc<dyn backend::Backend>,
         config: ServerConfig,
     ) -> Self {
-        Self::build(log, ToolRegistry::new(), Some(backend), config)
+        Self::build(log, Backing::Given(backend), config)
     }
 
-    fn build(
-        log: Arc<dyn Log>,
-        tools: ToolRegistry,
-        backend: Option<Arc<dyn backend::Backend>>,
-        config: ServerConfig,
-    ) -> Self {
+    fn build(log: Arc<dyn Log>, backing: Backing, config: ServerConfig) -> Self {
         let (stop, shutdown) = watch::channel(false);
         let metrics = Arc::new(metrics::Metrics::default());
         metrics.damaged_streams.set(config.damaged_streams as i64);
+        let config = Arc::new(config);
+        let record_lock = Arc::new(Mutex::new(()));
+        let tasks = tokio_util::task::TaskTracker::new();
+        let backend: Arc<dyn backend::Backend> = match backing {
+            Backing::Given(backend) => backend,
+            Backing::Tools(registry) => Arc::new(tools::ToolsBackend::new(tools::Shared::new(
+                registry,
+                log.clone(),
+                config.clone(),
+                record_lock.clone(),
+                tasks.clone(),
+                shutdown.clone(),
+            ))),
+        };
         let state = AppState {
             log,
-            tools: Arc::new(tools),
-            config: Arc::new(config),
+            config,
             shutdown,
-            record_lock: Arc::new(Mutex::new(())),
-            tasks: tokio_util::task::TaskTracker::new(),
-            background: Default::default(),
+            record_lock,
+            tasks,
             metrics,
             orphan_lock: Arc::new(Mutex::new(())),
             backend,
@@ -197,7 +212,7 @@ impl McpServer {
         let state = self.state.clone();
         tokio::spawn(async move {
             // Calls whose handler died with an earlier process end first.
-            match orphans::sweep(&state).await {
+            match route::orphans::sweep(&state).await {
                 Ok(0) => {}
                 Ok(n) => {
                     tracing::info!(count = n, "ended calls whose handler died with its process")
@@ -208,20 +223,25 @@ impl McpServer {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(state.config.maintenance_interval) => {}
-                    _ = crate::state::stopped(&mut shutdown) => return,
+                    _ = crate::route::state::stopped(&mut shutdown) => return,
                 }
-                match state
+                let ended = match state
                     .log
                     .maintain(state.config.session_ttl, state.config.tombstone_ttl)
                     .await
                 {
-                    Ok(ended) if !ended.is_empty() => {
-                        tracing::info!(count = ended.len(), "idle sessions ended")
+                    Ok(ended) => {
+                        if !ended.is_empty() {
+                            tracing::info!(count = ended.len(), "idle sessions ended");
+                        }
+                        ended
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "maintenance failed"),
-                }
-                state.routes.sweep(&state).await;
+                    Err(e) => {
+                        tracing::warn!(error = %e, "maintenance failed");
+                        Vec::new()
+                    }
+                };
+                state.routes.sweep(&state, &ended).await;
             }
         })
     }

@@ -115,3 +115,28 @@ pub(crate) struct TaskState {
     #[serde(rename = "a", default, skip_serializing_if = "Map::is_empty")]
     pub(crate) answers: Map<String, Value>,
 }
+
+/// Reads the server's record of a session.
+pub(crate) async fn read_record(
+    log: &dyn mcp_resume_log::Log,
+    session: &str,
+) -> Result<SessionRecord, mcp_resume_log::LogError> {
+    Ok(SessionRecord::decode(&log.session(session).await?.meta))
+}
+
+/// Changes the session's record under `lock` (the server's one lock on
+/// read-modify-write of records); `f` returns whether it changed anything.
+pub(crate) async fn update_record(
+    log: &dyn mcp_resume_log::Log,
+    lock: &tokio::sync::Mutex<()>,
+    session: &str,
+    f: impl FnOnce(&mut SessionRecord) -> bool,
+) -> Result<bool, mcp_resume_log::LogError> {
+    let _guard = lock.lock().await;
+    let mut rec = read_record(log, session).await?;
+    if !f(&mut rec) {
+        return Ok(false);
+    }
+    log.set_meta(session, rec.encode()).await?;
+    Ok(true)
+}

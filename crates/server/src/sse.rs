@@ -7,7 +7,7 @@ use mcp_resume_log::{Event, LogError, Seq, StreamKey, Subscription};
 use mcp_resume_proto::sse::{encode, ending, priming, KEEPALIVE};
 use tokio::sync::mpsc;
 
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// Events replayed per log read, and the most live events sent in one write.
 pub(crate) const REPLAY_CHUNK: usize = 512;
@@ -128,7 +128,7 @@ async fn send(
 ) -> bool {
     tokio::select! {
         sent = tx.send(Ok(chunk)) => sent.is_ok(),
-        _ = crate::state::stopped(shutdown) => false,
+        _ = crate::route::state::stopped(shutdown) => false,
     }
 }
 
@@ -198,7 +198,7 @@ async fn pump(
                 // with another instance since this reader began (a shared log): end
                 // the call then, and its error arrives through the subscription.
                 if let StreamKey::Request(r) = stream {
-                    if let Err(e) = crate::orphans::end_if_orphaned(&state, &id, r).await {
+                    if let Err(e) = crate::route::orphans::end_if_orphaned(&state, &id, r).await {
                         tracing::debug!(session = %id, stream = r, error = %e, "orphan check failed");
                     }
                 }
@@ -207,7 +207,7 @@ async fn pump(
                 }
                 continue;
             }
-            _ = crate::state::stopped(&mut shutdown) => return,
+            _ = crate::route::state::stopped(&mut shutdown) => return,
             _ = tx.closed() => return,
         };
         let first = match next {

@@ -67,6 +67,27 @@ pub trait Backend: Send + Sync + 'static {
         false
     }
 
+    /// Whether a resumable listen stream (docs/protocol.md 3.7) opened on
+    /// one instance may be fed by this backend on any instance (a session
+    /// restored with no `initialize` params), so no instance's death ends
+    /// it: the built-in tools, whose `emit` writes to any session it is
+    /// called on. `false` (the default): the listen stream lives in the
+    /// backend of the instance that opened it, and ends with that instance.
+    fn listen_anywhere(&self) -> bool {
+        false
+    }
+
+    /// Whether request `method` (with `params`) is answered on a request
+    /// stream of its own from its start when the client accepts SSE, rather
+    /// than as JSON until it first sends something related (progress, a
+    /// request to the client): for a call known to stream, such as a tool
+    /// registered with [`ToolRegistry::streaming_tool`](crate::ToolRegistry::streaming_tool),
+    /// so its stream is resumable from the first event. `false` (the default).
+    fn streams_at_once(&self, method: &str, params: &Value) -> bool {
+        let _ = (method, params);
+        false
+    }
+
     /// The server of MCP's stateless era (2026-07-28 on) for this backend,
     /// if it speaks it: each such request, with no session, goes to it whole
     /// (docs/protocol.md 3.6). `None` (the default): stateless requests are
@@ -85,6 +106,10 @@ pub trait StatelessHttp: Send + Sync {
     fn serve(&self, request: Request<Body>) -> StatelessFuture;
 }
 
+/// The work that answers one request, handed back by
+/// [`BackendSession::deliver_request`] for the transport to run.
+pub type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// What [`StatelessHttp::serve`] returns.
 pub type StatelessFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
@@ -95,6 +120,17 @@ pub trait BackendSession: Send + Sync {
     /// (`Invalid`) makes the transport answer the client with an error, so
     /// nothing that cannot be handled is ever queued.
     fn deliver(&self, message: Value) -> Result<(), DeliverError>;
+
+    /// [`deliver`](Self::deliver) for a client *request*, for a backend
+    /// that runs in this process: instead of starting the work that answers
+    /// it, it may hand that work back, for the transport to run in the task
+    /// that awaits the answer (a POST answered as JSON, a WebSocket frame's
+    /// task), saving a task and a wake-up per call. Work the transport cannot
+    /// wait for (an answer on a request stream) it spawns. The default
+    /// delivers and hands back nothing.
+    fn deliver_request(&self, message: Value) -> Result<Option<Work>, DeliverError> {
+        self.deliver(message).map(|()| None)
+    }
 
     /// Ends the session's backend: running handlers are cancelled.
     fn close(&self);
@@ -139,4 +175,4 @@ pub struct Outbound {
 }
 
 pub use outbox::Outbox;
-pub(crate) use outbox::{Pending, Queued};
+pub(crate) use outbox::{Pending, Queued, Shortcut};

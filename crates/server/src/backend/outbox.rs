@@ -8,6 +8,12 @@
 //! back-pressure: a send resolves only while at most `MAX_UNCOMMITTED` (1,024)
 //! sends of the session wait for their commit. A backend that must know
 //! "the log has it" awaits [`Outbox::flush`].
+//!
+//! One message skips the queue: a response that a POST awaits as JSON,
+//! sent while nothing the session sent before waits in the queue (so
+//! nothing it must follow is uncommitted). It needs no commit, and handing
+//! it over at once saves the commit loop's round trip on the hottest path
+//! (a `tools/call` answered as JSON).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,6 +37,15 @@ pub(crate) enum Queued {
     /// queued before it is committed, calls in flight are answered with an
     /// error and the session ends.
     EndSession(String),
+    /// Messages already encoded as JSON text for the session stream,
+    /// committed in one append after everything queued before them (at most
+    /// once per `key` when given); `done` learns the last one's position.
+    /// The built-in tools' notifications (`emit` commits thousands at once).
+    Encoded {
+        messages: Vec<bytes::Bytes>,
+        key: Option<u64>,
+        done: oneshot::Sender<Result<mcp_resume_log::Seq, LogError>>,
+    },
 }
 
 /// What a session's outbox and its commit loop share: how many sends wait
@@ -38,6 +53,9 @@ pub(crate) enum Queued {
 #[derive(Default)]
 pub(crate) struct Pending {
     uncommitted: AtomicUsize,
+    /// Items queued and not yet fully handled by the commit loop (of every
+    /// kind): while it is not 0, nothing may skip the queue.
+    queued: AtomicUsize,
     drained: Notify,
     failed: Mutex<Option<LogError>>,
     /// The commit loop ended: nothing queued now will be committed.
@@ -50,6 +68,12 @@ impl Pending {
     pub(crate) fn done(&self, n: usize) {
         self.uncommitted.fetch_sub(n, Ordering::AcqRel);
         self.drained.notify_waiters();
+    }
+
+    /// The commit loop has handled `n` queued items of any kind (committed
+    /// what they carried, handed answers over).
+    pub(crate) fn handled(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::AcqRel);
     }
 
     /// The commit loop ended: every waiting and later send answers an error.
@@ -77,23 +101,45 @@ impl Pending {
 /// committed (or handed to a waiting POST) after everything sent before it.
 #[derive(Clone)]
 pub struct Outbox {
-    pub(crate) tx: mpsc::UnboundedSender<Queued>,
-    pub(crate) pending: Arc<Pending>,
+    tx: mpsc::UnboundedSender<Queued>,
+    pending: Arc<Pending>,
+    shortcut: Option<Arc<dyn Shortcut>>,
+}
+
+/// What lets a message skip the commit queue (see the module doc): the
+/// route's routing table.
+pub(crate) trait Shortcut: Send + Sync {
+    /// Hands `out` to the POST that awaits it if it is a response answered
+    /// as JSON; otherwise gives it back.
+    fn try_hand(&self, out: Outbound) -> Result<(), Outbound>;
 }
 
 impl Outbox {
-    /// A new outbox and the receiving end of its queue.
-    pub(crate) fn new() -> (Self, mpsc::UnboundedReceiver<Queued>, Arc<Pending>) {
+    /// A new outbox and the receiving end of its queue; with `shortcut`,
+    /// JSON answers sent while the queue is empty skip it.
+    pub(crate) fn new(
+        shortcut: Option<Arc<dyn Shortcut>>,
+    ) -> (Self, mpsc::UnboundedReceiver<Queued>, Arc<Pending>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let pending = Arc::new(Pending::default());
         (
             Self {
                 tx,
                 pending: pending.clone(),
+                shortcut,
             },
             rx,
             pending,
         )
+    }
+
+    /// Queues `item`, counted until the commit loop has handled it.
+    fn queue(&self, item: Queued) -> Result<(), LogError> {
+        self.pending.queued.fetch_add(1, Ordering::AcqRel);
+        self.tx.send(item).map_err(|_| {
+            self.pending.queued.fetch_sub(1, Ordering::AcqRel);
+            ended()
+        })
     }
 
     /// Queues `out` now, in call order; the future resolves once at most
@@ -105,17 +151,27 @@ impl Outbox {
         out: Outbound,
     ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
         let pending = self.pending.clone();
-        pending.uncommitted.fetch_add(1, Ordering::AcqRel);
-        let early = match self.tx.send(Queued::Message(out)) {
-            Err(_) => {
-                pending.done(1);
-                Some(ended())
+        let out = match &self.shortcut {
+            Some(s) if pending.queued.load(Ordering::Acquire) == 0 => s.try_hand(out).err(),
+            _ => Some(out),
+        };
+        let early = match out {
+            // Handed over: nothing waits for a commit.
+            None => Some(pending.failure().map_or(Ok(()), Err)),
+            Some(out) => {
+                pending.uncommitted.fetch_add(1, Ordering::AcqRel);
+                match self.queue(Queued::Message(out)) {
+                    Err(e) => {
+                        pending.done(1);
+                        Some(Err(e))
+                    }
+                    Ok(()) => pending.failure().map(Err),
+                }
             }
-            Ok(()) => pending.failure(),
         };
         async move {
-            if let Some(e) = early {
-                return Err(e);
+            if let Some(r) = early {
+                return r;
             }
             loop {
                 let drained = pending.drained.notified();
@@ -139,9 +195,28 @@ impl Outbox {
     /// backend that must know the log has it before it goes on.
     pub async fn flush(&self) -> Result<(), LogError> {
         let (ack, done) = oneshot::channel();
-        self.tx.send(Queued::Flush(ack)).map_err(|_| ended())?;
+        self.queue(Queued::Flush(ack))?;
         done.await.unwrap_or_else(|_| Err(ended()))?;
         self.pending.failure().map_or(Ok(()), Err)
+    }
+
+    /// Commits `messages` (each one JSON-RPC message as JSON text) to the
+    /// session stream after everything sent before, in one append (at most
+    /// once per `key`), and resolves once they are committed, with the last
+    /// one's position.
+    pub(crate) async fn commit_session(
+        &self,
+        messages: Vec<bytes::Bytes>,
+        key: Option<u64>,
+    ) -> Result<mcp_resume_log::Seq, LogError> {
+        let (done, committed) = oneshot::channel();
+        let queued = Queued::Encoded {
+            messages,
+            key,
+            done,
+        };
+        self.queue(queued)?;
+        committed.await.unwrap_or_else(|_| Err(ended()))
     }
 
     /// Ends the session for good, saying `why` in the server's log: what was
@@ -149,7 +224,7 @@ impl Outbox {
     /// the session answers 404. For a backend that cannot be restored (a
     /// child process that exited by itself).
     pub fn end_session(&self, why: impl Into<String>) {
-        let _ = self.tx.send(Queued::EndSession(why.into()));
+        let _ = self.queue(Queued::EndSession(why.into()));
     }
 }
 

@@ -19,8 +19,9 @@ use serde_json::Value;
 use super::guard::Accepts;
 use crate::error::ApiError;
 use crate::route::inbox;
-use crate::state::AppState;
-use crate::{jsonrpc, orphans, sse};
+use crate::route::orphans;
+use crate::route::state::AppState;
+use crate::{jsonrpc, sse};
 
 /// How often a JSON answer awaited from another instance checks that the
 /// instance still lives.

@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::jsonrpc;
+use crate::route::state::AppState;
 use crate::session::{valid_session_id, SessionRecord};
-use crate::state::AppState;
 
 /// The `last_event_id` query parameter.
 #[derive(Debug, Deserialize, Default)]

@@ -20,9 +20,9 @@ use mcp_resume_log::{LogError, Seq, StreamKey};
 use mcp_resume_proto::EventId;
 
 use crate::error::ApiError;
+use crate::route::state::AppState;
 use crate::session::valid_session_id;
 use crate::sse;
-use crate::state::AppState;
 
 pub use guard::CursorQuery;
 use guard::{accepts, session_header};
@@ -75,7 +75,7 @@ async fn open_reader(
     if let StreamKey::Request(r) = stream {
         // A call whose handler died with its process gets its error response
         // now, so this reader sees the call end instead of waiting forever.
-        match crate::orphans::end_if_orphaned(&state, &session, r).await {
+        match crate::route::orphans::end_if_orphaned(&state, &session, r).await {
             Ok(_) | Err(LogError::NoStream { .. } | LogError::Truncated { .. }) => {}
             Err(e) => return Err(e.into()),
         }

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use mcp_resume_log::LogError;
 
 use crate::metrics::StatusLabel;
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// `GET /metrics`.
 pub(crate) async fn scrape(State(state): State<AppState>) -> Response {

@@ -1,6 +1,8 @@
-//! `POST P` for a server with a [`Backend`](crate::backend::Backend): every
-//! message goes to the session's backend through its route, and what comes
-//! back is answered as JSON or committed to a request stream.
+//! A client's messages to its session's [`Backend`](crate::backend::Backend)
+//! (POST, batch, WebSocket frame): every message goes to the backend through
+//! the session's route (on this instance, or forwarded to the one that runs
+//! it), and what comes back is answered as JSON or committed to a request
+//! stream.
 //!
 //! - `initialize` creates the session in the log (with the client's params,
 //!   so that any instance can restore the backend later) and waits for the
@@ -9,7 +11,8 @@
 //!   JSON if it only answers; its first progress or request to the client
 //!   opens a request stream `R` for it (the POST then streams `R` from its
 //!   start), which carries everything after;
-//! - any request from a client that accepts only SSE gets `R` at once;
+//! - any request from a client that accepts only SSE gets `R` at once, and
+//!   so does a call the backend streams at once (a streaming tool);
 //! - other requests are answered as JSON;
 //! - a response to a server request is translated back to the backend's id
 //!   and delivered; one nobody waits for is logged and dropped (202);
@@ -28,12 +31,12 @@ use super::guard::{Accepts, Principal};
 use super::post::answer;
 use crate::error::ApiError;
 use crate::jsonrpc;
-use crate::route::dispatch::{cancelled, deliver, deliver_answer, dispatch};
+use crate::route::dispatch::{cancelled, deliver, deliver_answer, dispatch, spawn_work};
 use crate::route::lease::Located;
+use crate::route::state::AppState;
 use crate::route::table::{Answer, Dest};
 use crate::route::{self, SessionRoute};
 use crate::session::{new_session_id, SessionRecord};
-use crate::state::AppState;
 use crate::{mcp, sse};
 
 /// `initialize` through the backend.
@@ -50,7 +53,6 @@ pub(super) async fn initialize(
         )));
     }
     let params = message.get("params").cloned().unwrap_or(Value::Null);
-    let id = message["id"].clone();
     let sid = new_session_id();
     let record = SessionRecord {
         protocol_version: mcp::negotiate(&params).to_owned(),
@@ -75,7 +77,7 @@ pub(super) async fn initialize(
             return Err(backend_error(e));
         }
     };
-    let reply = call_json(state, &sid, &route, message, &id, &params).await;
+    let reply = call_json(state, &sid, &route, message).await;
     let Some(result) = reply.get("result") else {
         // The backend refused: no session is left behind.
         state.routes.close(&sid);
@@ -131,20 +133,19 @@ pub(super) async fn message(
         .get("method")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let id = message.get("id").cloned();
-    match (method, id) {
-        (Some(method), Some(id)) => {
-            let params = message.get("params").cloned().unwrap_or(Value::Null);
-            if acc.sse && !acc.json {
-                call_stream(state, session, &route, message, &id, &params).await
+    match (method, message.get("id").is_some()) {
+        (Some(method), true) => {
+            let at_once = state.backend.streams_at_once(&method, params_of(&message));
+            if acc.sse && (!acc.json || at_once) {
+                call_stream(state, session, &route, message).await
             } else if acc.sse && method == "tools/call" {
-                call_lazy(state, session, &route, message, &id, &params).await
+                call_lazy(state, session, &route, message).await
             } else {
-                let reply = call_json(state, &session, &route, message, &id, &params).await;
+                let reply = call_json(state, &session, &route, message).await;
                 Ok(axum::Json(reply).into_response())
             }
         }
-        (Some(method), None) => {
+        (Some(method), false) => {
             if method == "notifications/cancelled" {
                 cancelled(state, &session, &route, &message).await;
             }
@@ -197,21 +198,59 @@ async fn client_answer(state: &AppState, session: &str, message: Value) -> Resul
     Ok(())
 }
 
+/// A message's `params` (`null` when it has none).
+fn params_of(message: &Value) -> &Value {
+    const NULL: Value = Value::Null;
+    message.get("params").unwrap_or(&NULL)
+}
+
 /// A request answered as JSON: registered, delivered, awaited.
-async fn call_json(
-    state: &AppState,
-    session: &str,
-    route: &SessionRoute,
-    message: Value,
-    id: &Value,
-    params: &Value,
-) -> Value {
+async fn call_json(state: &AppState, session: &str, route: &SessionRoute, message: Value) -> Value {
+    let id = message["id"].clone();
     let (tx, rx) = oneshot::channel();
-    if let Err(why) = route.register(id, params, Dest::Json(tx)) {
-        return why.reply(id);
+    if let Err(why) = route.register(&id, params_of(&message), Dest::Json(tx)) {
+        return why.reply(&id);
     }
-    deliver(state, session, route, message, id).await;
-    rx.await.unwrap_or_else(|_| unanswered(id))
+    let work = deliver(state, session, route, message, &id).await;
+    answered(state, route, &id, work, rx)
+        .await
+        .unwrap_or_else(|| unanswered(&id))
+}
+
+/// Runs the `work` that answers call `id` (if the backend handed it back)
+/// in this task until the call's answer comes on `rx`; work that goes on
+/// after it (a lazy call whose stream opened) continues in a task of its
+/// own. If this task is dropped first (the client hung up), the call is
+/// forgotten, so that nothing waits for it.
+async fn answered<T>(
+    state: &AppState,
+    route: &SessionRoute,
+    id: &Value,
+    work: Option<crate::backend::Work>,
+    mut rx: oneshot::Receiver<T>,
+) -> Option<T> {
+    let Some(mut work) = work else {
+        return rx.await.ok();
+    };
+    struct Forget<'a>(Option<(&'a SessionRoute, &'a Value)>);
+    impl Drop for Forget<'_> {
+        fn drop(&mut self) {
+            if let Some((route, id)) = self.0 {
+                route.forget(id);
+            }
+        }
+    }
+    let mut guard = Forget(Some((route, id)));
+    let answer = tokio::select! {
+        biased;
+        r = &mut rx => {
+            state.spawn(work);
+            r.ok()
+        }
+        () = &mut work => rx.await.ok(),
+    };
+    guard.0 = None;
+    answer
 }
 
 /// A `tools/call` answered as JSON if it only answers, or as a request
@@ -221,20 +260,19 @@ async fn call_lazy(
     session: String,
     route: &SessionRoute,
     message: Value,
-    id: &Value,
-    params: &Value,
 ) -> Result<Response, ApiError> {
+    let id = message["id"].clone();
     let (tx, rx) = oneshot::channel();
-    if let Err(why) = route.register(id, params, Dest::Lazy(tx)) {
-        return Ok(axum::Json(why.reply(id)).into_response());
+    if let Err(why) = route.register(&id, params_of(&message), Dest::Lazy(tx)) {
+        return Ok(axum::Json(why.reply(&id)).into_response());
     }
-    deliver(state, &session, route, message, id).await;
-    Ok(match rx.await {
-        Ok(Answer::Json(reply)) => axum::Json(reply).into_response(),
-        Ok(Answer::Stream { stream, head, sub }) => {
+    let work = deliver(state, &session, route, message, &id).await;
+    Ok(match answered(state, route, &id, work, rx).await {
+        Some(Answer::Json(reply)) => axum::Json(reply).into_response(),
+        Some(Answer::Stream { stream, head, sub }) => {
             sse::respond(state.clone(), session, stream, 0, head, sub)
         }
-        Err(_) => axum::Json(unanswered(id)).into_response(),
+        None => axum::Json(unanswered(&id)).into_response(),
     })
 }
 
@@ -244,15 +282,17 @@ async fn call_stream(
     session: String,
     route: &SessionRoute,
     message: Value,
-    id: &Value,
-    params: &Value,
 ) -> Result<Response, ApiError> {
-    let (stream, head, sub) = super::open_call_stream(state, &session, id).await?;
-    match route.register(id, params, Dest::Stream(stream)) {
+    let id = message["id"].clone();
+    let (stream, head, sub) = super::open_call_stream(state, &session, &id).await?;
+    match route.register(&id, params_of(&message), Dest::Stream(stream)) {
         Err(why) => {
-            state.append(&session, stream, &why.reply(id)).await?;
+            crate::route::reply::commit_response(state, &session, stream, &why.reply(&id)).await;
         }
-        Ok(()) => deliver(state, &session, route, message, id).await,
+        Ok(()) => {
+            let work = deliver(state, &session, route, message, &id).await;
+            spawn_work(state, work);
+        }
     }
     Ok(sse::respond(state.clone(), session, stream, 0, head, sub))
 }
@@ -268,7 +308,11 @@ pub(crate) async fn socket_message(state: &AppState, session: &str, message: Val
     }
     match route::lease::locate(state, session).await {
         Ok(Located::Here(route)) => {
-            dispatch(state, session, &route, StreamKey::Session, message).await
+            // Run here: this task is the WebSocket frame's (bounded per socket).
+            if let Some(work) = dispatch(state, session, &route, StreamKey::Session, message).await
+            {
+                work.await;
+            }
         }
         Ok(Located::There(owner)) => {
             // Its request is answered on the session stream, as here.
@@ -300,7 +344,8 @@ pub(super) async fn batch(
                     replies.push(why.reply(&id));
                     continue;
                 }
-                deliver(state, session, &route, item.clone(), &id).await;
+                let work = deliver(state, session, &route, item.clone(), &id).await;
+                spawn_work(state, work);
                 waiting.push((id, rx));
             }
             Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await?,

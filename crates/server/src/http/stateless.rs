@@ -29,7 +29,7 @@ use mcp_resume_proto::{headers as h, STATELESS_PROTOCOL_VERSIONS, SUPPORTED_PROT
 use serde_json::{json, Value};
 
 use crate::jsonrpc;
-use crate::state::AppState;
+use crate::route::state::AppState;
 use crate::tasks::{self, Caller};
 
 use super::subs;
@@ -114,7 +114,7 @@ pub(super) async fn serve(
     if subs::wants_resumable(message) {
         return subs::open(state, caller, &headers, message.clone()).await;
     }
-    let Some(service) = state.backend.as_ref().and_then(|b| b.stateless()) else {
+    let Some(service) = state.backend.stateless() else {
         let requested = headers
             .get(h::MCP_PROTOCOL_VERSION)
             .and_then(|v| v.to_str().ok())

@@ -15,8 +15,10 @@
 //! `GET P/session/L/events`, or the cursor-safe WebSocket upgrade), with the
 //! same 409 for a cursor that cannot be honoured.
 //!
-//! The backend that feeds `L` runs on the instance that opened it. If that
-//! instance dies, nothing feeds `L` any more: the next reader to open it
+//! The backend that feeds `L` runs on the instance that opened it (unless
+//! it [listens anywhere](crate::backend::Backend::listen_anywhere), as the
+//! built-in tools do: any instance's `emit` called on `L` writes to it). If
+//! that instance dies, nothing feeds `L` any more: the next reader to open it
 //! ends it ([`end_if_orphaned`]), and gets 404, so the client listens again
 //! (and re-lists what it follows) instead of waiting on a silent stream.
 
@@ -27,8 +29,8 @@ use mcp_resume_proto::headers as h;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::route::state::AppState;
 use crate::session::{new_session_id, ListenRecord, SessionRecord};
-use crate::state::AppState;
 use crate::tasks::Caller;
 use crate::{jsonrpc, sse};
 
@@ -89,38 +91,25 @@ async fn open_stream(
         protocol_version: mcp_resume_proto::STATELESS_PROTOCOL_VERSIONS[0].to_owned(),
         principal: caller.0,
         listen: Some(ListenRecord {
-            owner: state
-                .backend
-                .is_some()
-                .then(|| state.log.instance().to_owned()),
+            owner: (!state.backend.listen_anywhere()).then(|| state.log.instance().to_owned()),
         }),
         ..SessionRecord::default()
     };
     state.log.create_session(&listen, record.encode()).await?;
     let (bounds, sub) = state.log.subscribe(&listen, StreamKey::Session).await?;
-    if state.backend.is_some() {
-        state.routes.follow_bell(state).await?;
-        let route = match state.routes.open(state, &listen, None, None) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = state.log.end_session(&listen).await;
-                return Err(ApiError::Internal(e.to_string()));
-            }
-        };
-        // Everything the backend sends for it (the acknowledgement, the
-        // notifications, a final result) is committed to L's session stream.
+    state.routes.follow_bell(state).await?;
+    let route = match state.routes.open(state, &listen, None, None) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = state.log.end_session(&listen).await;
+            return Err(ApiError::Internal(e.to_string()));
+        }
+    };
+    // Everything the backend sends for it (the acknowledgement, the
+    // notifications, a final result) is committed to L's session stream.
+    let work =
         crate::route::dispatch::dispatch(state, &listen, &route, StreamKey::Session, message).await;
-    } else {
-        // The built-in tools: the transport acknowledges, and the demo tools
-        // called on L as a session (`Mcp-Session-Id: L`) write to it (`emit`).
-        let filter = message
-            .pointer("/params/notifications")
-            .cloned()
-            .unwrap_or_else(|| serde_json::json!({}));
-        let ack = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-            "params": {"notifications": filter, "_meta": {"io.modelcontextprotocol/subscriptionId": listen}}});
-        state.append(&listen, StreamKey::Session, &ack).await?;
-    }
+    crate::route::dispatch::spawn_work(state, work);
     tracing::debug!(listen = %listen, id = %id, "resumable listen stream opened");
     let mut resp = sse::respond(
         state.clone(),

@@ -20,8 +20,8 @@ use mcp_resume_proto::{
 use super::{live_session, session_cursor, CursorQuery, Principal};
 use crate::auth::offered_protocols;
 use crate::error::ApiError;
+use crate::route::state::AppState;
 use crate::sse::REPLAY_CHUNK;
-use crate::state::AppState;
 
 /// Client `message` frames of one socket handled at once.
 const MESSAGE_TASKS: usize = 64;
@@ -331,7 +331,7 @@ impl Conn {
                         pending_heartbeat = Some(head);
                     }
                 }
-                _ = crate::state::stopped(&mut shutdown) => {
+                _ = crate::route::state::stopped(&mut shutdown) => {
                     return Err(Closing(close::GOING_AWAY, "server shutting down; resume from your cursor".into()));
                 }
             }
@@ -358,7 +358,7 @@ impl Conn {
                     .map_err(|_| Closing(close::GOING_AWAY, "server shutting down".into()))?;
                 let (state, id) = (self.state.clone(), self.id.clone());
                 self.state.spawn(async move {
-                    socket_message(&state, &id, &value).await;
+                    super::relay::socket_message(&state, &id, value).await;
                     drop(permit);
                 });
                 Ok(())
@@ -434,14 +434,14 @@ async fn legacy(state: AppState, id: String, mut sub: Subscription, mut socket: 
                     if let Ok(ClientFrame::Message { message }) = ClientFrame::parse(text.as_str()) {
                         if let Ok(value) = serde_json::from_str(message.get()) {
                             let (task_state, id) = (state.clone(), id.clone());
-                            state.spawn(async move { socket_message(&task_state, &id, &value).await });
+                            state.spawn(async move { super::relay::socket_message(&task_state, &id, value).await });
                         }
                     }
                 }
                 Some(Ok(_)) => {}
                 _ => break,
             },
-            _ = crate::state::stopped(&mut shutdown) => break,
+            _ = crate::route::state::stopped(&mut shutdown) => break,
         }
     }
     let _ = socket
@@ -450,25 +450,4 @@ async fn legacy(state: AppState, id: String, mut sub: Subscription, mut socket: 
             reason: "".into(),
         })))
         .await;
-}
-
-/// A client `message` frame (docs/protocol.md 5.3): a request's response
-/// goes into the session stream, committed within the reply deadline
-/// (`crate::reply`); notifications and responses need no answer. A session
-/// with a backend hands it to its route.
-async fn socket_message(state: &AppState, session: &str, message: &serde_json::Value) {
-    use crate::jsonrpc::{self, Incoming};
-    use serde_json::Value;
-    if state.backend.is_some() {
-        return super::relay::socket_message(state, session, message.clone()).await;
-    }
-    let reply = match Incoming::classify(message) {
-        Ok(Incoming::Request { id, method, params }) => {
-            crate::mcp::handle_request(state, session, StreamKey::Session, &id, &method, &params)
-                .await
-        }
-        Ok(_) => return,
-        Err(why) => jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why),
-    };
-    crate::reply::commit_response(state, session, StreamKey::Session, &reply).await;
 }

@@ -1,14 +1,14 @@
 //! A route's commits: runs of messages bound for one stream, each committed
 //! in one append (fenced by the lease for an exclusive backend), retried
 //! under one key while the log is unavailable, and a call's answer replaced
-//! by an error past the reply deadline (`crate::reply`).
+//! by an error past the reply deadline (`crate::route::reply`).
 
 use bytes::Bytes;
-use mcp_resume_log::{LogError, StreamKey};
+use mcp_resume_log::{LogError, Seq, StreamKey};
 use serde_json::Value;
 
 use crate::backend::{Pending, Queued};
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// Messages bound for one stream, committed in one append.
 pub(super) type Run = (StreamKey, Vec<Bytes>);
@@ -43,7 +43,7 @@ pub(super) async fn flush(
     fenced: bool,
 ) -> bool {
     for (k, messages) in runs.drain(..) {
-        match crate::reply::commit(state, session, k, messages, fenced).await {
+        match crate::route::reply::commit(state, session, k, messages, fenced).await {
             Ok(_) => {}
             Err(LogError::LeaseLost(_)) => {
                 // The runs after it are dropped with the drain.
@@ -57,4 +57,24 @@ pub(super) async fn flush(
         }
     }
     false
+}
+
+/// Commits messages already encoded to the session stream in one append: at
+/// most once per `key` when given (the sender may retry), fenced by the
+/// lease with `fenced`.
+pub(super) async fn encoded(
+    state: &AppState,
+    session: &str,
+    messages: Vec<Bytes>,
+    key: Option<u64>,
+    fenced: bool,
+) -> Result<Seq, LogError> {
+    match key {
+        None if !fenced => state.commit(session, StreamKey::Session, messages).await,
+        key => {
+            let key = key.unwrap_or_else(AppState::once_key);
+            let k = StreamKey::Session;
+            state.commit_once(session, k, messages, key, fenced).await
+        }
+    }
 }

@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 
 use super::table::Dest;
 use super::SessionRoute;
-use crate::backend::DeliverError;
+use crate::backend::{DeliverError, Work};
 use crate::jsonrpc;
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// Hands the client's answer to a server request to the backend of `route`,
 /// translated back to the backend's id; false when that route awaits no
@@ -50,14 +50,16 @@ pub(crate) async fn cancelled(
 
 /// Hands a client message to a route on this instance: a request (answered
 /// on `answer_on`), a notification, or an answer to a server request. For
-/// WebSocket messages and messages forwarded from other instances.
+/// WebSocket messages and messages forwarded from other instances. The work
+/// that answers a request, if the backend handed it back: the caller runs it
+/// (or spawns it, [`spawn_work`]).
 pub(crate) async fn dispatch(
     state: &AppState,
     session: &str,
     route: &SessionRoute,
     answer_on: StreamKey,
     message: Value,
-) {
+) -> Option<Work> {
     let method = message
         .get("method")
         .and_then(Value::as_str)
@@ -66,36 +68,47 @@ pub(crate) async fn dispatch(
         (Some(_), Some(id)) => {
             let params = message.get("params").cloned().unwrap_or(Value::Null);
             if let Err(why) = route.register(&id, &params, Dest::Stream(answer_on)) {
-                let _ = state.append(session, answer_on, &why.reply(&id)).await;
-                return;
+                crate::route::reply::commit_response(state, session, answer_on, &why.reply(&id))
+                    .await;
+                return None;
             }
-            deliver(state, session, route, message, &id).await;
+            deliver(state, session, route, message, &id).await
         }
         (Some(method), None) => {
             if method == "notifications/cancelled" {
                 cancelled(state, session, route, &message).await;
             }
             let _ = route.deliver(message);
+            None
         }
         (None, _) => {
             if !deliver_answer(session, route, message) {
                 tracing::debug!(%session, "a forwarded answer this route does not await")
             }
+            None
         }
     }
 }
 
+/// Runs `work` in a task of its own, which the server's shutdown waits for.
+pub(crate) fn spawn_work(state: &AppState, work: Option<Work>) {
+    if let Some(work) = work {
+        state.spawn(work);
+    }
+}
+
 /// Hands a registered request to the backend; one it refuses is answered
-/// with an error where the call is answered.
+/// with an error where the call is answered. The work that answers it, if
+/// the backend handed it back to run.
 pub(crate) async fn deliver(
     state: &AppState,
     session: &str,
     route: &SessionRoute,
     message: Value,
     id: &Value,
-) {
-    let reply = match route.deliver(message) {
-        Ok(()) => return,
+) -> Option<Work> {
+    let reply = match route.deliver_request(message) {
+        Ok(work) => return work,
         Err(DeliverError::Invalid(why)) => jsonrpc::error(id, jsonrpc::INVALID_PARAMS, why),
         Err(e) => jsonrpc::error_with_data(
             id,
@@ -107,4 +120,5 @@ pub(crate) async fn deliver(
     if let Some(dest) = route.forget(id) {
         super::answer(state, session, dest, reply).await;
     }
+    None
 }

@@ -31,7 +31,7 @@ use mcp_resume_log::{LogError, Seq, StreamKey};
 use serde_json::{json, Value};
 
 use super::SessionRoute;
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// How often a waiting watcher checks, in memory, that its route and lease
 /// still stand (no I/O).
@@ -76,7 +76,7 @@ pub(crate) async fn ring(state: &AppState, session: &str, to: &str) -> Result<()
     loop {
         match super::bell::ring(&state.routes.bells, &*state.log, to, session).await {
             Ok(()) => return Ok(()),
-            Err(e) if tries < 2 && crate::reply::retryable(&e) => {
+            Err(e) if tries < 2 && crate::route::reply::retryable(&e) => {
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(100 * tries)).await;
             }
@@ -217,7 +217,10 @@ async fn take(
         };
         let answer = f.message.get("method").is_none();
         if answer || (always && f.owner == state.log.instance()) {
-            super::dispatch::dispatch(state, session, route, f.answer_on, f.message).await;
+            // Each forwarded call runs on its own: the watch reads on.
+            let work =
+                super::dispatch::dispatch(state, session, route, f.answer_on, f.message).await;
+            super::dispatch::spawn_work(state, work);
         }
     }
     Taken::All(n)
@@ -256,8 +259,6 @@ pub(crate) async fn end_forwarded(state: &AppState, session: &str, seen: Seq) {
             "this instance lost the session's lease before it read this call; it may be retried",
             json!({"reason": "lease-lost"}),
         );
-        if let Err(e) = state.append(session, f.answer_on, &reply).await {
-            tracing::warn!(%session, stream = r, error = %e, "could not end a forwarded call");
-        }
+        crate::route::reply::commit_response(state, session, f.answer_on, &reply).await;
     }
 }

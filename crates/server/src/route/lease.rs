@@ -22,11 +22,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcp_resume_log::LogError;
+use serde_json::json;
 
 use super::{Routes, SessionRoute};
 use crate::backend::BackendError;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::route::state::AppState;
+use crate::session::ListenRecord;
 
 /// How long a learnt owner is trusted before it is claimed again.
 pub(crate) const RECHECK: Duration = Duration::from_secs(1);
@@ -94,7 +96,7 @@ pub(crate) async fn locate_from(
             return Ok(Located::Here(r));
         }
     }
-    let exclusive = state.backend.as_ref().is_some_and(|b| b.exclusive());
+    let exclusive = state.backend.exclusive();
     let mut lease = None;
     if exclusive {
         if let Some(owner) = state.routes.owner_seen(session) {
@@ -123,14 +125,15 @@ pub(crate) async fn locate_from(
         }
     }
     let rec = state.record(session).await?;
-    let Some(init) = rec.init else {
-        if rec.listen.is_some() || rec.task.is_some() {
-            // A listen stream or a task: read, never sent to.
-            return Err(ApiError::NoSession(session.to_owned()));
-        }
-        return Err(ApiError::Internal(
-            "this session was not created through the server's backend".into(),
-        ));
+    let init = match (rec.init, &rec.listen, &rec.task) {
+        (Some(init), ..) => init,
+        // A listen stream any instance's backend may feed, or a session a
+        // release before the single route created without its params:
+        // restored as initialized, with nothing known of its client.
+        (None, Some(ListenRecord { owner: None }), _) | (None, None, None) => json!({}),
+        // A listen stream fed on its own instance, or a task: read, never
+        // sent to.
+        (None, ..) => return Err(ApiError::NoSession(session.to_owned())),
     };
     state.routes.follow_bell(state).await?;
     match state.routes.open(state, session, Some(init), lease) {
@@ -147,8 +150,7 @@ pub(crate) async fn claim_new(
     state: &AppState,
     session: &str,
 ) -> Result<Option<(u64, u64)>, LogError> {
-    let exclusive = state.backend.as_ref().is_some_and(|b| b.exclusive());
-    if !exclusive {
+    if !state.backend.exclusive() {
         return Ok(None);
     }
     let epoch = state.log.lease_epoch();

@@ -14,6 +14,9 @@ mod commit;
 pub(crate) mod dispatch;
 pub(crate) mod inbox;
 pub(crate) mod lease;
+pub(crate) mod orphans;
+pub(crate) mod reply;
+pub(crate) mod state;
 pub(crate) mod streams;
 pub(crate) mod table;
 
@@ -25,9 +28,11 @@ use mcp_resume_log::{LogError, StreamKey};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Pending, Queued};
+use crate::backend::{
+    BackendError, BackendSession, DeliverError, Outbox, Pending, Queued, Shortcut,
+};
 use crate::jsonrpc;
-use crate::state::AppState;
+use crate::route::state::AppState;
 use commit::{count_messages, flush, push, Run};
 use table::{Answer, Dest, Routed, Table};
 
@@ -118,10 +123,6 @@ impl Routes {
         if let Some(r) = map.get(session) {
             return Ok(r.clone());
         }
-        let Some(backend) = state.backend.as_ref() else {
-            return Err(BackendError::Failed("this server has no backend".into()));
-        };
-        let (outbox, rx, pending) = Outbox::new();
         let prefix = format!(
             "{WIRE_PREFIX}{}.{}.",
             state.log.instance(),
@@ -132,7 +133,14 @@ impl Routes {
         // runs only while answers are awaited is not needed.
         table.watching = lease.is_some();
         let table = Arc::new(Mutex::new(table));
-        let session_backend = backend.open(session, outbox, restore)?;
+        // A route under a lease hands nothing over unchecked: its commit
+        // loop checks the lease first.
+        let shortcut = match lease {
+            None => Some(Arc::new(JsonAnswers(table.clone())) as Arc<dyn Shortcut>),
+            Some(_) => None,
+        };
+        let (outbox, rx, pending) = Outbox::new(shortcut);
+        let session_backend = state.backend.open(session, outbox, restore)?;
         let route = Arc::new(SessionRoute {
             backend: session_backend,
             table: table.clone(),
@@ -194,30 +202,54 @@ impl Routes {
         }
     }
 
-    /// Parks routes with nothing in flight for the backend's
+    /// Run by maintenance: closes the routes of the sessions it just ended
+    /// (`ended`), parks routes with nothing in flight for the backend's
     /// [`park_after`](crate::backend::Backend::park_after), and closes those
-    /// whose session ended; run by maintenance.
-    pub(crate) async fn sweep(&self, state: &AppState) {
-        let park_after = state.backend.as_ref().and_then(|b| b.park_after());
-        let ids: Vec<String> = self.lock().keys().cloned().collect();
-        for id in ids {
-            let ended = matches!(
-                state.log.session(&id).await,
-                Err(LogError::NoSession(_) | LogError::SessionEnded)
-            );
-            let parked = {
-                let map = self.lock();
-                map.get(&id).is_some_and(|r| {
-                    park_after.is_some_and(|after| {
-                        r.lock_table().idle()
-                            && r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= after
-                    })
-                })
-            };
+    /// whose session ended elsewhere (a `DELETE` or an expiry on another
+    /// instance). The log is asked only about a route unused for a session
+    /// TTL (its session may have expired by then; a route in use has a live
+    /// session), so an instance with thousands of idle routes does not read
+    /// thousands of records every pass.
+    pub(crate) async fn sweep(&self, state: &AppState, ended: &[String]) {
+        for id in ended {
+            self.close(id);
+        }
+        let park_after = state.backend.park_after();
+        let stale_after = state.config.session_ttl;
+        let routes: Vec<(String, bool, std::time::Duration)> = self
+            .lock()
+            .iter()
+            .map(|(id, r)| {
+                let unused = r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+                (id.clone(), r.lock_table().idle(), unused)
+            })
+            .collect();
+        for (id, idle, unused) in routes {
+            let parked = idle && park_after.is_some_and(|after| unused >= after);
+            let ended = !parked
+                && unused >= stale_after
+                && matches!(
+                    state.log.session(&id).await,
+                    Err(LogError::NoSession(_) | LogError::SessionEnded)
+                );
             if ended || parked {
                 self.close(&id);
             }
         }
+    }
+}
+
+/// The route's way around its commit queue: a response a POST awaits as
+/// JSON, sent while nothing is queued, is handed over at once.
+struct JsonAnswers(Arc<Mutex<Table>>);
+
+impl Shortcut for JsonAnswers {
+    fn try_hand(&self, out: crate::backend::Outbound) -> Result<(), crate::backend::Outbound> {
+        let crate::backend::Outbound { message, related } = out;
+        let mut table = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        table
+            .answer_json(message)
+            .map_err(|message| crate::backend::Outbound { message, related })
     }
 }
 
@@ -269,6 +301,15 @@ impl SessionRoute {
     pub(crate) fn deliver(&self, message: Value) -> Result<(), DeliverError> {
         self.backend.deliver(message)
     }
+
+    /// Hands a client request to the backend; the work that answers it, if
+    /// the backend hands it back to run ([`BackendSession::deliver_request`]).
+    pub(crate) fn deliver_request(
+        &self,
+        message: Value,
+    ) -> Result<Option<crate::backend::Work>, DeliverError> {
+        self.backend.deliver_request(message)
+    }
 }
 
 /// Commits what a session's backend sends, in order, until the backend
@@ -286,11 +327,13 @@ async fn commit_loop(
     let mut lease_lost = false;
     let fenced = epoch.is_some();
     while rx.recv_many(&mut queued, BATCH).await > 0 {
+        let taken = queued.len();
         if lapsed(epoch, &*state.log) {
             // Another instance may run the session now: nothing more from
             // this backend is committed, and it stops.
             tracing::warn!(%session, dropped = queued.len(), "the session's lease lapsed here; what its backend sent since is not committed");
             pending.done(count_messages(&queued));
+            pending.handled(taken);
             queued.clear();
             lease_lost = true;
             break;
@@ -311,6 +354,22 @@ async fn commit_loop(
                 }
                 Queued::EndSession(why) => {
                     end = Some(why);
+                    continue;
+                }
+                Queued::Encoded {
+                    messages,
+                    key,
+                    done,
+                } => {
+                    // After everything queued before it, in one append.
+                    lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
+                    let committed = if lease_lost {
+                        Err(LogError::LeaseLost(session.clone()))
+                    } else {
+                        commit::encoded(&state, &session, messages, key, fenced).await
+                    };
+                    lease_lost |= matches!(committed, Err(LogError::LeaseLost(_)));
+                    let _ = done.send(committed);
                     continue;
                 }
             };
@@ -361,6 +420,7 @@ async fn commit_loop(
         }
         lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
         pending.done(messages);
+        pending.handled(taken);
         for ack in flushes {
             let _ = ack.send(if lease_lost {
                 Err(LogError::LeaseLost(session.clone()))
@@ -462,10 +522,6 @@ pub(crate) async fn answer(state: &AppState, session: &str, dest: Dest, reply: V
         Dest::Lazy(tx) => {
             let _ = tx.send(Answer::Json(reply));
         }
-        Dest::Stream(k) => {
-            if let Err(e) = state.append(session, k, &reply).await {
-                tracing::warn!(%session, stream = ?k, error = %e, "could not commit an answer");
-            }
-        }
+        Dest::Stream(k) => crate::route::reply::commit_response(state, session, k, &reply).await,
     }
 }

@@ -5,7 +5,7 @@
 use mcp_resume_log::{Seq, StreamKey, Subscription};
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// Opens the request stream `R` of a call (its record names the call's id
 /// and this instance, for the orphan sweep) and takes its commit point, so
@@ -18,7 +18,7 @@ pub(crate) async fn open_call_stream(
     open_stream(
         state,
         session,
-        crate::orphans::record(id, state.log.instance()),
+        crate::route::orphans::record(id, state.log.instance()),
     )
     .await
 }

@@ -257,6 +257,35 @@ impl Table {
         Some(message)
     }
 
+    /// Hands `message` to the POST that awaits it if it is a response whose
+    /// call is answered as JSON (nothing to commit); otherwise gives it back.
+    pub(crate) fn answer_json(&mut self, message: Value) -> Result<(), Value> {
+        if message.get("method").is_some() {
+            return Err(message);
+        }
+        let Some(k) = message.get("id").map(key) else {
+            return Err(message);
+        };
+        match self.calls.get(&k).map(|c| &c.dest) {
+            Some(Dest::Json(_) | Dest::Lazy(_)) => {}
+            _ => return Err(message),
+        }
+        let call = self
+            .calls
+            .remove(&k)
+            .expect("looked up under the same lock");
+        if let Some(t) = call.token {
+            self.tokens.remove(&t);
+        }
+        // A POST that is gone (its client hung up) drops the answer.
+        match call.dest {
+            Dest::Json(tx) => drop(tx.send(message)),
+            Dest::Lazy(tx) => drop(tx.send(Answer::Json(message))),
+            Dest::Stream(_) => {}
+        }
+        Ok(())
+    }
+
     /// Decides where one outgoing message goes, translating the ids of
     /// server requests.
     pub(crate) fn route(&mut self, out: Outbound) -> Routed {

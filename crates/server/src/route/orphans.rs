@@ -16,7 +16,7 @@ use mcp_resume_log::{LogError, StreamKey};
 use serde_json::{json, Value};
 
 use crate::jsonrpc;
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// The record stored with a request stream.
 pub(crate) fn record(rpc_id: &Value, instance: &str) -> Bytes {

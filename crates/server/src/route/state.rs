@@ -1,6 +1,5 @@
 //! What every handler shares.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -11,17 +10,14 @@ use tokio_util::task::TaskTracker;
 use crate::metrics::Metrics;
 
 use crate::session::SessionRecord;
-use crate::tools::ToolRegistry;
 use crate::ServerConfig;
 
-/// Shared state of one server: the log every connection reads, the tools,
-/// the settings and the shutdown signal.
+/// Shared state of one server: the log every connection reads, the
+/// sessions' backend and routes, the settings and the shutdown signal.
 #[derive(Clone)]
 pub(crate) struct AppState {
     /// The session log; the only source of what clients receive.
     pub(crate) log: Arc<dyn Log>,
-    /// Static tools (the demo set, or the embedding application's).
-    pub(crate) tools: Arc<ToolRegistry>,
     /// Settings.
     pub(crate) config: Arc<ServerConfig>,
     /// Flips to `true` when the server stops; streams end, sockets close with 1001.
@@ -31,14 +27,14 @@ pub(crate) struct AppState {
     /// Every task the server spawns (handlers, readers, background work), so
     /// shutdown can wait for them within a deadline instead of guessing.
     pub(crate) tasks: TaskTracker,
-    /// Background tasks running per session, for the per-session cap.
-    pub(crate) background: Arc<std::sync::Mutex<HashMap<String, usize>>>,
     /// What `/metrics` reports.
     pub(crate) metrics: Arc<Metrics>,
     /// Serialises the ending of orphaned calls (rare), so each ends once.
     pub(crate) orphan_lock: Arc<Mutex<()>>,
-    /// What serves MCP for each session, when not the built-in tools.
-    pub(crate) backend: Option<Arc<dyn crate::backend::Backend>>,
+    /// What serves MCP for each session: the built-in tools, an rmcp
+    /// handler, a gateway's child or upstream. Every session's messages go
+    /// through its route to it.
+    pub(crate) backend: Arc<dyn crate::backend::Backend>,
     /// The routes of the sessions whose backend runs on this instance.
     pub(crate) routes: Arc<crate::route::Routes>,
     /// Durable tasks, answered by the transport (`tasks/*`), if the server has them.
@@ -46,17 +42,6 @@ pub(crate) struct AppState {
 }
 
 impl AppState {
-    /// Appends one JSON-RPC message to a stream; the single door into the log for the server.
-    pub(crate) async fn append(
-        &self,
-        session: &str,
-        stream: StreamKey,
-        message: &serde_json::Value,
-    ) -> Result<Seq, LogError> {
-        let bytes = bytes::Bytes::from(serde_json::to_vec(message).unwrap_or_default());
-        self.commit(session, stream, vec![bytes]).await
-    }
-
     /// Appends JSON-RPC messages already encoded as JSON text to a stream,
     /// returning once they are committed; every server write goes through here.
     pub(crate) async fn commit(
@@ -122,9 +107,7 @@ impl AppState {
 
     /// Reads the server's record of a session.
     pub(crate) async fn record(&self, session: &str) -> Result<SessionRecord, LogError> {
-        Ok(SessionRecord::decode(
-            &self.log.session(session).await?.meta,
-        ))
+        crate::session::read_record(&*self.log, session).await
     }
 
     /// Changes the session's record under a lock; `f` returns whether it changed anything.
@@ -133,13 +116,7 @@ impl AppState {
         session: &str,
         f: impl FnOnce(&mut SessionRecord) -> bool,
     ) -> Result<bool, LogError> {
-        let _guard = self.record_lock.lock().await;
-        let mut rec = self.record(session).await?;
-        if !f(&mut rec) {
-            return Ok(false);
-        }
-        self.log.set_meta(session, rec.encode()).await?;
-        Ok(true)
+        crate::session::update_record(&*self.log, &self.record_lock, session, f).await
     }
 }
 

@@ -6,8 +6,9 @@
 //! retried until it lands, the session ends or the server stops. A reader
 //! of the call's stream sees one response: the stream ends at the first
 //! (docs/protocol.md 3.4), so a late real response after the error is never
-//! shown. Used by every path that answers a call: built-in tools (SSE and
-//! WebSocket) and routed backends (hosted handlers, gateway children).
+//! shown. Used by every path that answers a call: each session's route (the
+//! built-in tools, hosted handlers, gateway children) and the transport's
+//! own answers.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use mcp_resume_log::{LogError, Seq, StreamKey};
 use serde_json::{json, Value};
 
 use crate::jsonrpc;
-use crate::state::AppState;
+use crate::route::state::AppState;
 
 /// The first pause between attempts; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -78,8 +79,9 @@ pub(crate) async fn commit(
     Err(failure)
 }
 
-/// [`commit`] of one response (a built-in tool's, over SSE or WebSocket);
-/// a failure is logged: the call has its error response by then.
+/// [`commit`] of one response the transport gives itself (a call refused,
+/// cancelled, or whose backend stopped), on a stream; a failure is logged:
+/// the call has its error response by then.
 pub(crate) async fn commit_response(
     state: &AppState,
     session: &str,
@@ -139,7 +141,7 @@ async fn pause(state: &AppState, backoff: &mut Duration, max: Duration) -> bool 
     }
     tokio::select! {
         _ = tokio::time::sleep(*backoff) => {}
-        _ = crate::state::stopped(&mut shutdown) => return false,
+        _ = crate::route::state::stopped(&mut shutdown) => return false,
     }
     *backoff = (*backoff * 2).min(max);
     true

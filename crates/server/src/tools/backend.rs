@@ -1,0 +1,284 @@
+//! The built-in tools as a [`Backend`]: a [`ToolRegistry`] served through
+//! the same route, commit queue and routing table as an rmcp handler or a
+//! gateway's child. Each request runs in a task of its own and answers
+//! through the session's [`Outbox`]; a handler that panics answers -32603.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, MutexGuard};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use mcp_resume_log::{Log, LogError};
+use serde_json::{json, Value};
+use tokio::sync::{watch, Mutex};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::{text_result, ToolContext, ToolError, ToolRegistry};
+use crate::backend::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, Work};
+use crate::jsonrpc;
+use crate::session::SessionRecord;
+use crate::ServerConfig;
+
+/// What the tools of every session share with the server.
+pub(crate) struct Shared {
+    /// The tools every session offers.
+    pub(crate) registry: ToolRegistry,
+    /// The log, for session records (per-session tools).
+    pub(crate) log: Arc<dyn Log>,
+    /// The server's settings (per-session limits).
+    pub(crate) config: Arc<ServerConfig>,
+    /// The server's lock on read-modify-write of session records.
+    pub(crate) record_lock: Arc<Mutex<()>>,
+    /// The server's tasks, so that shutdown waits for handlers.
+    pub(crate) tasks: TaskTracker,
+    /// Flips to `true` when the server stops.
+    pub(crate) shutdown: watch::Receiver<bool>,
+    /// Background tasks running per session, for the per-session cap.
+    background: std::sync::Mutex<HashMap<String, usize>>,
+}
+
+impl Shared {
+    /// What the tools share, over the server's own parts.
+    pub(crate) fn new(
+        registry: ToolRegistry,
+        log: Arc<dyn Log>,
+        config: Arc<ServerConfig>,
+        record_lock: Arc<Mutex<()>>,
+        tasks: TaskTracker,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            registry,
+            log,
+            config,
+            record_lock,
+            tasks,
+            shutdown,
+            background: Default::default(),
+        }
+    }
+
+    pub(super) fn background(&self) -> MutexGuard<'_, HashMap<String, usize>> {
+        self.background.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes the session's record under the server's lock.
+    pub(super) async fn update_record(
+        &self,
+        session: &str,
+        f: impl FnOnce(&mut SessionRecord) -> bool,
+    ) -> Result<bool, LogError> {
+        crate::session::update_record(&*self.log, &self.record_lock, session, f).await
+    }
+}
+
+/// The built-in tools, served to each session as its backend.
+pub(crate) struct ToolsBackend {
+    shared: Arc<Shared>,
+}
+
+impl ToolsBackend {
+    /// Serves `shared`'s registry.
+    pub(crate) fn new(shared: Shared) -> Self {
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+}
+
+impl Backend for ToolsBackend {
+    fn open(
+        &self,
+        session: &str,
+        outbox: Outbox,
+        restore: Option<Value>,
+    ) -> Result<Box<dyn BackendSession>, BackendError> {
+        Ok(Box::new(ToolsSession {
+            shared: self.shared.clone(),
+            session: session.to_owned(),
+            outbox,
+            initialized: AtomicBool::new(restore.is_some()),
+            cancel: CancellationToken::new(),
+        }))
+    }
+
+    /// Never parked: a tool's background work (`emit`) sends after its call
+    /// answered, and a route costs little.
+    fn park_after(&self) -> Option<Duration> {
+        None
+    }
+
+    fn listen_anywhere(&self) -> bool {
+        true
+    }
+
+    fn streams_at_once(&self, method: &str, params: &Value) -> bool {
+        method == "tools/call"
+            && params
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|n| self.shared.registry.get(n))
+                .is_some_and(|t| t.streaming)
+    }
+}
+
+/// One session served by the built-in tools.
+struct ToolsSession {
+    shared: Arc<Shared>,
+    session: String,
+    outbox: Outbox,
+    initialized: AtomicBool,
+    cancel: CancellationToken,
+}
+
+impl BackendSession for ToolsSession {
+    fn deliver(&self, message: Value) -> Result<(), DeliverError> {
+        if let Some(work) = self.deliver_request(message)? {
+            self.shared.tasks.spawn(work);
+        }
+        Ok(())
+    }
+
+    fn deliver_request(&self, mut message: Value) -> Result<Option<Work>, DeliverError> {
+        // Notifications and answers to server requests (the tools send
+        // none) need nothing from the tools.
+        let (Some(method), Some(id)) = (
+            message
+                .get("method")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            message.get_mut("id").map(Value::take),
+        ) else {
+            return Ok(None);
+        };
+        let params = message
+            .get_mut("params")
+            .map(Value::take)
+            .unwrap_or(Value::Null);
+        let ctx = ToolContext {
+            shared: self.shared.clone(),
+            session: self.session.clone(),
+            outbox: self.outbox.clone(),
+            progress_token: params.pointer("/_meta/progressToken").cloned(),
+            call: Some(id.clone()),
+            cancel: self.cancel.clone(),
+        };
+        let first = method == "initialize" && !self.initialized.swap(true, Ordering::AcqRel);
+        let cancel = self.cancel.clone();
+        Ok(Some(Box::pin(async move {
+            let work = AssertUnwindSafe(answer(&ctx, &id, &method, params, first)).catch_unwind();
+            let reply = tokio::select! {
+                r = work => r.unwrap_or_else(|_| {
+                    tracing::error!(session = %ctx.session, %id, "a tool's handler failed without answering");
+                    Some(jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried"))
+                }),
+                _ = cancel.cancelled() => None,
+            };
+            if let Some(message) = reply {
+                // An error means the route has ended: it answers what is in flight.
+                let _ = ctx
+                    .outbox
+                    .send(Outbound {
+                        message,
+                        related: None,
+                    })
+                    .await;
+            }
+        })))
+    }
+
+    fn close(&self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Answers one request; `None` for one answered only when it ends
+/// (`subscriptions/listen`). `first` marks the session's first `initialize`.
+async fn answer(
+    ctx: &ToolContext,
+    id: &Value,
+    method: &str,
+    params: Value,
+    first: bool,
+) -> Option<Value> {
+    Some(match method {
+        "initialize" if first => jsonrpc::result(
+            id,
+            crate::mcp::initialize_result(crate::mcp::negotiate(&params)),
+        ),
+        "initialize" => jsonrpc::error(
+            id,
+            jsonrpc::INVALID_REQUEST,
+            "the session is already initialized",
+        ),
+        "ping" | "logging/setLevel" => jsonrpc::result(id, json!({})),
+        "tools/list" => {
+            let mut list: Vec<Value> = ctx.shared.registry.iter().map(|t| t.describe()).collect();
+            match crate::session::read_record(&*ctx.shared.log, &ctx.session).await {
+                Ok(rec) => list.extend(rec.dynamic_tools.iter().map(|name| {
+                    json!({"name": name, "description": "registered by register_tool", "inputSchema": {"type": "object"}})
+                })),
+                Err(e) => return Some(jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, e.to_string())),
+            }
+            jsonrpc::result(id, json!({"tools": list}))
+        }
+        "tools/call" => call(ctx, id, &params).await,
+        "subscriptions/listen" => {
+            // A resumable listen stream `L` (docs/protocol.md 3.7): the
+            // tools acknowledge it, and `emit` called with `L` as the
+            // session writes to it. It ends with the session.
+            let filter = params
+                .get("notifications")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                "params": {"notifications": filter, "_meta": {"io.modelcontextprotocol/subscriptionId": ctx.session}}});
+            let _ = ctx
+                .outbox
+                .send(Outbound {
+                    message: ack,
+                    related: None,
+                })
+                .await;
+            return None;
+        }
+        other => jsonrpc::error(
+            id,
+            jsonrpc::METHOD_NOT_FOUND,
+            format!("method {other:?} not found"),
+        ),
+    })
+}
+
+/// Runs a tool call; the result or error is a JSON-RPC response for `id`.
+async fn call(ctx: &ToolContext, id: &Value, params: &Value) -> Value {
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return jsonrpc::error(id, jsonrpc::INVALID_PARAMS, "tools/call needs a \"name\"");
+    };
+    let args = params
+        .get("arguments")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let outcome = match ctx.shared.registry.get(name) {
+        Some(tool) => (tool.handler)(ctx.clone(), args).await,
+        None => match crate::session::read_record(&*ctx.shared.log, &ctx.session).await {
+            Ok(rec) if rec.dynamic_tools.iter().any(|t| t == name) => {
+                Ok(text_result(format!("{name} called with {args}")))
+            }
+            Ok(_) => Err(ToolError::InvalidParams(format!("unknown tool {name:?}"))),
+            Err(e) => Err(ToolError::Log(e)),
+        },
+    };
+    match outcome {
+        Ok(v) => jsonrpc::result(id, v),
+        Err(ToolError::InvalidParams(m)) => jsonrpc::error(id, jsonrpc::INVALID_PARAMS, m),
+        Err(ToolError::Failed(m)) => jsonrpc::result(
+            id,
+            json!({"content": [{"type": "text", "text": m}], "isError": true}),
+        ),
+        Err(ToolError::Log(e)) => jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, e.to_string()),
+    }
+}

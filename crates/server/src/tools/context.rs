@@ -1,0 +1,171 @@
+//! What a running tool may do besides returning. Everything it sends goes
+//! through its session's route ([`Outbox`]), in the order it was sent, like
+//! anything a backend sends.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use mcp_resume_log::Seq;
+use serde_json::{json, Value};
+
+use super::backend::Shared;
+use super::ToolError;
+use crate::backend::{Outbound, Outbox};
+use crate::jsonrpc;
+
+/// What a running tool may do besides returning: notify, report progress,
+/// change the session's tool list, keep working in the background.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub(super) shared: Arc<Shared>,
+    pub(super) session: String,
+    pub(super) outbox: Outbox,
+    pub(super) progress_token: Option<Value>,
+    /// The call this context serves: its notifications travel with it.
+    pub(super) call: Option<Value>,
+    /// Cancelled when the session's route closes (the session ended, the
+    /// server stops): the tool's work, background included, stops then.
+    pub(super) cancel: tokio_util::sync::CancellationToken,
+}
+
+impl ToolContext {
+    /// The calling session.
+    pub fn session_id(&self) -> &str {
+        &self.session
+    }
+
+    /// Appends notifications to the session stream, committed before this returns.
+    pub async fn notify_session(&self, notifications: Vec<Value>) -> Result<Seq, ToolError> {
+        let msgs = notifications
+            .iter()
+            .map(|n| bytes::Bytes::from(serde_json::to_vec(n).unwrap_or_default()))
+            .collect();
+        self.notify_session_encoded(msgs).await
+    }
+
+    /// As [`ToolContext::notify_session`], for messages already encoded as
+    /// JSON text (a hot loop need not build and serialise a `Value` each time).
+    /// Each must be one JSON-RPC message.
+    pub async fn notify_session_encoded(
+        &self,
+        messages: Vec<bytes::Bytes>,
+    ) -> Result<Seq, ToolError> {
+        Ok(self.outbox.commit_session(messages, None).await?)
+    }
+
+    /// [`ToolContext::notify_session_encoded`] for a batch that may be sent
+    /// again after an error: committed at most once per `key`
+    /// ([`Log::append_once`](mcp_resume_log::Log::append_once)).
+    pub async fn notify_session_once(
+        &self,
+        messages: Vec<bytes::Bytes>,
+        key: u64,
+    ) -> Result<Seq, ToolError> {
+        Ok(self.outbox.commit_session(messages, Some(key)).await?)
+    }
+
+    /// Reports progress on the call's own stream (its request stream once
+    /// it has one; the session stream for a call answered as JSON); a no-op
+    /// without a `progressToken`. Queued in order behind what the tool sent
+    /// before, like every send; it does not wait for the commit.
+    pub async fn progress(&self, progress: u64, total: Option<u64>) -> Result<(), ToolError> {
+        let Some(token) = &self.progress_token else {
+            return Ok(());
+        };
+        let mut params = json!({"progressToken": token, "progress": progress});
+        if let Some(t) = total {
+            params["total"] = json!(t);
+        }
+        let message = jsonrpc::notification("notifications/progress", params);
+        let related = self.call.clone();
+        Ok(self.outbox.send(Outbound { message, related }).await?)
+    }
+
+    /// Adds (`true`) or removes a per-session tool and, when the list
+    /// changed, emits `notifications/tools/list_changed`. Returns whether it changed.
+    pub async fn set_session_tool(&self, name: &str, present: bool) -> Result<bool, ToolError> {
+        let max = self.shared.config.max_session_tools;
+        let mut full = false;
+        let changed = self
+            .shared
+            .update_record(&self.session, |rec| {
+                let has = rec.dynamic_tools.iter().any(|t| t == name);
+                match (has, present) {
+                    (false, true) if rec.dynamic_tools.len() >= max => {
+                        full = true;
+                        return false;
+                    }
+                    (false, true) => rec.dynamic_tools.push(name.to_owned()),
+                    (true, false) => rec.dynamic_tools.retain(|t| t != name),
+                    _ => return false,
+                }
+                true
+            })
+            .await?;
+        if full {
+            return Err(ToolError::InvalidParams(format!(
+                "a session may register at most {max} tools; unregister one first"
+            )));
+        }
+        if changed {
+            self.notify_session(vec![jsonrpc::notification(
+                "notifications/tools/list_changed",
+                json!({}),
+            )])
+            .await?;
+        }
+        Ok(changed)
+    }
+
+    /// Runs `work` in the background until it ends, the session ends (or
+    /// its route closes) or the server stops. A session runs at most
+    /// [`ServerConfig::max_background_per_session`](crate::ServerConfig) such
+    /// tasks at once; past that this refuses (`InvalidParams`, so the caller
+    /// sees why) instead of letting one session grow without bound.
+    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, work: F) -> Result<(), ToolError> {
+        let max = self.shared.config.max_background_per_session;
+        {
+            let mut running = self.shared.background();
+            let n = running.entry(self.session.clone()).or_default();
+            if *n >= max {
+                return Err(ToolError::InvalidParams(format!(
+                    "this session already runs {max} background tasks; wait for one to finish"
+                )));
+            }
+            *n += 1;
+        }
+        let slot = BackgroundSlot {
+            shared: self.shared.clone(),
+            session: self.session.clone(),
+        };
+        let mut shutdown = self.shared.shutdown.clone();
+        let cancel = self.cancel.clone();
+        self.shared.tasks.spawn(async move {
+            tokio::select! {
+                _ = work => {}
+                _ = crate::route::state::stopped(&mut shutdown) => {}
+                _ = cancel.cancelled() => {}
+            }
+            drop(slot);
+        });
+        Ok(())
+    }
+}
+
+/// Frees a session's background slot when its task ends, however it ends.
+struct BackgroundSlot {
+    shared: Arc<Shared>,
+    session: String,
+}
+
+impl Drop for BackgroundSlot {
+    fn drop(&mut self) {
+        let mut running = self.shared.background();
+        if let Some(n) = running.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.session);
+            }
+        }
+    }
+}
