@@ -91,7 +91,13 @@ pub async fn run(args: GatewayArgs) -> Result<ExitCode, String> {
         }
         None => Arc::new(stdio(&args)?),
     };
-    serve::run_with(args.serve, Some(backend)).await
+    // Its log lines say they are the gateway's, not `serve`'s.
+    let span = tracing::info_span!("gateway");
+    tracing::Instrument::instrument(
+        serve::run_with(args.serve, serve::Sessions::Gateway(backend)),
+        span,
+    )
+    .await
 }
 
 /// The stdio backend of `-- CMD ARGS`.

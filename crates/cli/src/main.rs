@@ -39,7 +39,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run an MCP server with the demo tools on a durable log.
-    Serve(Box<serve::ServeArgs>),
+    Serve(Box<serve::ServeCmd>),
     /// Put any MCP server behind the durable transport: a stdio one (one child process per
     /// session) or a Streamable HTTP one (--upstream URL, one upstream session per session).
     Gateway(Box<gateway::GatewayArgs>),

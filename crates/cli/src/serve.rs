@@ -13,6 +13,7 @@ use mcp_resume_server::auth::{AuthConfig, Authenticator, JwksSource, OAuthConfig
 use mcp_resume_server::backend::Backend;
 use mcp_resume_server::{demo::demo_tools, tls_config, McpServer, ServerConfig};
 
+/// `mcp-resume serve`: the server, with the built-in demo tools.
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:\n  \
 mcp-resume serve                                  # 127.0.0.1:8080, durable log in the data dir\n  \
@@ -27,6 +28,33 @@ emit {count, interval_ms}        appends `count` notifications/message to the se
 register_tool / unregister_tool {name}   change this session's tool list (notifications/tools/list_changed)\n  \
 progress {steps, interval_ms}    answers as a resumable request stream of notifications/progress, then the result\n\n\
 Operations: GET /metrics (Prometheus), /healthz (the process answers), /readyz (the log answers; 503 otherwise).")]
+pub struct ServeCmd {
+    #[command(flatten)]
+    server: ServeArgs,
+    #[command(flatten)]
+    demo: DemoArgs,
+}
+
+/// What only the built-in demo tools use (not `gateway`).
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Most tools one session may add with register_tool.
+    #[arg(long, default_value_t = 256)]
+    max_session_tools: usize,
+
+    /// Most background tasks (emit) one session may run at once.
+    #[arg(long, default_value_t = 16)]
+    max_background_per_session: usize,
+
+    /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
+    /// echo, the replay and the gate (docs/protocol.md 9). Events committed during the
+    /// handshake are silently lost. Never use in production.
+    #[arg(long)]
+    unsafe_legacy_upgrade: bool,
+}
+
+/// The server's settings, shared by `serve` and `gateway`.
+#[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Address to listen on. Port 0 picks a free port; the real address is printed.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -48,7 +76,7 @@ pub struct ServeArgs {
 
     /// Directory of the default disk log (the log lives in `log/` inside it).
     /// Default: $XDG_DATA_HOME/mcp-resume, else ~/.local/share/mcp-resume.
-    #[arg(long, env = "MCP_RESUME_DATA_DIR")]
+    #[arg(long, env = "MCP_RESUME_DATA_DIR", hide_env_values = true)]
     data_dir: Option<PathBuf>,
 
     /// Base path of the MCP endpoint.
@@ -114,9 +142,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 24 * 3600)]
     tombstone_ttl_secs: u64,
 
-    /// Seconds between SSE keepalive comments and WebSocket heartbeats.
-    #[arg(long, default_value_t = 15)]
-    keepalive_secs: u64,
+    /// Seconds of silence after which an open stream gets a heartbeat (an
+    /// SSE comment, a WebSocket heartbeat frame). Not --keep-alive-secs.
+    #[arg(long, alias = "keepalive-secs", default_value_t = 15)]
+    heartbeat_secs: u64,
 
     /// Milliseconds an upgraded client has to send `cursor-ack` (else close 4408).
     #[arg(long, default_value_t = 10_000)]
@@ -136,23 +165,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
 
-    /// Most tools one session may add with register_tool.
-    #[arg(long, default_value_t = 256)]
-    max_session_tools: usize,
-
-    /// Most background tasks (emit) one session may run at once.
-    #[arg(long, default_value_t = 16)]
-    max_background_per_session: usize,
-
     /// Seconds shutdown waits for running calls and streams before it cuts them off.
     #[arg(long, default_value_t = 10)]
     shutdown_grace_secs: u64,
-
-    /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
-    /// echo, the replay and the gate (docs/protocol.md 9). Events committed during the
-    /// handshake are silently lost. Never use in production.
-    #[arg(long)]
-    unsafe_legacy_upgrade: bool,
 
     /// Serve HTTPS and WSS with this PEM certificate chain (leaf first); needs --tls-key.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
@@ -168,7 +183,7 @@ pub struct ServeArgs {
     header_read_timeout_secs: u64,
 
     /// Seconds a connection may sit with no request in flight before it is closed
-    /// (HTTP/1.1 keep-alive; HTTP/2 gets a GOAWAY). Not --keepalive-secs, the
+    /// (HTTP/1.1 keep-alive; HTTP/2 gets a GOAWAY). Not --heartbeat-secs, the
     /// heartbeat inside open streams.
     #[arg(long, default_value_t = 60)]
     keep_alive_secs: u64,
@@ -281,17 +296,22 @@ fn error_chain(e: impl std::error::Error) -> String {
     out
 }
 
-/// Runs the server with the demo tools until SIGTERM or Ctrl-C.
-pub async fn run(args: ServeArgs) -> Result<ExitCode, String> {
-    run_with(args, None).await
+/// What serves the sessions of [`run_with`].
+pub enum Sessions {
+    /// The built-in demo tools (`serve`).
+    Demo(DemoArgs),
+    /// A gateway's backend: child processes or an upstream server.
+    Gateway(Arc<dyn Backend>),
 }
 
-/// Runs the server until SIGTERM or Ctrl-C, its sessions served by
-/// `backend` (the gateway's child processes) or, without one, the demo tools.
-pub async fn run_with(
-    args: ServeArgs,
-    backend: Option<Arc<dyn Backend>>,
-) -> Result<ExitCode, String> {
+/// Runs the server with the demo tools until SIGTERM or Ctrl-C.
+pub async fn run(cmd: ServeCmd) -> Result<ExitCode, String> {
+    run_with(cmd.server, Sessions::Demo(cmd.demo)).await
+}
+
+/// Runs the server until SIGTERM or Ctrl-C, its sessions served as
+/// `sessions` says.
+pub async fn run_with(args: ServeArgs, sessions: Sessions) -> Result<ExitCode, String> {
     if !args.base_path.starts_with('/') || args.base_path.len() < 2 {
         return Err(format!(
             "--base-path {:?} must start with / and name a path",
@@ -348,15 +368,12 @@ pub async fn run_with(
     config.maintenance_interval =
         (config.session_ttl / 2).clamp(Duration::from_secs(1), config.maintenance_interval);
     config.tombstone_ttl = Duration::from_secs(args.tombstone_ttl_secs);
-    config.keepalive = Duration::from_secs(args.keepalive_secs.max(1));
+    config.keepalive = Duration::from_secs(args.heartbeat_secs.max(1));
     config.upgrade_timeout = Duration::from_millis(args.upgrade_timeout_ms);
     config.reply_deadline = Duration::from_secs(args.reply_deadline_secs);
-    config.unsafe_legacy_upgrade = args.unsafe_legacy_upgrade;
     config.websocket = !args.no_websocket;
     config.max_sessions = args.max_sessions;
     config.max_request_streams = args.max_request_streams;
-    config.max_session_tools = args.max_session_tools;
-    config.max_background_per_session = args.max_background_per_session.max(1);
     config.metrics_on_main = args.metrics_listen.is_none();
     config.tls = tls;
     config.conn_limits.header_read_timeout =
@@ -368,7 +385,12 @@ pub async fn run_with(
     } else {
         "http"
     };
-    if args.unsafe_legacy_upgrade {
+    if let Sessions::Demo(demo) = &sessions {
+        config.max_session_tools = demo.max_session_tools;
+        config.max_background_per_session = demo.max_background_per_session.max(1);
+        config.unsafe_legacy_upgrade = demo.unsafe_legacy_upgrade;
+    }
+    if config.unsafe_legacy_upgrade {
         tracing::warn!("UNSAFE LEGACY UPGRADE MODE: WebSocket upgrades carry no cursor echo, no replay and no gate; events committed during the handshake WILL BE LOST SILENTLY. For demonstrations only.");
         eprintln!("WARNING: --unsafe-legacy-upgrade is on: WebSocket upgrades can silently lose events. Never use this in production.");
     }
@@ -379,9 +401,9 @@ pub async fn run_with(
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let server = match backend {
-        Some(b) => McpServer::with_backend(log, b, config),
-        None => McpServer::new(log, demo_tools(), config),
+    let (server, serving) = match sessions {
+        Sessions::Gateway(b) => (McpServer::with_backend(log, b, config), "gateway"),
+        Sessions::Demo(_) => (McpServer::new(log, demo_tools(), config), "demo tools"),
     };
     if let Some(ops) = args.metrics_listen {
         let listener = tokio::net::TcpListener::bind(ops)
@@ -400,7 +422,7 @@ pub async fn run_with(
         let _ = writeln!(out, "listening on {scheme}://{addr}{}", args.base_path);
         let _ = out.flush();
     }
-    tracing::info!(%addr, store, "serving MCP");
+    tracing::info!(%addr, store, serving, "serving MCP");
     server
         .serve(listener, signal())
         .await

@@ -79,7 +79,7 @@ fn a_call_whose_instance_dies_ends_with_an_error_on_another_instance() {
     let b = Serve::spawn(
         dir.path(),
         "127.0.0.1:0",
-        &["--store", &redis.url, "--keepalive-secs", "1"],
+        &["--store", &redis.url, "--heartbeat-secs", "1"],
     );
     rt().block_on(async {
         let r = post(&a.url, None, json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})).await;

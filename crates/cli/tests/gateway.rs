@@ -200,7 +200,7 @@ fn children_beyond_the_cap_get_429() {
 fn two_gateways_on_redis_run_one_child_per_session_and_survive_the_owners_kill_9() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let store = ["--store", redis.url.as_str(), "--keepalive-secs", "1"];
+    let store = ["--store", redis.url.as_str(), "--heartbeat-secs", "1"];
     let mut a = gateway_python(dir.path(), &store);
     let b = gateway_python(dir.path(), &store);
     rt().block_on(async {

@@ -166,6 +166,12 @@ async fn sends_resolve_when_queued_and_nothing_is_visible_before_its_commit() {
         seen.lock().unwrap().is_empty(),
         "a reader saw an uncommitted message"
     );
+    // Its answer, sent after them, waits for them: a JSON answer never
+    // overtakes what its call sent first.
+    assert!(
+        !call.is_finished(),
+        "the call answered before the notifications it sent first were committed"
+    );
     assert_eq!(
         log.bounds(&sid, mcp_resume_log::StreamKey::Session)
             .await

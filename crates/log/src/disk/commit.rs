@@ -1,20 +1,17 @@
 //! The committer thread: every write of the disk log, in fsync'd batches,
 //! made visible in the hub only once durable.
 
-use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use fjall::PersistMode;
 use tokio::sync::oneshot;
 
+use super::batch::Batch;
 use super::heads::{Entry, HeadsWriter};
-use super::pins::{pin_key, pins_of};
 use super::store::*;
-use crate::hub::{lock, Hub, SessionState, StreamState};
-use crate::types::now_ms;
-use crate::{Bounds, Event, LogError, PinId, Seq, StreamKey};
+use crate::hub::{Hub, SessionState, StreamState};
+use crate::{Event, LogError, PinId, Seq, StreamKey};
 
 /// Most ops folded into one transaction.
 const MAX_BATCH: usize = 8192;
@@ -72,7 +69,7 @@ pub(super) enum Op {
 }
 
 /// What a committed op changes in the hub, applied after the fsync.
-enum Effect {
+pub(super) enum Effect {
     Created(String, u64, Bytes),
     Meta(String, Bytes),
     Ended(String),
@@ -91,13 +88,6 @@ pub(super) struct Committer {
     pub heads: HeadsWriter,
 }
 
-/// The state a batch sees: the hub's committed state plus this batch's writes.
-#[derive(Default)]
-struct Overlay {
-    sessions: HashMap<String, SessionRec>,
-    streams: HashMap<(String, u64), Bounds>,
-}
-
 impl Committer {
     /// Commits batches of whatever is queued until every sender is gone.
     pub fn run(mut self, rx: std_mpsc::Receiver<Op>) {
@@ -113,255 +103,20 @@ impl Committer {
         }
     }
 
-    fn session(&self, ov: &Overlay, id: &str) -> Result<SessionRec, LogError> {
-        if let Some(rec) = ov.sessions.get(id) {
-            return if rec.ended {
-                Err(LogError::NoSession(id.to_owned()))
-            } else {
-                Ok(rec.clone())
-            };
-        }
-        self.hub.with_live(id, |st| {
-            Ok(SessionRec {
-                created_ms: st.created_ms,
-                next_request: st.next_request,
-                ended: false,
-                ended_ms: 0,
-                meta: st.meta.clone(),
-            })
-        })
-    }
-
-    fn stream(&self, ov: &Overlay, id: &str, key: StreamKey) -> Result<Bounds, LogError> {
-        self.session(ov, id)?;
-        match ov.streams.get(&(id.to_owned(), key.number())) {
-            Some(b) => Ok(*b),
-            None => self.hub.bounds(id, key),
-        }
-    }
-
-    /// Where count retention (and `wanted`, for age) may move the floor, honouring pins.
-    fn floor_after(&self, id: &str, key: StreamKey, b: Bounds, wanted: Option<Seq>) -> Seq {
-        let max = self.hub.retention.max_events;
-        let Ok(cell) = self.hub.cell(id) else {
-            return b.floor;
-        };
-        let mut st = lock(&cell);
-        let by_count = st.count_floor(key, b.head, b.floor, max);
-        match (wanted, st.pinned(key)) {
-            (Some(w), Some(pin)) => by_count.max(w.min(pin.max(b.floor))),
-            (Some(w), None) => by_count.max(w),
-            (None, _) => by_count,
-        }
-    }
-
     fn commit(&mut self, batch: Vec<Op>) {
-        let st = &self.store;
-        let mut ov = Overlay::default();
+        let mut staged = Batch::new(&self.store, &self.hub);
         let mut done: Vec<(Op, Result<Effect, LogError>)> = Vec::with_capacity(batch.len());
-        let mut wb = st.db.batch().durability(Some(PersistMode::SyncAll));
-        // Event ranges this batch writes, per session, so an `End` later in it removes them too.
-        let mut written: HashMap<String, Vec<(u64, Seq, Seq)>> = HashMap::new();
-        // Request records this batch writes, likewise.
-        let mut opened: HashMap<String, Vec<u64>> = HashMap::new();
         for op in batch {
-            let effect = match &op {
-                Op::Create { id, meta, .. } => {
-                    if ov.sessions.contains_key(id) || self.hub.cell(id).is_ok() {
-                        Err(LogError::SessionExists(id.clone()))
-                    } else {
-                        let rec = SessionRec {
-                            created_ms: now_ms(),
-                            next_request: 1,
-                            ended: false,
-                            ended_ms: 0,
-                            meta: meta.clone(),
-                        };
-                        let b = Bounds::new(0, 1);
-                        wb.insert(&st.sessions, id.as_bytes(), rec.encode());
-                        wb.insert(&st.streams, stream_key(id, 0), bounds_value(b));
-                        ov.streams.insert((id.clone(), 0), b);
-                        let created = rec.created_ms;
-                        ov.sessions.insert(id.clone(), rec);
-                        Ok(Effect::Created(id.clone(), created, meta.clone()))
-                    }
+            match staged.stage(&op) {
+                Ok(effect) => done.push((op, effect)),
+                Err(e) => {
+                    // The storage could not be read: nothing of the batch is written.
+                    let ops = done.into_iter().map(|(op, _)| op).chain([op]).collect();
+                    return fail_all(ops, e);
                 }
-                Op::SetMeta {
-                    id, meta, expect, ..
-                } => self.session(&ov, id).map(|mut rec| {
-                    if expect.as_ref().is_some_and(|e| *e != rec.meta) {
-                        return Effect::Stored; // answers 0: not replaced
-                    }
-                    rec.meta = meta.clone();
-                    wb.insert(&st.sessions, id.as_bytes(), rec.encode());
-                    ov.sessions.insert(id.clone(), rec);
-                    Effect::Meta(id.clone(), meta.clone())
-                }),
-                Op::End { id, .. } => match self.session(&ov, id) {
-                    Ok(mut rec) => {
-                        rec.ended = true;
-                        rec.ended_ms = now_ms();
-                        rec.meta = Bytes::new();
-                        wb.insert(&st.sessions, id.as_bytes(), rec.encode());
-                        let prefix = session_prefix(id);
-                        let mut doomed: Vec<Vec<u8>> = written
-                            .remove(id)
-                            .unwrap_or_default()
-                            .into_iter()
-                            .flat_map(|(n, first, last)| {
-                                (first..=last).map(move |seq| event_key(id, n, seq))
-                            })
-                            .collect();
-                        let mut records: Vec<Vec<u8>> = opened
-                            .remove(id)
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|r| stream_key(id, r))
-                            .collect();
-                        for (ks, record) in [
-                            (&st.streams, false),
-                            (&st.events, false),
-                            (&st.requests, true),
-                        ] {
-                            for kv in ks.prefix(&prefix) {
-                                match kv.key() {
-                                    Ok(k) if record => records.push(k.to_vec()),
-                                    Ok(k) => doomed.push(k.to_vec()),
-                                    Err(e) => {
-                                        return fail_all(
-                                            done.into_iter()
-                                                .map(|(op, _)| op)
-                                                .chain([op])
-                                                .collect(),
-                                            storage(e),
-                                        )
-                                    }
-                                }
-                            }
-                        }
-                        for k in doomed {
-                            wb.remove(&st.events, k.clone());
-                            wb.remove(&st.streams, k);
-                        }
-                        for k in records {
-                            wb.remove(&st.requests, k);
-                        }
-                        for k in pins_of(st, id) {
-                            wb.remove(&st.pins, k);
-                        }
-                        ov.sessions.insert(id.clone(), rec);
-                        Ok(Effect::Ended(id.clone()))
-                    }
-                    Err(e) => Err(e),
-                },
-                Op::OpenRequest { id, meta, .. } => self.session(&ov, id).map(|mut rec| {
-                    let r = rec.next_request;
-                    rec.next_request += 1;
-                    let b = Bounds::new(0, 1);
-                    wb.insert(&st.sessions, id.as_bytes(), rec.encode());
-                    wb.insert(&st.streams, stream_key(id, r), bounds_value(b));
-                    // The call's record, in the same fsync'd batch as its stream.
-                    wb.insert(&st.requests, stream_key(id, r), meta.as_ref());
-                    opened.entry(id.clone()).or_default().push(r);
-                    ov.streams.insert((id.clone(), r), b);
-                    ov.sessions.insert(id.clone(), rec);
-                    Effect::Opened(id.clone(), r, meta.clone())
-                }),
-                Op::Append {
-                    id,
-                    stream,
-                    messages,
-                    ..
-                } => self.stream(&ov, id, *stream).map(|b| {
-                    let n = stream.number();
-                    let at_ms = now_ms();
-                    let mut evs = Vec::with_capacity(messages.len());
-                    for (message, seq) in messages.iter().zip(b.head + 1..) {
-                        wb.insert(
-                            &st.events,
-                            event_key(id, n, seq),
-                            event_value(at_ms, message),
-                        );
-                        evs.push(Event {
-                            seq,
-                            at_ms,
-                            message: message.clone(),
-                        });
-                    }
-                    if let Some(last) = evs.last() {
-                        written
-                            .entry(id.clone())
-                            .or_default()
-                            .push((n, b.head + 1, last.seq));
-                    }
-                    let head = b.head + evs.len() as u64;
-                    let floor = self.floor_after(id, *stream, Bounds { head, ..b }, None);
-                    let after = Bounds { head, ..b }.with_floor(floor);
-                    for seq in b.floor..floor {
-                        wb.remove(&st.events, event_key(id, n, seq));
-                    }
-                    if n > 0 && head > 0 && floor > head {
-                        wb.remove(&st.requests, stream_key(id, n));
-                    }
-                    wb.insert(&st.streams, stream_key(id, n), bounds_value(after));
-                    ov.streams.insert((id.clone(), n), after);
-                    Effect::Published(id.clone(), *stream, evs, floor)
-                }),
-                Op::Forget { ids, .. } => {
-                    let mut gone = Vec::with_capacity(ids.len());
-                    for id in ids {
-                        // Only a tombstone the hub holds, not one re-created in this batch.
-                        let ended = self.hub.cell(id).is_ok_and(|c| lock(&c).ended);
-                        if !ended || ov.sessions.contains_key(id) {
-                            continue;
-                        }
-                        wb.remove(&st.sessions, id.as_bytes());
-                        // Ending removed its streams; sweep anything left behind.
-                        let prefix = session_prefix(id);
-                        for ks in [&st.streams, &st.requests, &st.pins] {
-                            for k in ks.prefix(&prefix).filter_map(|kv| kv.key().ok()) {
-                                wb.remove(ks, k.to_vec());
-                            }
-                        }
-                        gone.push(id.clone());
-                    }
-                    Ok(Effect::Forgotten(gone))
-                }
-                Op::Trim {
-                    id,
-                    stream,
-                    floor: wanted,
-                    ..
-                } => self.stream(&ov, id, *stream).map(|b| {
-                    let n = stream.number();
-                    let floor = self.floor_after(id, *stream, b, Some((*wanted).min(b.head + 1)));
-                    if floor > b.floor {
-                        for seq in b.floor..floor {
-                            wb.remove(&st.events, event_key(id, n, seq));
-                        }
-                        if n > 0 && b.head > 0 && floor > b.head {
-                            // The call's record goes with its last event.
-                            wb.remove(&st.requests, stream_key(id, n));
-                        }
-                        let after = b.with_floor(floor);
-                        wb.insert(&st.streams, stream_key(id, n), bounds_value(after));
-                        ov.streams.insert((id.clone(), n), after);
-                    }
-                    Effect::Published(id.clone(), *stream, Vec::new(), floor)
-                }),
-                Op::Pin { id, pin, value, .. } => match value {
-                    Some(v) => self.session(&ov, id).map(|_| {
-                        wb.insert(&st.pins, pin_key(id, *pin), v.as_slice());
-                    }),
-                    None => {
-                        wb.remove(&st.pins, pin_key(id, *pin));
-                        Ok(())
-                    }
-                }
-                .map(|_| Effect::Stored),
-            };
-            done.push((op, effect));
+            }
         }
+        let wb = staged.into_write_batch();
         // One atomic batch, one fsync of the journal, for everything above.
         if let Err(e) = wb.commit() {
             let e = storage(e);

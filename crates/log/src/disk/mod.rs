@@ -37,6 +37,7 @@ use crate::{
     Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
 };
 
+mod batch;
 mod check;
 mod commit;
 mod damage;

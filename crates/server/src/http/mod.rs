@@ -4,6 +4,7 @@
 mod forward;
 mod guard;
 pub(crate) mod ops;
+mod pin_guard;
 mod post;
 pub(crate) mod relay;
 mod stateless;

@@ -11,12 +11,13 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use futures_util::SinkExt;
-use mcp_resume_log::{LogError, PinId, Seq, StreamKey, Subscription};
+use mcp_resume_log::{LogError, Seq, StreamKey, Subscription};
 use mcp_resume_proto::frame::{encode_cursor, encode_event, encode_heartbeat};
 use mcp_resume_proto::{
     close, headers as h, ClientFrame, Gate, GateError, GateVerdict, SUBPROTOCOL,
 };
 
+use super::pin_guard::PinGuard;
 use super::{live_session, session_cursor, CursorQuery, Principal};
 use crate::auth::offered_protocols;
 use crate::error::ApiError;
@@ -117,21 +118,13 @@ pub(crate) async fn upgrade(
                 .map_err(unavailable)?,
         )
     };
-    let unpin = move |state: &AppState, id: &str| {
-        if let Some(pin) = pin {
-            let (state, id) = (state.clone(), id.to_owned());
-            state.clone().spawn(async move {
-                let _ = state.log.unpin(&id, pin).await;
-            });
-        }
-    };
-    let (bounds, sub) = match state.log.subscribe(&id, StreamKey::Session).await {
-        Ok(x) => x,
-        Err(e) => {
-            unpin(&state, &id);
-            return Err(unavailable(e));
-        }
-    };
+    // Released on every way out: dropped with a refusal, or by the socket.
+    let pin = PinGuard::new(&state, &id, pin);
+    let (bounds, sub) = state
+        .log
+        .subscribe(&id, StreamKey::Session)
+        .await
+        .map_err(unavailable)?;
     let committed = bounds.head;
     if state.config.unsafe_legacy_upgrade {
         // docs/protocol.md 9: no echo, no replay, no gate; live from the head at the 101.
@@ -145,7 +138,6 @@ pub(crate) async fn upgrade(
     }
     let prior = prior.unwrap_or(bounds.floor - 1);
     if let Err(d) = bounds.admit(prior) {
-        unpin(&state, &id);
         state.metrics.upgrade("refused");
         return Err(ApiError::Discontinuity(d));
     }
@@ -156,11 +148,9 @@ pub(crate) async fn upgrade(
     let task_id = id.clone();
     let mut resp = ws
         .on_failed_upgrade({
-            let (state, id) = (state.clone(), id.clone());
-            move |e| {
-                tracing::info!(session = %id, error = %e, "WebSocket upgrade failed after the 101");
-                unpin(&state, &id);
-            }
+            // The pin goes with the upgrade closure, dropped unused.
+            let id = id.clone();
+            move |e| tracing::info!(session = %id, error = %e, "WebSocket upgrade failed after the 101")
         })
         .on_upgrade(move |socket| {
             // axum spawns this task; the token makes shutdown wait for it too.
@@ -203,7 +193,7 @@ impl From<GateError> for Closing {
 struct Conn {
     state: AppState,
     id: String,
-    pin: Option<PinId>,
+    pin: PinGuard,
     gate: Gate,
     ack_deadline: tokio::time::Instant,
     /// Send `C` as the first frame (the client cannot read the 101's headers).
@@ -216,7 +206,7 @@ impl Conn {
     async fn run(mut self, sub: Subscription) {
         let _reader = self.state.metrics.reader("websocket");
         let outcome = self.serve(sub).await;
-        self.release_pin().await;
+        self.pin.release().await;
         if let Err(Closing(code, reason)) = outcome {
             tracing::debug!(session = %self.id, code, %reason, "closing WebSocket");
             let frame = CloseFrame {
@@ -224,12 +214,6 @@ impl Conn {
                 reason: close_reason(&reason).into(),
             };
             let _ = self.socket.send(Message::Close(Some(frame))).await;
-        }
-    }
-
-    async fn release_pin(&mut self) {
-        if let Some(pin) = self.pin.take() {
-            let _ = self.state.log.unpin(&self.id, pin).await;
         }
     }
 
@@ -342,7 +326,7 @@ impl Conn {
         match ClientFrame::parse(text) {
             Ok(ClientFrame::CursorAck { cursor }) => {
                 self.gate.ack(cursor)?;
-                self.release_pin().await;
+                self.pin.release().await;
                 Ok(())
             }
             Ok(ClientFrame::Message { message }) => {

@@ -1,0 +1,24 @@
+-- wrk script: tools/call echo on one session, answered as JSON.
+--   wrk -t2 -c64 -d10s -s benches/wrk/echo.lua http://127.0.0.1:PORT/mcp -- SESSION_ID
+-- wrk reports any non-2xx answer; benches/wrk/ab refuses a run that had one.
+local threads = 0
+function setup(thread)
+  -- Ids unique across threads: a session refuses a second call with the id of one in flight.
+  threads = threads + 1
+  thread:set("tid", threads)
+end
+local sid
+function init(args)
+  sid = args[1]
+  if not sid then error("pass the session id after --") end
+end
+local n = 0
+function request()
+  n = n + 1
+  return wrk.format("POST", nil, {
+    ["content-type"] = "application/json",
+    ["accept"] = "application/json, text/event-stream",
+    ["mcp-session-id"] = sid,
+    ["mcp-protocol-version"] = "2025-11-25",
+  }, '{"jsonrpc":"2.0","id":' .. (tid * 1000000000 + n) .. ',"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}')
+end
