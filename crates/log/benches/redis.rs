@@ -20,6 +20,7 @@ use mcp_resume_log::{Log, RedisLog, StreamKey};
 mod common;
 
 use common::{pct, retention, timed_appends};
+use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
 
 const S: StreamKey = StreamKey::Session;
 

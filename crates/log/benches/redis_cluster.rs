@@ -16,12 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mcp_resume_log::{Log, RedisLog, StreamKey};
+use mcp_resume_log::{RedisLog, StreamKey};
 use mcp_resume_testkit::RedisCluster;
 
 mod common;
 
 use common::{payload, pct, retention, timed_appends};
+use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
 
 const S: StreamKey = StreamKey::Session;
 

@@ -16,7 +16,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mcp_resume_log::{DiskLog, Log, Retention, StreamKey};
+use mcp_resume_log::{DiskLog, Retention, StreamKey};
+use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
 
 fn rss() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();

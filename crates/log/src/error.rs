@@ -67,7 +67,7 @@ pub enum LogError {
     /// The session ended while a subscription was open.
     #[error("the session ended")]
     SessionEnded,
-    /// An append on behalf of a lease ([`crate::Log::append_fenced`]) from a
+    /// An append on behalf of a lease ([`crate::EventLog::append_fenced`]) from a
     /// handle that no longer holds it: another instance runs the session.
     #[error("this instance no longer holds the lease of session {0:?}")]
     LeaseLost(String),

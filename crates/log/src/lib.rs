@@ -2,7 +2,7 @@
 //! contiguous seq here, durably, before any reader can see it.
 //!
 //! Readers never receive pushes from the transport; they read this log from a
-//! cursor. [`Log::subscribe`] is the commit point of docs/protocol.md 5.2 step 4:
+//! cursor. [`EventLog::subscribe`] is the commit point of docs/protocol.md 5.2 step 4:
 //! it returns the committed head `C` together with a tail that yields every
 //! event after `C`, so a reader that replays up to `C` and then follows the
 //! tail cannot miss or repeat anything.
@@ -44,33 +44,19 @@ pub use types::{Bounds, Event, PinId, Retention, Seq, SessionInfo, StreamKey};
 /// that never existed or has ended. Appends return only once the events are
 /// committed in the backend's sense (docs/protocol.md 6), and only committed events
 /// are ever readable.
+///
+/// It is four traits by role ([`EventLog`], [`SessionRecords`], [`Leases`],
+/// [`Maintenance`]), each implemented on its own; `Log` is their sum, with a
+/// blanket implementation, and what the server holds (`Arc<dyn Log>`).
+pub trait Log: EventLog + SessionRecords + Leases + Maintenance {}
+
+impl<T: EventLog + SessionRecords + Leases + Maintenance + ?Sized> Log for T {}
+
+/// The event log: streams of a session (its session stream and request
+/// streams), each a contiguous run of seqs, appended, read, followed from
+/// a commit point ([`EventLog::subscribe`]) and pinned against retention.
 #[async_trait]
-pub trait Log: Send + Sync + 'static {
-    /// Registers a new session with opaque metadata (the server's own record).
-    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError>;
-
-    /// The session's record; also how a server checks that a session is live.
-    async fn session(&self, id: &str) -> Result<SessionInfo, LogError>;
-
-    /// Replaces the session's metadata (for example its tool list).
-    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError>;
-
-    /// Replaces the session's metadata with `meta` only if it is still
-    /// `expect`, atomically; whether it did. The compare-and-set by which
-    /// several writers (a durable task's owner, and `tasks/update` or
-    /// `tasks/cancel` on any instance) change one record without losing each
-    /// other's change: a writer that gets `false` reads the record again.
-    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError>;
-
-    /// How many sessions are live now (for caps and metrics).
-    async fn live_sessions(&self) -> usize;
-
-    /// Marks the session as used now, postponing idle expiry.
-    async fn touch(&self, id: &str) -> Result<(), LogError>;
-
-    /// Ends the session: its streams go, its subscribers end, its id stays dead.
-    async fn end_session(&self, id: &str) -> Result<(), LogError>;
-
+pub trait EventLog: Send + Sync + 'static {
     /// Opens a new request stream and returns its number `R` (1, 2, 3 ...).
     ///
     /// `meta` is the owner's opaque record of the call (the server keeps the
@@ -88,19 +74,6 @@ pub trait Log: Send + Sync + 'static {
     /// a sweep can visit `1 ..= R`.
     async fn request_streams(&self, id: &str) -> Result<u64, LogError>;
 
-    /// The ids of the live sessions, for a sweep at start-up.
-    async fn session_ids(&self) -> Result<Vec<String>, LogError>;
-
-    /// This log handle's instance: a random id made when it was opened (a
-    /// new one per process start), to store as the owner of calls.
-    fn instance(&self) -> &str;
-
-    /// Whether the handle with that instance id may still be running calls.
-    /// Memory and disk logs belong to one process: only their own instance is
-    /// alive. On Redis every handle keeps a heartbeat key that expires about
-    /// 10 s after its process dies or at once on [`Log::close`].
-    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError>;
-
     /// Appends a batch of JSON-RPC messages to one stream; returns the seq of
     /// the last one once all are committed. An empty batch returns the head.
     async fn append(
@@ -110,7 +83,7 @@ pub trait Log: Send + Sync + 'static {
         messages: Vec<Bytes>,
     ) -> Result<Seq, LogError>;
 
-    /// [`Log::append`], at most once per `key` (a random number the caller
+    /// [`EventLog::append`], at most once per `key` (a random number the caller
     /// keeps for one batch): a retry after an error whose outcome is unknown
     /// (a connection lost mid-call, a replica acknowledgement that timed
     /// out, after which the events may still become visible) returns the
@@ -128,12 +101,12 @@ pub trait Log: Send + Sync + 'static {
         self.append(id, stream, messages).await
     }
 
-    /// [`Log::append_once`] on behalf of this handle's lease on the session
-    /// ([`Log::claim`]): nothing is appended, [`LogError::LeaseLost`], unless
+    /// [`EventLog::append_once`] on behalf of this handle's lease on the session
+    /// ([`Leases::claim`]): nothing is appended, [`LogError::LeaseLost`], unless
     /// this handle holds the lease when the append runs, checked atomically
     /// with it. The fence of an owner that stalled while another instance
     /// took its sessions over: two owners never both commit. A log of one
-    /// process keeps no leases: [`Log::append_once`].
+    /// process keeps no leases: [`EventLog::append_once`].
     async fn append_fenced(
         &self,
         id: &str,
@@ -166,7 +139,7 @@ pub trait Log: Send + Sync + 'static {
         stream: StreamKey,
     ) -> Result<(Bounds, Subscription), LogError>;
 
-    /// Holds retention from trimming `seq` or later until `ttl` passes or [`Log::unpin`].
+    /// Holds retention from trimming `seq` or later until `ttl` passes or [`EventLog::unpin`].
     async fn pin(
         &self,
         id: &str,
@@ -177,28 +150,62 @@ pub trait Log: Send + Sync + 'static {
 
     /// Releases a pin; releasing one that is gone is not an error.
     async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError>;
+}
 
-    /// Housekeeping, to run every few seconds: trims by age (a stream it
-    /// cannot read is skipped, never trimmed blind), drops the state of
-    /// request streams retention emptied (reads of them still answer
-    /// `Truncated`), ends sessions idle for longer than `idle`, and forgets
-    /// sessions that ended at least `tombstone_ttl` ago, so ended sessions do
-    /// not cost memory and storage forever. Until then an ended id is never
-    /// re-created; after, it is unknown (`NoSession`, as before). Returns the
-    /// ids it ended.
-    async fn maintain(
-        &self,
-        idle: Duration,
-        tombstone_ttl: Duration,
-    ) -> Result<Vec<String>, LogError>;
+/// Sessions and their records: created, touched, ended, and the opaque
+/// record (`meta`) the server keeps for each, replaced whole or by
+/// compare-and-set.
+#[async_trait]
+pub trait SessionRecords: Send + Sync + 'static {
+    /// Registers a new session with opaque metadata (the server's own record).
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError>;
 
-    /// Ends every subscription and makes committed state durable; for shutdown.
-    async fn close(&self) -> Result<(), LogError>;
+    /// The session's record; also how a server checks that a session is live.
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError>;
+
+    /// Replaces the session's metadata (for example its tool list).
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError>;
+
+    /// Replaces the session's metadata with `meta` only if it is still
+    /// `expect`, atomically; whether it did. The compare-and-set by which
+    /// several writers (a durable task's owner, and `tasks/update` or
+    /// `tasks/cancel` on any instance) change one record without losing each
+    /// other's change: a writer that gets `false` reads the record again.
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError>;
+
+    /// How many sessions are live now (for caps and metrics).
+    async fn live_sessions(&self) -> usize;
+
+    /// Marks the session as used now, postponing idle expiry.
+    async fn touch(&self, id: &str) -> Result<(), LogError>;
+
+    /// Ends the session: its streams go, its subscribers end, its id stays dead.
+    async fn end_session(&self, id: &str) -> Result<(), LogError>;
+
+    /// The ids of the live sessions, for a sweep at start-up.
+    async fn session_ids(&self) -> Result<Vec<String>, LogError>;
+}
+
+/// This handle among the instances that share the log: its identity,
+/// whether another instance is alive, and the owner leases of sessions
+/// whose backend must run on one instance at a time. A log of one process
+/// keeps the defaults: every session is this instance's.
+#[async_trait]
+pub trait Leases: Send + Sync + 'static {
+    /// This log handle's instance: a random id made when it was opened (a
+    /// new one per process start), to store as the owner of calls.
+    fn instance(&self) -> &str;
+
+    /// Whether the handle with that instance id may still be running calls.
+    /// Memory and disk logs belong to one process: only their own instance is
+    /// alive. On Redis every handle keeps a heartbeat key that expires about
+    /// 10 s after its process dies or at once on [`Maintenance::close`].
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError>;
 
     /// The instance that owns session `id`: the one lease holder that may run
     /// state that cannot be shared (a child process behind a gateway). A
     /// session's owner stays its owner while its handle is alive
-    /// ([`Log::instance_alive`]); once it is not, the next claim takes the
+    /// ([`Leases::instance_alive`]); once it is not, the next claim takes the
     /// lease for this handle. Two instances claiming at once get the same
     /// answer.
     ///
@@ -217,7 +224,7 @@ pub trait Log: Send + Sync + 'static {
         false
     }
 
-    /// Whether the leases this handle won ([`Log::claim`]) are certainly
+    /// Whether the leases this handle won ([`Leases::claim`]) are certainly
     /// still its own. On Redis: false once its heartbeat has gone unrefreshed
     /// for 7 s (a process frozen, a network cut), 3 s before the heartbeat
     /// expires and another instance may claim them. A log of one process
@@ -227,10 +234,31 @@ pub trait Log: Send + Sync + 'static {
     }
 
     /// Grows by one each time this handle's leases may have lapsed (its
-    /// heartbeat came back after [`Log::leases_fresh`] was false). Whatever
+    /// heartbeat came back after [`Leases::leases_fresh`] was false). Whatever
     /// runs under a lease won in an older epoch must stop: another instance
     /// may run it now. Always 0 for a log of one process.
     fn lease_epoch(&self) -> u64 {
         0
     }
+}
+
+/// Housekeeping and shutdown.
+#[async_trait]
+pub trait Maintenance: Send + Sync + 'static {
+    /// Housekeeping, to run every few seconds: trims by age (a stream it
+    /// cannot read is skipped, never trimmed blind), drops the state of
+    /// request streams retention emptied (reads of them still answer
+    /// `Truncated`), ends sessions idle for longer than `idle`, and forgets
+    /// sessions that ended at least `tombstone_ttl` ago, so ended sessions do
+    /// not cost memory and storage forever. Until then an ended id is never
+    /// re-created; after, it is unknown (`NoSession`, as before). Returns the
+    /// ids it ended.
+    async fn maintain(
+        &self,
+        idle: Duration,
+        tombstone_ttl: Duration,
+    ) -> Result<Vec<String>, LogError>;
+
+    /// Ends every subscription and makes committed state durable; for shutdown.
+    async fn close(&self) -> Result<(), LogError>;
 }

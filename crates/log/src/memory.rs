@@ -10,7 +10,8 @@ use bytes::Bytes;
 use crate::hub::{Cached, Hub, SessionState};
 use crate::types::now_ms;
 use crate::{
-    Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
+    Bounds, Event, EventLog, Leases, LogError, Maintenance, PinId, Retention, Seq, SessionInfo,
+    SessionRecords, StreamKey, Subscription,
 };
 
 /// A log that lives and dies with the process; for tests and throwaway servers.
@@ -68,44 +69,7 @@ fn age_floor<'a>(events: impl Iterator<Item = &'a Event>, head: Seq, cutoff_ms: 
 }
 
 #[async_trait]
-impl Log for MemoryLog {
-    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        self.hub.insert(id, SessionState::new(now_ms(), meta, 1))
-    }
-
-    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
-        self.hub.info(id)
-    }
-
-    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        self.hub.with_live(id, |st| {
-            st.meta = meta;
-            Ok(())
-        })
-    }
-
-    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
-        self.hub.with_live(id, |st| {
-            let same = st.meta == expect;
-            if same {
-                st.meta = meta;
-            }
-            Ok(same)
-        })
-    }
-
-    async fn touch(&self, id: &str) -> Result<(), LogError> {
-        self.hub.touch(id)
-    }
-
-    async fn end_session(&self, id: &str) -> Result<(), LogError> {
-        self.hub.end(id)
-    }
-
-    async fn live_sessions(&self) -> usize {
-        self.hub.live()
-    }
-
+impl EventLog for MemoryLog {
     async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
         self.hub.with_live(id, |st| {
             let r = st.next_request;
@@ -121,18 +85,6 @@ impl Log for MemoryLog {
 
     async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
         self.hub.request_streams(id)
-    }
-
-    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
-        Ok(self.hub.live_ids())
-    }
-
-    fn instance(&self) -> &str {
-        &self.instance
-    }
-
-    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
-        Ok(instance == self.instance)
     }
 
     async fn append(
@@ -205,7 +157,65 @@ impl Log for MemoryLog {
     async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
         self.hub.unpin(id, pin)
     }
+}
 
+#[async_trait]
+impl SessionRecords for MemoryLog {
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.hub.insert(id, SessionState::new(now_ms(), meta, 1))
+    }
+
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        self.hub.info(id)
+    }
+
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.hub.with_live(id, |st| {
+            st.meta = meta;
+            Ok(())
+        })
+    }
+
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
+        self.hub.with_live(id, |st| {
+            let same = st.meta == expect;
+            if same {
+                st.meta = meta;
+            }
+            Ok(same)
+        })
+    }
+
+    async fn touch(&self, id: &str) -> Result<(), LogError> {
+        self.hub.touch(id)
+    }
+
+    async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        self.hub.end(id)
+    }
+
+    async fn live_sessions(&self) -> usize {
+        self.hub.live()
+    }
+
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        Ok(self.hub.live_ids())
+    }
+}
+
+#[async_trait]
+impl Leases for MemoryLog {
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        Ok(instance == self.instance)
+    }
+}
+
+#[async_trait]
+impl Maintenance for MemoryLog {
     async fn maintain(
         &self,
         idle: Duration,

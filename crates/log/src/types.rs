@@ -129,7 +129,7 @@ impl Default for Retention {
     }
 }
 
-/// Names one pin, for [`crate::Log::unpin`].
+/// Names one pin, for [`crate::EventLog::unpin`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PinId(pub(crate) u64);
 

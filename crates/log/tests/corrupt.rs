@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use mcp_resume_log::{DiskLog, Log, LogError, Retention, StreamKey};
+use mcp_resume_log::{DiskLog, LogError, Retention, StreamKey};
+use mcp_resume_log::{EventLog, SessionRecords};
 
 /// Everything committed: per (session, stream), the events in order; per
 /// (session, request stream), its record.

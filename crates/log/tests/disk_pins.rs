@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use mcp_resume_log::{DiskLog, Log, Retention, StreamKey};
+use mcp_resume_log::{DiskLog, Retention, StreamKey};
+use mcp_resume_log::{EventLog, SessionRecords};
 
 fn batch(n: usize) -> Vec<Bytes> {
     (0..n)

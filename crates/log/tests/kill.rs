@@ -7,7 +7,8 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use mcp_resume_log::{DiskLog, Log, Retention, StreamKey};
+use mcp_resume_log::EventLog;
+use mcp_resume_log::{DiskLog, Retention, StreamKey};
 use rand::{Rng, SeedableRng};
 
 fn check(x: u64) -> u64 {

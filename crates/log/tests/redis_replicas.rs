@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{msg, RedisServer};
-use mcp_resume_log::{Log, LogError, RedisLog, Retention, StreamKey};
+use mcp_resume_log::{EventLog, SessionRecords};
+use mcp_resume_log::{LogError, RedisLog, Retention, StreamKey};
 use mcp_resume_testkit::rt;
 
 const S: StreamKey = StreamKey::Session;

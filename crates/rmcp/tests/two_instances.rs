@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use common::proc::{Instance, Proxy, SdkClient};
 use common::{rt, RedisServer};
-use mcp_resume_log::{Log, RedisLog, Retention, StreamKey};
+use mcp_resume_log::EventLog;
+use mcp_resume_log::{RedisLog, Retention, StreamKey};
 use serde_json::{json, Value};
 
 const PROTOCOL: &str = "2025-06-18";

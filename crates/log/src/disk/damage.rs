@@ -238,7 +238,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::super::heads::{append_record, Entry};
-    use crate::{DiskLog, Log, LogError, Retention, StreamKey};
+    use crate::{DiskLog, EventLog, LogError, Retention, SessionRecords, StreamKey};
 
     const S: StreamKey = StreamKey::Session;
 

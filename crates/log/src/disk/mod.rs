@@ -34,7 +34,8 @@ use tokio::sync::oneshot;
 use crate::hub::{lock, Cached, Hub};
 use crate::types::now_ms;
 use crate::{
-    Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
+    Bounds, Event, EventLog, Leases, LogError, Maintenance, PinId, Retention, Seq, SessionInfo,
+    SessionRecords, StreamKey, Subscription,
 };
 
 mod batch;
@@ -266,59 +267,7 @@ fn open_store(path: &Path) -> Result<Store, LogError> {
 }
 
 #[async_trait]
-impl Log for DiskLog {
-    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        self.submit(|reply| Op::Create {
-            id: id.to_owned(),
-            meta,
-            reply,
-        })
-        .await
-    }
-
-    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
-        self.hub.info(id)
-    }
-
-    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        self.submit(|reply| Op::SetMeta {
-            id: id.to_owned(),
-            meta,
-            expect: None,
-            reply,
-        })
-        .await
-        .map(|_| ())
-    }
-
-    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
-        let swapped = self
-            .submit(|reply| Op::SetMeta {
-                id: id.to_owned(),
-                meta,
-                expect: Some(expect),
-                reply,
-            })
-            .await?;
-        Ok(swapped == 1)
-    }
-
-    async fn touch(&self, id: &str) -> Result<(), LogError> {
-        self.hub.touch(id)
-    }
-
-    async fn live_sessions(&self) -> usize {
-        self.hub.live()
-    }
-
-    async fn end_session(&self, id: &str) -> Result<(), LogError> {
-        self.submit(|reply| Op::End {
-            id: id.to_owned(),
-            reply,
-        })
-        .await
-    }
-
+impl EventLog for DiskLog {
     async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
         self.submit(|reply| Op::OpenRequest {
             id: id.to_owned(),
@@ -334,18 +283,6 @@ impl Log for DiskLog {
 
     async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
         self.hub.request_streams(id)
-    }
-
-    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
-        Ok(self.hub.live_ids())
-    }
-
-    fn instance(&self) -> &str {
-        &self.instance
-    }
-
-    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
-        Ok(instance == self.instance)
     }
 
     async fn append(
@@ -437,7 +374,80 @@ impl Log for DiskLog {
         });
         Ok(())
     }
+}
 
+#[async_trait]
+impl SessionRecords for DiskLog {
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.submit(|reply| Op::Create {
+            id: id.to_owned(),
+            meta,
+            reply,
+        })
+        .await
+    }
+
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        self.hub.info(id)
+    }
+
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.submit(|reply| Op::SetMeta {
+            id: id.to_owned(),
+            meta,
+            expect: None,
+            reply,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
+        let swapped = self
+            .submit(|reply| Op::SetMeta {
+                id: id.to_owned(),
+                meta,
+                expect: Some(expect),
+                reply,
+            })
+            .await?;
+        Ok(swapped == 1)
+    }
+
+    async fn touch(&self, id: &str) -> Result<(), LogError> {
+        self.hub.touch(id)
+    }
+
+    async fn live_sessions(&self) -> usize {
+        self.hub.live()
+    }
+
+    async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        self.submit(|reply| Op::End {
+            id: id.to_owned(),
+            reply,
+        })
+        .await
+    }
+
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        Ok(self.hub.live_ids())
+    }
+}
+
+#[async_trait]
+impl Leases for DiskLog {
+    fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        Ok(instance == self.instance)
+    }
+}
+
+#[async_trait]
+impl Maintenance for DiskLog {
     async fn maintain(
         &self,
         idle: Duration,

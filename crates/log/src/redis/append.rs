@@ -11,8 +11,8 @@ use crate::{LogError, Seq, StreamKey};
 
 impl RedisLog {
     /// Runs the append script on stream `stream` of `id`: appends
-    /// `messages` (at most once per `key` when given, [`crate::Log::append_once`];
-    /// only while `owner` holds the lease when given, [`crate::Log::append_fenced`]),
+    /// `messages` (at most once per `key` when given, [`crate::EventLog::append_once`];
+    /// only while `owner` holds the lease when given, [`crate::EventLog::append_fenced`]),
     /// trims by count and to `floor`; the reply's head.
     async fn run_append(
         &self,

@@ -3,7 +3,7 @@
 //! expires [`TTL`] after its last refresh, refreshed every [`REFRESH`] by a
 //! task of its own, deleted on close.
 //!
-//! The same heartbeat fences this handle's leases ([`crate::Log::claim`]):
+//! The same heartbeat fences this handle's leases ([`crate::Leases::claim`]):
 //! another instance may take a lease once the key has expired, so this one
 //! stops trusting its leases [`FRESH`] after its last refresh that Redis
 //! acknowledged, [`TTL`] - [`FRESH`] before anyone else can take them, and

@@ -8,7 +8,7 @@ use super::{prefix, unavailable, RedisLog};
 use crate::LogError;
 
 impl RedisLog {
-    /// [`crate::Log::request_meta`] on Redis: the record is field `m` of the
+    /// [`crate::EventLog::request_meta`] on Redis: the record is field `m` of the
     /// stream's state hash, gone once retention took the last event.
     pub(super) async fn request_record(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
         let p = prefix(id);

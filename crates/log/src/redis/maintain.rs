@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::live::ended_keys;
 use super::{prefix, unavailable, RedisLog};
 use crate::types::now_ms;
-use crate::{Log, LogError, StreamKey};
+use crate::{LogError, SessionRecords, StreamKey};
 
 /// Tombstones listed per round trip.
 const FORGET_BATCH: usize = 512;

@@ -48,7 +48,8 @@ mod tail;
 use scripts::Scripts;
 
 use crate::{
-    Bounds, Event, Log, LogError, PinId, Retention, Seq, SessionInfo, StreamKey, Subscription,
+    Bounds, Event, EventLog, Leases, LogError, Maintenance, PinId, Retention, Seq, SessionInfo,
+    SessionRecords, StreamKey, Subscription,
 };
 
 /// How long a connection attempt to Redis may take.
@@ -131,101 +132,7 @@ impl RedisLog {
 }
 
 #[async_trait]
-impl Log for RedisLog {
-    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        let p = prefix(id);
-        self.list_live(id).await?;
-        let mut inv = self.scripts.create.key(format!("{p}:s"));
-        inv.key(format!("{p}:st:0"));
-        if !self.cluster() {
-            inv.key(live::LIVE);
-        }
-        let r: i64 = inv
-            .arg(now_ms())
-            .arg(meta.as_ref())
-            .arg(id)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if r < 0 {
-            return Err(LogError::SessionExists(id.to_owned()));
-        }
-        self.wait_replicas(id).await
-    }
-
-    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
-        let (c, e, m): (Option<u64>, Option<String>, Option<Vec<u8>>) = redis::cmd("HMGET")
-            .arg(format!("{}:s", prefix(id)))
-            .arg("c")
-            .arg("e")
-            .arg("m")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        match (c, e.as_deref()) {
-            (Some(created_ms), Some("0")) => Ok(SessionInfo {
-                id: id.to_owned(),
-                created_ms,
-                meta: Bytes::from(m.unwrap_or_default()),
-            }),
-            _ => Err(LogError::NoSession(id.to_owned())),
-        }
-    }
-
-    async fn live_sessions(&self) -> usize {
-        self.count_live().await.unwrap_or(0)
-    }
-
-    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        self.hset_if_live(id, "m", meta.as_ref()).await?;
-        self.wait_replicas(id).await
-    }
-
-    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
-        let r: i64 = self
-            .scripts
-            .swap_meta
-            .key(format!("{}:s", prefix(id)))
-            .arg(expect.as_ref())
-            .arg(meta.as_ref())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if r < 0 {
-            return Err(LogError::NoSession(id.to_owned()));
-        }
-        if r == 1 {
-            self.wait_replicas(id).await?;
-        }
-        Ok(r == 1)
-    }
-
-    async fn touch(&self, id: &str) -> Result<(), LogError> {
-        self.hset_if_live(id, "a", now_ms()).await?;
-        Ok(())
-    }
-
-    async fn end_session(&self, id: &str) -> Result<(), LogError> {
-        let p = prefix(id);
-        let at = now_ms();
-        let mut inv = self.scripts.end.key(format!("{p}:s"));
-        if !self.cluster() {
-            inv.key(live::LIVE).key(live::ENDED);
-        }
-        let r: i64 = inv
-            .arg(&p)
-            .arg(id)
-            .arg(at)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if r < 0 {
-            return Err(LogError::NoSession(id.to_owned()));
-        }
-        self.list_ended(id, at).await?;
-        self.wait_replicas(id).await
-    }
-
+impl EventLog for RedisLog {
     async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
         let p = prefix(id);
         let r: i64 = self
@@ -260,64 +167,6 @@ impl Log for RedisLog {
             (Some("0"), Some(r)) => Ok(r.saturating_sub(1)),
             _ => Err(LogError::NoSession(id.to_owned())),
         }
-    }
-
-    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
-        self.live_ids().await
-    }
-
-    fn instance(&self) -> &str {
-        &self.heartbeat.id
-    }
-
-    fn shared(&self) -> bool {
-        true
-    }
-
-    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
-        instance::alive(&mut self.conn.clone(), instance).await
-    }
-
-    fn leases_fresh(&self) -> bool {
-        self.heartbeat.liveness.fresh()
-    }
-
-    fn lease_epoch(&self) -> u64 {
-        self.heartbeat.liveness.epoch()
-    }
-
-    async fn claim(&self, id: &str) -> Result<Option<String>, LogError> {
-        let key = format!("{}:s", prefix(id));
-        let me = self.instance();
-        let seen: Option<String> = redis::cmd("HGET")
-            .arg(&key)
-            .arg("o")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if let Some(owner) = &seen {
-            if owner == me || self.instance_alive(owner).await? {
-                return Ok(seen);
-            }
-        }
-        let owner: String = self
-            .scripts
-            .claim
-            .key(key)
-            .arg(me)
-            .arg(seen.as_deref().unwrap_or(""))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if owner == "-" {
-            return Err(LogError::NoSession(id.to_owned()));
-        }
-        if owner == me {
-            // A lease a failover could take back would let two instances
-            // run the session's state.
-            self.wait_replicas(id).await?;
-        }
-        Ok(Some(owner))
     }
 
     async fn append(
@@ -439,7 +288,168 @@ impl Log for RedisLog {
             .map_err(unavailable)?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl SessionRecords for RedisLog {
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        let p = prefix(id);
+        self.list_live(id).await?;
+        let mut inv = self.scripts.create.key(format!("{p}:s"));
+        inv.key(format!("{p}:st:0"));
+        if !self.cluster() {
+            inv.key(live::LIVE);
+        }
+        let r: i64 = inv
+            .arg(now_ms())
+            .arg(meta.as_ref())
+            .arg(id)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::SessionExists(id.to_owned()));
+        }
+        self.wait_replicas(id).await
+    }
+
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        let (c, e, m): (Option<u64>, Option<String>, Option<Vec<u8>>) = redis::cmd("HMGET")
+            .arg(format!("{}:s", prefix(id)))
+            .arg("c")
+            .arg("e")
+            .arg("m")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match (c, e.as_deref()) {
+            (Some(created_ms), Some("0")) => Ok(SessionInfo {
+                id: id.to_owned(),
+                created_ms,
+                meta: Bytes::from(m.unwrap_or_default()),
+            }),
+            _ => Err(LogError::NoSession(id.to_owned())),
+        }
+    }
+
+    async fn live_sessions(&self) -> usize {
+        self.count_live().await.unwrap_or(0)
+    }
+
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.hset_if_live(id, "m", meta.as_ref()).await?;
+        self.wait_replicas(id).await
+    }
+
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
+        let r: i64 = self
+            .scripts
+            .swap_meta
+            .key(format!("{}:s", prefix(id)))
+            .arg(expect.as_ref())
+            .arg(meta.as_ref())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        if r == 1 {
+            self.wait_replicas(id).await?;
+        }
+        Ok(r == 1)
+    }
+
+    async fn touch(&self, id: &str) -> Result<(), LogError> {
+        self.hset_if_live(id, "a", now_ms()).await?;
+        Ok(())
+    }
+
+    async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        let p = prefix(id);
+        let at = now_ms();
+        let mut inv = self.scripts.end.key(format!("{p}:s"));
+        if !self.cluster() {
+            inv.key(live::LIVE).key(live::ENDED);
+        }
+        let r: i64 = inv
+            .arg(&p)
+            .arg(id)
+            .arg(at)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if r < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        self.list_ended(id, at).await?;
+        self.wait_replicas(id).await
+    }
+
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        self.live_ids().await
+    }
+}
+
+#[async_trait]
+impl Leases for RedisLog {
+    fn instance(&self) -> &str {
+        &self.heartbeat.id
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        instance::alive(&mut self.conn.clone(), instance).await
+    }
+
+    fn leases_fresh(&self) -> bool {
+        self.heartbeat.liveness.fresh()
+    }
+
+    fn lease_epoch(&self) -> u64 {
+        self.heartbeat.liveness.epoch()
+    }
+
+    async fn claim(&self, id: &str) -> Result<Option<String>, LogError> {
+        let key = format!("{}:s", prefix(id));
+        let me = self.instance();
+        let seen: Option<String> = redis::cmd("HGET")
+            .arg(&key)
+            .arg("o")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if let Some(owner) = &seen {
+            if owner == me || self.instance_alive(owner).await? {
+                return Ok(seen);
+            }
+        }
+        let owner: String = self
+            .scripts
+            .claim
+            .key(key)
+            .arg(me)
+            .arg(seen.as_deref().unwrap_or(""))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if owner == "-" {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        if owner == me {
+            // A lease a failover could take back would let two instances
+            // run the session's state.
+            self.wait_replicas(id).await?;
+        }
+        Ok(Some(owner))
+    }
+}
+
+#[async_trait]
+impl Maintenance for RedisLog {
     async fn maintain(
         &self,
         idle: Duration,

@@ -8,7 +8,8 @@ use bytes::Bytes;
 
 use super::{first_young, ReadEvents};
 use crate::types::now_ms;
-use crate::{Event, Log, LogError, MemoryLog, Retention, Seq, StreamKey};
+use crate::{Event, LogError, MemoryLog, Retention, Seq, StreamKey};
+use crate::{EventLog, SessionRecords};
 
 const S: StreamKey = StreamKey::Session;
 

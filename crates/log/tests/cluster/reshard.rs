@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mcp_resume_log::{Log, LogError, RedisLog, Retention, StreamKey};
+use mcp_resume_log::{LogError, RedisLog, Retention, StreamKey};
 use mcp_resume_testkit::{rt, RedisCluster};
 
 use crate::common::msg;
+use mcp_resume_log::{EventLog, SessionRecords};
 
 const S: StreamKey = StreamKey::Session;
 const ID: &str = "moving";

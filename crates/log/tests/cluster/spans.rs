@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use mcp_resume_log::{Log, RedisLog, Retention, StreamKey};
+use mcp_resume_log::{RedisLog, Retention, StreamKey};
 use mcp_resume_testkit::{rt, RedisCluster};
 
 use crate::common::msg;
+use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
 
 const S: StreamKey = StreamKey::Session;
 const N: usize = 60;

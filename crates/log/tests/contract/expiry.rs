@@ -10,6 +10,7 @@ use mcp_resume_log::{Bounds, DiskLog, Log, LogError, MemoryLog, RedisLog, Retent
 use mcp_resume_testkit::{rt, RedisServer};
 
 use crate::common::{backends, msg};
+use mcp_resume_log::{Maintenance, SessionRecords};
 
 const N: usize = 40;
 const LONG: Duration = Duration::from_secs(3600);

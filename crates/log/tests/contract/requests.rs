@@ -7,6 +7,7 @@ use mcp_resume_log::{Log, LogError, RedisLog, Retention, StreamKey};
 use mcp_resume_testkit::rt;
 
 use crate::common::{backends, msg};
+use mcp_resume_log::{EventLog, Leases, Maintenance};
 
 const S: StreamKey = StreamKey::Session;
 

@@ -58,7 +58,7 @@ pub trait Backend: Send + Sync + 'static {
     /// Whether a session's backend must run on one instance at a time: a
     /// child process or an upstream session holds state that two copies
     /// would split. On a log shared by instances (Redis), the session's owner
-    /// lease ([`Log::claim`](mcp_resume_log::Log::claim)) then picks the
+    /// lease ([`Leases::claim`](mcp_resume_log::Leases::claim)) then picks the
     /// instance that runs it, and the others forward the session's client
     /// messages to that one through the log (docs/protocol.md 3.4). An
     /// in-process handler restored from the stored `initialize` params can

@@ -6,7 +6,7 @@
 //! handler that awaits it runs on one. And a session whose backend is
 //! [exclusive](crate::backend::Backend::exclusive) (a gateway's child
 //! process) runs on its owner only (the lease of
-//! [`Log::claim`](mcp_resume_log::Log::claim)), so every other instance
+//! [`Leases::claim`](mcp_resume_log::Leases::claim)), so every other instance
 //! forwards that session's requests and notifications too.
 //!
 //! The carrier is the log, the one thing every instance shares: the

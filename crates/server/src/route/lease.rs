@@ -2,7 +2,7 @@
 //!
 //! An [exclusive](crate::backend::Backend::exclusive) backend (a gateway's
 //! child process) runs on one instance at a time: the holder of the
-//! session's owner lease ([`Log::claim`](mcp_resume_log::Log::claim)). An
+//! session's owner lease ([`Leases::claim`](mcp_resume_log::Leases::claim)). An
 //! instance that has the session's route is its owner; one that has not
 //! claims the lease, and either wins it (and starts the backend, restored
 //! from the stored `initialize` params) or learns the owner and forwards

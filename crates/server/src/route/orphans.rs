@@ -80,7 +80,7 @@ pub(crate) async fn end_if_orphaned(
 }
 
 /// The key under which the error of orphaned call `r` of `session` is
-/// committed: the same on every instance ([`mcp_resume_log::Log::append_once`]),
+/// committed: the same on every instance ([`mcp_resume_log::EventLog::append_once`]),
 /// so instances (or a resume and the start-up sweep) that end one orphan at
 /// once commit one error. FNV-1a, stable across processes and releases.
 fn orphan_key(session: &str, r: u64) -> u64 {

@@ -68,8 +68,8 @@ impl AppState {
     }
 
     /// [`AppState::commit`] for a batch that may be retried: at most once
-    /// per `key` ([`Log::append_once`]); with `fenced`, on behalf of this
-    /// instance's lease on the session ([`Log::append_fenced`]: refused with
+    /// per `key` ([`EventLog::append_once`]); with `fenced`, on behalf of this
+    /// instance's lease on the session ([`EventLog::append_fenced`]: refused with
     /// `LeaseLost` once another instance holds it).
     pub(crate) async fn commit_once(
         &self,

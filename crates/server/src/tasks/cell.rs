@@ -2,7 +2,7 @@
 //! state (by its work on the owner, by `tasks/update`, `tasks/cancel` or
 //! the failing of a dead owner's task on any instance) reads the record,
 //! applies one transition of `fold.rs`, and writes it back only if nobody
-//! wrote in between ([`Log::swap_meta`]), else reads again. So two ends
+//! wrote in between ([`SessionRecords::swap_meta`]), else reads again. So two ends
 //! never both win, an answer is never lost to a concurrent status change,
 //! and a task's state never depends on events retention may have trimmed.
 

@@ -55,7 +55,7 @@ impl ToolContext {
 
     /// [`ToolContext::notify_session_encoded`] for a batch that may be sent
     /// again after an error: committed at most once per `key`
-    /// ([`Log::append_once`](mcp_resume_log::Log::append_once)).
+    /// ([`EventLog::append_once`](mcp_resume_log::EventLog::append_once)).
     pub async fn notify_session_once(
         &self,
         messages: Vec<bytes::Bytes>,

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use mcp_resume_log::{
-    Bounds, Event, Log, LogError, PinId, Seq, SessionInfo, StreamKey, Subscription,
+    Bounds, Event, EventLog, Leases, Log, LogError, Maintenance, PinId, Seq, SessionInfo,
+    SessionRecords, StreamKey, Subscription,
 };
 
 /// The faults, switched on and off while the test runs.
@@ -40,51 +41,19 @@ pub struct FaultyLog {
 }
 
 #[async_trait]
-impl Log for FaultyLog {
-    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        self.inner.create_session(id, meta).await
-    }
-    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
-        if self.faults.lookups_unavailable.load(Ordering::Acquire) {
-            return Err(LogError::Unavailable(
-                "redis://admin:hunter2@10.0.0.7:6379 refused".into(),
-            ));
-        }
-        self.inner.session(id).await
-    }
-    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
-        self.inner.set_meta(id, meta).await
-    }
-    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
-        self.inner.swap_meta(id, expect, meta).await
-    }
-    async fn live_sessions(&self) -> usize {
-        self.inner.live_sessions().await
-    }
-    async fn touch(&self, id: &str) -> Result<(), LogError> {
-        self.inner.touch(id).await
-    }
-    async fn end_session(&self, id: &str) -> Result<(), LogError> {
-        self.inner.end_session(id).await
-    }
+impl EventLog for FaultyLog {
     async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
         self.inner.open_request_stream(id, meta).await
     }
+
     async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
         self.inner.request_meta(id, r).await
     }
+
     async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
         self.inner.request_streams(id).await
     }
-    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
-        self.inner.session_ids().await
-    }
-    fn instance(&self) -> &str {
-        self.inner.instance()
-    }
-    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
-        self.inner.instance_alive(instance).await
-    }
+
     async fn append(
         &self,
         id: &str,
@@ -105,6 +74,7 @@ impl Log for FaultyLog {
         }
         self.inner.append(id, stream, messages).await
     }
+
     async fn read(
         &self,
         id: &str,
@@ -126,9 +96,11 @@ impl Log for FaultyLog {
         }
         Ok(events)
     }
+
     async fn bounds(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
         self.inner.bounds(id, stream).await
     }
+
     async fn subscribe(
         &self,
         id: &str,
@@ -136,6 +108,7 @@ impl Log for FaultyLog {
     ) -> Result<(Bounds, Subscription), LogError> {
         self.inner.subscribe(id, stream).await
     }
+
     async fn pin(
         &self,
         id: &str,
@@ -152,9 +125,65 @@ impl Log for FaultyLog {
         }
         self.inner.pin(id, stream, seq, ttl).await
     }
+
     async fn unpin(&self, id: &str, pin: PinId) -> Result<(), LogError> {
         self.inner.unpin(id, pin).await
     }
+}
+
+#[async_trait]
+impl SessionRecords for FaultyLog {
+    async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.inner.create_session(id, meta).await
+    }
+
+    async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {
+        if self.faults.lookups_unavailable.load(Ordering::Acquire) {
+            return Err(LogError::Unavailable(
+                "redis://admin:hunter2@10.0.0.7:6379 refused".into(),
+            ));
+        }
+        self.inner.session(id).await
+    }
+
+    async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
+        self.inner.set_meta(id, meta).await
+    }
+
+    async fn swap_meta(&self, id: &str, expect: Bytes, meta: Bytes) -> Result<bool, LogError> {
+        self.inner.swap_meta(id, expect, meta).await
+    }
+
+    async fn live_sessions(&self) -> usize {
+        self.inner.live_sessions().await
+    }
+
+    async fn touch(&self, id: &str) -> Result<(), LogError> {
+        self.inner.touch(id).await
+    }
+
+    async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        self.inner.end_session(id).await
+    }
+
+    async fn session_ids(&self) -> Result<Vec<String>, LogError> {
+        self.inner.session_ids().await
+    }
+}
+
+#[async_trait]
+impl Leases for FaultyLog {
+    fn instance(&self) -> &str {
+        self.inner.instance()
+    }
+
+    async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
+        self.inner.instance_alive(instance).await
+    }
+}
+
+#[async_trait]
+impl Maintenance for FaultyLog {
     async fn maintain(
         &self,
         idle: Duration,
@@ -162,6 +191,7 @@ impl Log for FaultyLog {
     ) -> Result<Vec<String>, LogError> {
         self.inner.maintain(idle, tombstone_ttl).await
     }
+
     async fn close(&self) -> Result<(), LogError> {
         self.inner.close().await
     }
