@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::listen::ConnLimits;
+use crate::accept::ConnLimits;
 
 /// Server settings; `Default` gives the docs/protocol.md defaults.
 ///

@@ -4,7 +4,7 @@
 //! What a library user needs is exported, nothing else: [`McpServer`] (the
 //! routes, maintenance and a clean shutdown), [`ServerConfig`], the tool API
 //! ([`tools`]; [`demo`] is one user of it), the [`backend`] seam, [`auth`]
-//! and [`listen`]. Inside, dependencies point one way: `http` (`POST`/`GET`/
+//! and [`accept`]. Inside, dependencies point one way: `http` (`POST`/`GET`/
 //! `DELETE` on the base path, the WebSocket upgrade `http/ws.rs`) and `sse`
 //! (the replay-then-live reader) over `route` (each session's route to its
 //! backend, the commit queue, the server's shared state, the orphan sweep)
@@ -35,7 +35,7 @@ pub mod demo;
 mod error;
 mod http;
 mod jsonrpc;
-pub mod listen;
+pub mod accept;
 mod mcp;
 mod metrics;
 mod route;
@@ -55,7 +55,7 @@ use tokio::sync::{watch, Mutex};
 
 pub use config::ServerConfig;
 pub use error::ApiError;
-pub use listen::{tls_config, ConnLimits, ListenError};
+pub use accept::{tls_config, ConnLimits, ListenError};
 use route::state::AppState;
 pub use tools::{ToolContext, ToolError, ToolRegistry};
 
@@ -269,7 +269,7 @@ impl McpServer {
         let maintenance = self.spawn_maintenance();
         let stop = self.stop.clone();
         let config = &self.state.config;
-        listen::serve(
+        accept::serve(
             listener,
             app,
             config.tls.clone(),

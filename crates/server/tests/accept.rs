@@ -183,7 +183,7 @@ async fn shutdown_stops_accepting_lets_in_flight_requests_finish_and_drops_strag
     let mut limits = ConnLimits::default();
     limits.shutdown_grace = grace;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(mcp_resume_server::listen::serve(
+    let server = tokio::spawn(mcp_resume_server::accept::serve(
         listener,
         app,
         None,
