@@ -79,8 +79,9 @@ enum Cmd {
         out: Option<PathBuf>,
     },
     /// This build against a baseline binary (an older commit's `mcp-resume`),
-    /// alternating in one run: tools/call round trips/s (a) and notifications/s
-    /// to one SSE reader (b), with the ratio this/baseline.
+    /// alternating in one run: tools/call round trips/s (a), notifications/s
+    /// to one SSE reader (b) and RSS per idle session with a GET stream (c),
+    /// with the ratio this/baseline.
     Baseline {
         /// The baseline `mcp-resume` binary.
         #[arg(long)]
@@ -97,6 +98,9 @@ enum Cmd {
         /// Notifications of (b).
         #[arg(long, default_value_t = 20_000)]
         events: usize,
+        /// Idle sessions, each with a GET stream, for RSS per session (c); 0 skips it.
+        #[arg(long, default_value_t = 1_000)]
+        idle_sessions: usize,
         /// Extra arguments for both servers' `serve` (e.g. `--bearer-token x`), space-separated.
         #[arg(long, default_value = "")]
         serve_args: String,
@@ -310,6 +314,7 @@ async fn main() {
             duration,
             conns,
             events,
+            idle_sessions,
             serve_args,
             out,
         } => {
@@ -319,6 +324,7 @@ async fn main() {
                 duration,
                 conns,
                 events,
+                idle_sessions,
                 serve_args,
                 out,
             )

@@ -27,6 +27,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod accept;
 pub mod auth;
 pub mod backend;
 mod config;
@@ -35,7 +36,6 @@ pub mod demo;
 mod error;
 mod http;
 mod jsonrpc;
-pub mod accept;
 mod mcp;
 mod metrics;
 mod route;
@@ -53,9 +53,9 @@ use axum::Router;
 use mcp_resume_log::Log;
 use tokio::sync::{watch, Mutex};
 
+pub use accept::{tls_config, ConnLimits, ListenError};
 pub use config::ServerConfig;
 pub use error::ApiError;
-pub use accept::{tls_config, ConnLimits, ListenError};
 use route::state::AppState;
 pub use tools::{ToolContext, ToolError, ToolRegistry};
 

@@ -47,6 +47,14 @@ fn tools() -> ToolRegistry {
         )
 }
 
+/// A server of [`tools`] on a memory log, and one initialized session.
+async fn started() -> (TestServer, String) {
+    let log = Arc::new(MemoryLog::default());
+    let s = TestServer::start_full(log, tools(), ServerConfig::default()).await;
+    let sid = s.init().await;
+    (s, sid)
+}
+
 fn call(id: u64, tool: &str) -> Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":{}}})
 }
@@ -56,13 +64,7 @@ fn call(id: u64, tool: &str) -> Value {
 /// registered would be refused as "already in flight").
 #[tokio::test]
 async fn a_call_whose_client_hung_up_leaves_nothing_in_flight() {
-    let s = TestServer::start_full(
-        Arc::new(MemoryLog::default()),
-        tools(),
-        ServerConfig::default(),
-    )
-    .await;
-    let sid = s.init().await;
+    let (s, sid) = started().await;
     let hasty = reqwest::Client::builder()
         .timeout(Duration::from_millis(300))
         .build()
@@ -120,17 +122,11 @@ async fn a_session_recorded_without_its_initialize_params_is_still_served() {
     );
 }
 
-/// A tool's notifications are in the log before its answer reaches the
-/// client, on the JSON answer and on the WebSocket alike.
+/// A tool's notifications are in the log before its JSON answer reaches the
+/// client.
 #[tokio::test]
 async fn a_tools_notifications_are_committed_before_its_answer_is_seen() {
-    let s = TestServer::start_full(
-        Arc::new(MemoryLog::default()),
-        tools(),
-        ServerConfig::default(),
-    )
-    .await;
-    let sid = s.init().await;
+    let (s, sid) = started().await;
     for round in 1..=20u64 {
         let r: Value = s
             .post(Some(&sid), call(round, "notes"))

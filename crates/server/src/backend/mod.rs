@@ -132,6 +132,13 @@ pub trait BackendSession: Send + Sync {
         self.deliver(message).map(|()| None)
     }
 
+    /// Whether the backend runs work for the session that the transport
+    /// cannot see in its routing table (a tool's background task, which
+    /// sends after its call answered): a busy session is not parked.
+    fn busy(&self) -> bool {
+        false
+    }
+
     /// Ends the session's backend: running handlers are cancelled.
     fn close(&self);
 }

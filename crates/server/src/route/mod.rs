@@ -221,7 +221,11 @@ impl Routes {
             .iter()
             .map(|(id, r)| {
                 let unused = r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
-                (id.clone(), r.lock_table().idle(), unused)
+                (
+                    id.clone(),
+                    r.lock_table().idle() && !r.backend.busy(),
+                    unused,
+                )
             })
             .collect();
         for (id, idle, unused) in routes {

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard};
-use std::time::Duration;
 
 use futures_util::FutureExt;
 use mcp_resume_log::{Log, LogError};
@@ -105,12 +104,6 @@ impl Backend for ToolsBackend {
         }))
     }
 
-    /// Never parked: a tool's background work (`emit`) sends after its call
-    /// answered, and a route costs little.
-    fn park_after(&self) -> Option<Duration> {
-        None
-    }
-
     fn listen_anywhere(&self) -> bool {
         true
     }
@@ -188,6 +181,12 @@ impl BackendSession for ToolsSession {
                     .await;
             }
         })))
+    }
+
+    /// A tool's background work (`emit`) sends after its call answered:
+    /// the session is not parked while any runs.
+    fn busy(&self) -> bool {
+        self.shared.background().contains_key(&self.session)
     }
 
     fn close(&self) {
