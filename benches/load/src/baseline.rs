@@ -6,17 +6,29 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Runs `rounds` alternating rounds and prints (and writes to `out`) the table.
-pub async fn run(
-    baseline_bin: PathBuf,
-    rounds: usize,
-    duration: u64,
-    conns: usize,
-    events: usize,
-    idle_sessions: usize,
-    serve_args: String,
-    out: Option<PathBuf>,
-) {
+/// What one A/B run measures, and how much.
+pub struct Workloads {
+    /// Rounds; each runs both binaries once, in alternating order.
+    pub rounds: usize,
+    /// Seconds of tools/call per run.
+    pub duration: u64,
+    /// Connections of tools/call.
+    pub conns: usize,
+    /// Notifications delivered to one SSE reader.
+    pub events: usize,
+    /// Idle sessions with a GET stream, for RSS per session (0: skipped).
+    pub idle_sessions: usize,
+}
+
+/// Runs the alternating rounds and prints (and writes to `out`) the table.
+pub async fn run(baseline_bin: PathBuf, w: Workloads, serve_args: String, out: Option<PathBuf>) {
+    let Workloads {
+        rounds,
+        duration,
+        conns,
+        events,
+        idle_sessions,
+    } = w;
     let this = crate::servers::our_binary();
     let extra: Vec<&str> = serve_args.split_whitespace().collect();
     let mut rps = [Vec::new(), Vec::new()];

@@ -318,17 +318,14 @@ async fn main() {
             serve_args,
             out,
         } => {
-            baseline::run(
-                baseline_bin,
+            let w = baseline::Workloads {
                 rounds,
                 duration,
                 conns,
                 events,
                 idle_sessions,
-                serve_args,
-                out,
-            )
-            .await
+            };
+            baseline::run(baseline_bin, w, serve_args, out).await
         }
         Cmd::Compare {
             duration,

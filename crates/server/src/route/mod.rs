@@ -48,6 +48,8 @@ pub(crate) fn asker(wire: &str) -> Option<&str> {
 }
 /// Most queued messages committed in one pass.
 const BATCH: usize = 256;
+/// Room kept for queued messages between passes.
+const IDLE_ROOM: usize = 4;
 
 /// The routes of the sessions live on this instance.
 #[derive(Default)]
@@ -317,7 +319,9 @@ impl SessionRoute {
 }
 
 /// Commits what a session's backend sends, in order, until the backend
-/// stops; then answers every call still in flight with an error.
+/// stops; then answers every call still in flight with an error. Every
+/// session has one, idle most of the time: what it awaits (a commit and its
+/// retries, a stream's opening) is boxed, so the task itself stays small.
 async fn commit_loop(
     state: AppState,
     session: String,
@@ -326,7 +330,9 @@ async fn commit_loop(
     pending: Arc<Pending>,
     epoch: Option<u64>,
 ) {
-    let mut queued = Vec::with_capacity(BATCH);
+    // Grown by a burst and shrunk after it: an idle session's route holds
+    // no room for a batch (every session has a route).
+    let mut queued = Vec::new();
     let mut ended = false;
     let mut lease_lost = false;
     let fenced = epoch.is_some();
@@ -366,11 +372,12 @@ async fn commit_loop(
                     done,
                 } => {
                     // After everything queued before it, in one append.
-                    lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
+                    lease_lost |=
+                        Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
                     let committed = if lease_lost {
                         Err(LogError::LeaseLost(session.clone()))
                     } else {
-                        commit::encoded(&state, &session, messages, key, fenced).await
+                        Box::pin(commit::encoded(&state, &session, messages, key, fenced)).await
                     };
                     lease_lost |= matches!(committed, Err(LogError::LeaseLost(_)));
                     let _ = done.send(committed);
@@ -402,7 +409,7 @@ async fn commit_loop(
             // backend sent before it is committed: a client never reads a
             // response before the notifications its call sent first.
             if matches!(routed, Routed::Answer(..) | Routed::AnswerLazy(..)) && !runs.is_empty() {
-                lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
+                lease_lost |= Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
             }
             match routed {
                 Routed::Commit(k, m) => push(&mut runs, k, &m),
@@ -413,8 +420,9 @@ async fn commit_loop(
                     let _ = tx.send(Answer::Json(m));
                 }
                 Routed::Open { call, message } => {
-                    lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
-                    let k = open_lazy(&state, &session, &table, &call).await;
+                    lease_lost |=
+                        Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
+                    let k = Box::pin(open_lazy(&state, &session, &table, &call)).await;
                     push(&mut runs, k, &message);
                 }
                 Routed::Drop(m) => {
@@ -422,7 +430,7 @@ async fn commit_loop(
                 }
             }
         }
-        lease_lost |= flush(&state, &session, &mut runs, &pending, fenced).await;
+        lease_lost |= Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
         pending.done(messages);
         pending.handled(taken);
         for ack in flushes {
@@ -435,6 +443,7 @@ async fn commit_loop(
         if lease_lost {
             break;
         }
+        queued.shrink_to(IDLE_ROOM);
         if let Some(why) = end {
             tracing::warn!(%session, "the session's backend ended it: {why}");
             ended = true;
@@ -467,7 +476,7 @@ async fn commit_loop(
     for (id, dest) in in_flight {
         let reply =
             jsonrpc::error_with_data(&id, jsonrpc::INTERNAL_ERROR, why, json!({"reason": reason}));
-        answer(&state, &session, dest, reply).await;
+        Box::pin(answer(&state, &session, dest, reply)).await;
     }
     if lease_lost {
         state.routes.close_if(&session, &table);
