@@ -31,11 +31,10 @@ use bytes::Bytes;
 use fjall::{Database, KeyspaceCreateOptions};
 use tokio::sync::oneshot;
 
-use crate::hub::{lock, Cached, Hub};
-use crate::types::now_ms;
+use crate::hub::{Cached, Hub};
 use crate::{
-    Bounds, Event, EventLog, Leases, LogError, Maintenance, PinId, Retention, Seq, SessionInfo,
-    SessionRecords, StreamKey, Subscription,
+    Bounds, Event, EventLog, Leases, LogError, PinId, Retention, Seq, SessionInfo, SessionRecords,
+    StreamKey, Subscription,
 };
 
 mod batch;
@@ -43,6 +42,7 @@ mod check;
 mod commit;
 mod damage;
 mod heads;
+mod maintain;
 mod pins;
 mod store;
 
@@ -443,64 +443,5 @@ impl Leases for DiskLog {
 
     async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
         Ok(instance == self.instance)
-    }
-}
-
-#[async_trait]
-impl Maintenance for DiskLog {
-    async fn maintain(
-        &self,
-        idle: Duration,
-        tombstone_ttl: Duration,
-    ) -> Result<Vec<String>, LogError> {
-        let cutoff = now_ms().saturating_sub(self.hub.retention.max_age.as_millis() as u64);
-        for (id, cell) in self.hub.live_cells() {
-            let keys: Vec<StreamKey> = lock(&cell)
-                .streams
-                .keys()
-                .map(|n| StreamKey::from_number(*n))
-                .collect();
-            for key in keys {
-                let Ok(b) = self.hub.bounds(&id, key) else {
-                    continue;
-                };
-                let floor = match crate::retention::first_young(self, &id, key, b, cutoff).await {
-                    Ok(floor) => floor,
-                    Err(e) => {
-                        tracing::warn!(session = %id, stream = key.number(), error = %e,
-                            "age retention skipped a stream it could not read");
-                        continue;
-                    }
-                };
-                if floor > b.floor {
-                    self.submit(|reply| Op::Trim {
-                        id: id.clone(),
-                        stream: key,
-                        floor,
-                        reply,
-                    })
-                    .await?;
-                }
-            }
-        }
-        self.hub.retire_emptied();
-        let idle_ids = self.hub.idle_sessions(idle);
-        for id in &idle_ids {
-            let _ = self.end_session(id).await;
-        }
-        let expired = self.hub.expired_tombstones(tombstone_ttl);
-        for ids in expired.chunks(1024) {
-            self.submit(|reply| Op::Forget {
-                ids: ids.to_vec(),
-                reply,
-            })
-            .await?;
-        }
-        Ok(idle_ids)
-    }
-
-    async fn close(&self) -> Result<(), LogError> {
-        self.hub.close_all();
-        Ok(())
     }
 }

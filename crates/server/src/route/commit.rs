@@ -1,13 +1,20 @@
 //! A route's commits: runs of messages bound for one stream, each committed
 //! in one append (fenced by the lease for an exclusive backend), retried
 //! under one key while the log is unavailable, and a call's answer replaced
-//! by an error past the reply deadline (`crate::route::reply`).
+//! by an error past the reply deadline (`crate::route::reply`); and the
+//! loop that takes what a backend sent, in order, and commits it.
+
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use mcp_resume_log::{LogError, Seq, StreamKey};
-use serde_json::Value;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
 
+use super::table::{Answer, Dest, Routed, Table};
+use super::{inbox, lapsed, streams, BATCH, IDLE_ROOM};
 use crate::backend::{Pending, Queued};
+use crate::jsonrpc;
 use crate::route::state::AppState;
 
 /// Messages bound for one stream, committed in one append.
@@ -76,5 +83,226 @@ pub(super) async fn encoded(
             let k = StreamKey::Session;
             state.commit_once(session, k, messages, key, fenced).await
         }
+    }
+}
+
+/// Commits what a session's backend sends, in order, until the backend
+/// stops; then answers every call still in flight with an error. Every
+/// session has one, idle most of the time: what it awaits (a commit and its
+/// retries, a stream's opening) is boxed, so the task itself stays small.
+pub(super) async fn commit_loop(
+    state: AppState,
+    session: String,
+    table: Arc<Mutex<Table>>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+    pending: Arc<Pending>,
+    epoch: Option<u64>,
+) {
+    // Grown by a burst and shrunk after it: an idle session's route holds
+    // no room for a batch (every session has a route).
+    let mut queued = Vec::new();
+    let mut ended = false;
+    let mut lease_lost = false;
+    let fenced = epoch.is_some();
+    while rx.recv_many(&mut queued, BATCH).await > 0 {
+        let taken = queued.len();
+        if lapsed(epoch, &*state.log) {
+            // Another instance may run the session now: nothing more from
+            // this backend is committed, and it stops.
+            tracing::warn!(%session, dropped = queued.len(), "the session's lease lapsed here; what its backend sent since is not committed");
+            pending.done(count_messages(&queued));
+            pending.handled(taken);
+            queued.clear();
+            lease_lost = true;
+            break;
+        }
+        // Route each message (under the lock, no I/O) and commit runs bound
+        // for one stream together, in order; a lazy call's first related
+        // message first commits what came before, then opens its stream.
+        let mut runs: Vec<Run> = Vec::new();
+        let mut end = None;
+        let mut flushes = Vec::new();
+        let mut messages = 0;
+        for q in queued.drain(..) {
+            let out = match q {
+                Queued::Message(out) => out,
+                Queued::Flush(ack) => {
+                    flushes.push(ack);
+                    continue;
+                }
+                Queued::EndSession(why) => {
+                    end = Some(why);
+                    continue;
+                }
+                Queued::Encoded {
+                    messages,
+                    key,
+                    done,
+                } => {
+                    // After everything queued before it, in one append.
+                    lease_lost |=
+                        Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
+                    let committed = if lease_lost {
+                        Err(LogError::LeaseLost(session.clone()))
+                    } else {
+                        Box::pin(encoded(&state, &session, messages, key, fenced)).await
+                    };
+                    lease_lost |= matches!(committed, Err(LogError::LeaseLost(_)));
+                    let _ = done.send(committed);
+                    continue;
+                }
+            };
+            messages += 1;
+            let (routed, watch) = {
+                let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+                let routed = t.route(out);
+                let watch = t.asking() && !t.watching;
+                t.watching |= watch;
+                (routed, watch)
+            };
+            if watch {
+                // Answers forwarded from other instances open request
+                // streams after this count: taken before the request is
+                // committed, so none can come earlier.
+                let seen = state.log.request_streams(&session).await.unwrap_or(0);
+                tokio::spawn(inbox::watch(
+                    state.clone(),
+                    session.clone(),
+                    seen,
+                    false,
+                    None,
+                ));
+            }
+            // An answer handed to a waiting POST goes out only after what the
+            // backend sent before it is committed: a client never reads a
+            // response before the notifications its call sent first.
+            if matches!(routed, Routed::Answer(..) | Routed::AnswerLazy(..)) && !runs.is_empty() {
+                lease_lost |= Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
+            }
+            match routed {
+                Routed::Commit(k, m) => push(&mut runs, k, &m),
+                Routed::Answer(tx, m) => {
+                    let _ = tx.send(m);
+                }
+                Routed::AnswerLazy(tx, m) => {
+                    let _ = tx.send(Answer::Json(m));
+                }
+                Routed::Open { call, message } => {
+                    lease_lost |=
+                        Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
+                    let k = Box::pin(open_lazy(&state, &session, &table, &call)).await;
+                    push(&mut runs, k, &message);
+                }
+                Routed::Drop(m) => {
+                    tracing::debug!(%session, id = %m["id"], "a response nothing waits for (its call was cancelled) is dropped");
+                }
+            }
+        }
+        lease_lost |= Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
+        pending.done(messages);
+        pending.handled(taken);
+        for ack in flushes {
+            let _ = ack.send(if lease_lost {
+                Err(LogError::LeaseLost(session.clone()))
+            } else {
+                Ok(())
+            });
+        }
+        if lease_lost {
+            break;
+        }
+        queued.shrink_to(IDLE_ROOM);
+        if let Some(why) = end {
+            tracing::warn!(%session, "the session's backend ended it: {why}");
+            ended = true;
+            break;
+        }
+    }
+    // Nothing more is taken: senders waiting for room learn it now.
+    rx.close();
+    let mut rest = Vec::new();
+    while let Ok(q) = rx.try_recv() {
+        rest.push(q);
+    }
+    pending.done(count_messages(&rest));
+    pending.close();
+    // The backend stopped (closed, parked, or its task ended) or its lease
+    // lapsed: nothing will answer what is in flight, so the transport does.
+    let lease_lost = lease_lost || lapsed(epoch, &*state.log);
+    let (why, reason) = if lease_lost {
+        (
+            "this instance lost the session's lease while this call ran (it was stalled); it may be retried",
+            "lease-lost",
+        )
+    } else {
+        (
+            "the session's backend stopped while this call ran; it may be retried",
+            "backend-stopped",
+        )
+    };
+    let in_flight = table.lock().unwrap_or_else(|e| e.into_inner()).drain();
+    for (id, dest) in in_flight {
+        let reply =
+            jsonrpc::error_with_data(&id, jsonrpc::INTERNAL_ERROR, why, json!({"reason": reason}));
+        Box::pin(answer(&state, &session, dest, reply)).await;
+    }
+    if lease_lost {
+        state.routes.close_if(&session, &table);
+    }
+    if ended {
+        if let Err(e) = state.log.end_session(&session).await {
+            tracing::warn!(%session, error = %e, "could not end the session");
+        }
+    }
+    // If its backend ended by itself, the route is still listed: unlist it
+    // (not a newer one), so that the next message starts a new backend.
+    let mut map = state.routes.lock();
+    if map
+        .get(&session)
+        .is_some_and(|r| Arc::ptr_eq(&r.table, &table))
+    {
+        map.remove(&session);
+    }
+}
+
+/// Opens the request stream of lazy call `call` (its key) and tells the
+/// POST that waits to read it; the stream its messages go to (the session
+/// stream if it cannot be opened).
+async fn open_lazy(state: &AppState, session: &str, table: &Mutex<Table>, call: &str) -> StreamKey {
+    let id: Value = serde_json::from_str(call).unwrap_or(Value::Null);
+    match streams::open_call_stream(state, session, &id).await {
+        Ok((k, head, sub)) => {
+            let tx = table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .opened(call, k);
+            if let Some(tx) = tx {
+                // A POST that is gone leaves the stream resumable anyway.
+                let _ = tx.send(Answer::Stream {
+                    stream: k,
+                    head,
+                    sub,
+                });
+            }
+            k
+        }
+        Err(e) => {
+            tracing::warn!(%session, error = %e, "could not open a call's request stream; its messages go to the session stream");
+            StreamKey::Session
+        }
+    }
+}
+
+/// Delivers an answer the transport itself gives to a call: to the waiting
+/// POST, or committed to its stream.
+pub(crate) async fn answer(state: &AppState, session: &str, dest: Dest, reply: Value) {
+    match dest {
+        Dest::Json(tx) => {
+            let _ = tx.send(reply);
+        }
+        Dest::Lazy(tx) => {
+            let _ = tx.send(Answer::Json(reply));
+        }
+        Dest::Stream(k) => crate::route::reply::commit_response(state, session, k, &reply).await,
     }
 }
