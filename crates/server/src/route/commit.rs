@@ -211,7 +211,10 @@ pub(super) async fn commit_loop(
         if lease_lost {
             break;
         }
-        queued.shrink_to(IDLE_ROOM);
+        if rx.is_empty() {
+            // Idle again: give back the room a burst took.
+            queued.shrink_to(IDLE_ROOM);
+        }
         if let Some(why) = end {
             tracing::warn!(%session, "the session's backend ended it: {why}");
             ended = true;

@@ -156,11 +156,10 @@ impl BackendSession for ToolsSession {
             session: self.session.clone(),
             outbox: self.outbox.clone(),
             progress_token: params.pointer("/_meta/progressToken").cloned(),
-            call: Some(id.clone()),
+            call: id.clone(),
             cancel: self.cancel.clone(),
         };
         let first = method == "initialize" && !self.initialized.swap(true, Ordering::AcqRel);
-        let cancel = self.cancel.clone();
         Ok(Some(Box::pin(async move {
             let work = AssertUnwindSafe(answer(&ctx, &id, &method, params, first)).catch_unwind();
             let reply = tokio::select! {
@@ -168,7 +167,7 @@ impl BackendSession for ToolsSession {
                     tracing::error!(session = %ctx.session, %id, "a tool's handler failed without answering");
                     Some(jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried"))
                 }),
-                _ = cancel.cancelled() => None,
+                _ = ctx.cancel.cancelled() => None,
             };
             if let Some(message) = reply {
                 // An error means the route has ended: it answers what is in flight.

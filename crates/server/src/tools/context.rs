@@ -22,7 +22,7 @@ pub struct ToolContext {
     pub(super) outbox: Outbox,
     pub(super) progress_token: Option<Value>,
     /// The call this context serves: its notifications travel with it.
-    pub(super) call: Option<Value>,
+    pub(super) call: Value,
     /// Cancelled when the session's route closes (the session ended, the
     /// server stops): the tool's work, background included, stops then.
     pub(super) cancel: tokio_util::sync::CancellationToken,
@@ -77,7 +77,7 @@ impl ToolContext {
             params["total"] = json!(t);
         }
         let message = jsonrpc::notification("notifications/progress", params);
-        let related = self.call.clone();
+        let related = Some(self.call.clone());
         Ok(self.outbox.send(Outbound { message, related }).await?)
     }
 
