@@ -1,6 +1,9 @@
 """A stdio MCP server built with the official Python SDK (its MCPServer), for
-the gateway tests: a tool, a tool that logs, a slow tool, a tool that kills
-its process, a tool that names its process, a resource and a prompt.
+the gateway tests: a tool, a tool that logs, a tool that numbers its
+progress, a slow tool, a tool that kills
+its process, a tool that names its process, a counter kept by the process
+(how `mcp-resume chaos --gateway` sees two children serve one session), a
+resource and a prompt.
 
     python stdio_server.py      # speaks MCP on stdin/stdout
 """
@@ -28,6 +31,15 @@ async def count(n: int, ctx: Context) -> str:
 
 
 @server.tool()
+async def progress(n: int, ctx: Context) -> str:
+    """Reports progress `1..=n` of `n` to the caller's progress token, then
+    answers `counted n` (what `mcp-resume chaos --gateway` numbers)."""
+    for i in range(1, n + 1):
+        await ctx.report_progress(i, n, f"step {i} of {n}")
+    return f"counted {n}"
+
+
+@server.tool()
 async def wait(seconds: float) -> str:
     """Answers after `seconds`."""
     await anyio.sleep(seconds)
@@ -38,6 +50,18 @@ async def wait(seconds: float) -> str:
 def pid() -> int:
     """This process's id: which child answers."""
     return os.getpid()
+
+
+_ticks = 0
+
+
+@server.tool()
+def tick() -> str:
+    """`PID N`: this process's id and how many times it was asked, its own
+    state (a session served by two processes shows two counters)."""
+    global _ticks
+    _ticks += 1
+    return f"{os.getpid()} {_ticks}"
 
 
 @server.tool()

@@ -16,8 +16,14 @@
 //! what the server under test reads back (see `accounting`). Loud failures
 //! (409, 426, close codes) are counted apart; they are allowed. Every
 //! iteration is counted: judged in full, ended loudly, or a harness error.
+//!
+//! The gateway mode (`--gateway -- CMD`) is the deployed path: gateways on
+//! one store in front of a stdio server, judged per call against the
+//! child's own numbering and per session against its own state (see
+//! `gateway`).
 
 mod accounting;
+mod gateway;
 mod iteration;
 mod reader;
 mod report;
@@ -38,7 +44,9 @@ mcp-resume chaos --spawn --compare-legacy --report chaos.json --chart chaos.svg\
 mcp-resume chaos http://127.0.0.1:8080/mcp --iterations 1000 --seed 7\n  \
 mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n  \
 mcp-resume chaos --spawn --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001 --redis-replicas 1 --instances 3\n  \
-mcp-resume chaos --spawn --sse-only --spawn-rmcp target/release/examples/rmcp_durable\n\n\
+mcp-resume chaos --spawn --sse-only --spawn-rmcp target/release/examples/rmcp_durable\n  \
+mcp-resume chaos --gateway --store redis://127.0.0.1:6379/0 --instances 2 --iterations 500 \\\n    \
+-- interop/python/.venv/bin/python interop/python/stdio_server.py\n\n\
 Exit codes: 0 every judged mode (safe, and rmcp when run; not legacy) judged every iteration\n\
 (no harness error) and found no silent gap, duplicate, reorder or mismatch; 1 otherwise, or an\n\
 error; 2 bad usage.")]
@@ -62,7 +70,7 @@ pub struct ChaosArgs {
     /// The store of the spawned servers, passed to `serve --store`
     /// (default: the disk log in a temporary directory). `redis://HOST:PORT/DB`
     /// lets several instances serve one session (see --instances).
-    #[arg(long, value_name = "STORE", requires = "spawn")]
+    #[arg(long, value_name = "STORE")]
     store: Option<String>,
 
     /// Passed to the spawned servers' `serve --redis-replicas`: with a
@@ -74,7 +82,7 @@ pub struct ChaosArgs {
     /// than one). Each iteration spreads its POSTs, its sibling reader, its
     /// reads, upgrades and resumes over them at random, and the kill fault
     /// kills one of them: the failover case.
-    #[arg(long, default_value_t = 1, requires = "spawn")]
+    #[arg(long, default_value_t = 1)]
     instances: usize,
 
     /// Readers never upgrade to WebSocket: every read, drop and resume is over SSE.
@@ -126,12 +134,54 @@ pub struct ChaosArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+
+    /// Test the gateway instead: spawn `mcp-resume gateway -- CMD`
+    /// (--instances of them, on --store) and make --iterations `progress`
+    /// calls through them in sessions, with kill -9, freezes past the lease
+    /// (SIGSTOP, SIGCONT) and client cuts resumed on any instance. CMD must
+    /// offer the tools of interop/python/stdio_server.py: `progress {n}`
+    /// (reports progress 1..=n to the call's progress token, answers
+    /// `counted n`) and `tick` (answers `PID N`, its process id and a
+    /// counter of its own). Fails on any silent gap,
+    /// duplicate, hang, or session served by two processes.
+    #[arg(long, requires = "command", conflicts_with_all = ["url", "spawn", "compare_legacy", "legacy_url", "rmcp_url", "spawn_rmcp", "sse_only", "listen_streams"])]
+    gateway: bool,
+
+    /// --gateway: `progress` calls per session (each followed by a `tick`).
+    #[arg(long, default_value_t = 5, requires = "gateway")]
+    calls_per_session: usize,
+
+    /// --gateway: seconds an instance stays frozen; past the 10 s lease by default.
+    #[arg(long, default_value_t = 12, requires = "gateway")]
+    freeze_secs: u64,
+
+    /// --gateway: seconds between faults (each a kill -9 and restart, or a
+    /// freeze, of an instance picked at random); 0 for none.
+    #[arg(long, default_value_t = 5, requires = "gateway")]
+    fault_every_secs: u64,
+
+    /// --gateway: a call with no end after this many seconds is hung.
+    #[arg(long, default_value_t = 60, requires = "gateway")]
+    call_bound_secs: u64,
+
+    /// --gateway: the MCP server (stdio) behind the gateways, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
 }
 
 /// Runs the experiment.
 pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
+    if args.gateway {
+        return chaos_gateway(&args).await;
+    }
+    if !args.command.is_empty() {
+        return Err("a command after -- is for --gateway".into());
+    }
     if args.url.is_some() == args.spawn {
         return Err("give either a URL or --spawn".into());
+    }
+    if !args.spawn && (args.store.is_some() || args.instances > 1) {
+        return Err("--store and --instances are for --spawn or --gateway".into());
     }
     let opts = run::Options {
         iterations: args.iterations,
@@ -152,18 +202,7 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
         sse_only: args.sse_only,
         listen: args.listen_streams,
     };
-    if args.instances > 1
-        && !args
-            .store
-            .as_deref()
-            .is_some_and(|s| s.starts_with("redis://") || s.starts_with("redis-cluster://"))
-    {
-        return Err(
-            "--instances above 1 needs a shared store: --store redis://HOST:PORT/DB \
-             or redis-cluster://HOST:PORT,..."
-                .into(),
-        );
-    }
+    shared_store(&args)?;
     let spawn = |legacy| {
         target::Target::spawn(&target::SpawnOptions {
             legacy,
@@ -218,4 +257,65 @@ pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `--instances` above 1 needs a store the instances share.
+fn shared_store(args: &ChaosArgs) -> Result<(), String> {
+    let shared = args
+        .store
+        .as_deref()
+        .is_some_and(|s| s.starts_with("redis://") || s.starts_with("redis-cluster://"));
+    if args.instances > 1 && !shared {
+        return Err(
+            "--instances above 1 needs a shared store: --store redis://HOST:PORT/DB \
+             or redis-cluster://HOST:PORT,..."
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The gateway mode: its own run, table, report and verdict.
+async fn chaos_gateway(args: &ChaosArgs) -> Result<ExitCode, String> {
+    shared_store(args)?;
+    let target =
+        target::Target::spawn_gateway(args.store.as_deref(), args.instances.max(1), &args.command)?;
+    let opts = gateway::Options {
+        calls: args.iterations,
+        calls_per_session: args.calls_per_session,
+        parallel: args.parallel.max(1),
+        seed: args.seed,
+        max: Duration::from_secs(args.max_secs),
+        freeze: Duration::from_secs(args.freeze_secs),
+        fault_every: Duration::from_secs(args.fault_every_secs),
+        bound: Duration::from_secs(args.call_bound_secs),
+        quiet: args.quiet,
+    };
+    let tally = gateway::run(target, &opts).await?;
+    gateway::print_table(&tally);
+    if let Some(p) = &args.report {
+        let about = serde_json::json!({
+            "seed": args.seed,
+            "store": args.store.as_deref().unwrap_or("disk"),
+            "instances": args.instances,
+            "command": args.command,
+            "calls_asked": args.iterations,
+            "calls_per_session": args.calls_per_session,
+            "parallel": args.parallel,
+            "freeze_secs": args.freeze_secs,
+            "fault_every_secs": args.fault_every_secs,
+            "call_bound_secs": args.call_bound_secs,
+        });
+        gateway::write_json(p, &tally, about)
+            .map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    let failures = tally.failures();
+    if failures.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "mcp-resume chaos: the gateway mode fails: {}",
+        failures.join(", ")
+    );
+    Ok(ExitCode::FAILURE)
 }

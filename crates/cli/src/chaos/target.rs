@@ -68,6 +68,13 @@ enum Server {
     },
     /// `rmcp_durable --store disk:DIR/rmcp-log`.
     Rmcp,
+    /// `mcp-resume gateway --store STORE -- CMD`.
+    Gateway {
+        /// The shared store (`None`: the disk log in the data directory).
+        store: Option<String>,
+        /// The MCP server behind it, CMD [ARGS...].
+        command: Vec<String>,
+    },
 }
 
 /// Where iterations run, and whether they may kill it.
@@ -132,10 +139,19 @@ fn start(exe: &Path, addr: &str, dir: &Path, server: &Server) -> Result<(Child, 
             let store = format!("disk:{}", dir.join("rmcp-log").display());
             cmd.args(["--listen", addr, "--store", &store]);
         }
+        Server::Gateway { store, command } => {
+            cmd.args(["gateway", "--listen", addr, "--data-dir"])
+                .arg(dir);
+            if let Some(s) = store {
+                cmd.args(["--store", s]);
+            }
+            cmd.arg("--").args(command);
+        }
     }
     let name = match server {
         Server::Serve { .. } => "serve",
         Server::Rmcp => "rmcp_durable",
+        Server::Gateway { .. } => "gateway",
     };
     let mut child = cmd
         .env("RUST_LOG", "error")
@@ -215,6 +231,50 @@ impl Target {
         }
         t.dir = Some(dir);
         Ok(t)
+    }
+
+    /// `instances` gateways (`mcp-resume gateway -- CMD`) on one store.
+    pub fn spawn_gateway(
+        store: Option<&str>,
+        instances: usize,
+        command: &[String],
+    ) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let exe = private_exe(dir.path())?;
+        let mut t = Self {
+            urls: Vec::new(),
+            spawned: Vec::new(),
+            kills: Arc::new(Kills::new(instances)),
+            server: Server::Gateway {
+                store: store.map(str::to_owned),
+                command: command.to_vec(),
+            },
+            dir: None,
+            exe,
+        };
+        for _ in 0..instances.max(1) {
+            t.start_instance(dir.path())?;
+        }
+        t.dir = Some(dir);
+        Ok(t)
+    }
+
+    /// Sends `signal` to instance `i` (`SIGSTOP` freezes it: its leases
+    /// lapse while its sockets stay open; `SIGCONT` thaws it).
+    pub fn signal(&self, i: usize, signal: libc::c_int) -> Result<(), String> {
+        let Some(s) = self.spawned.get(i) else {
+            return Ok(());
+        };
+        let pid = s.child.id() as libc::pid_t;
+        // SAFETY: kill(2) with a pid of our own child and a valid signal
+        // number reads and writes no memory of ours.
+        match unsafe { libc::kill(pid, signal) } {
+            0 => Ok(()),
+            _ => Err(format!(
+                "signal {signal} to instance {i}: {}",
+                std::io::Error::last_os_error()
+            )),
+        }
     }
 
     /// Starts one more instance on a free port.
