@@ -1,6 +1,6 @@
 """A stdio MCP server built with the official Python SDK (its MCPServer), for
 the gateway tests: a tool, a tool that logs, a tool that numbers its
-progress, a slow tool, a tool that kills
+progress, a tool that asks the client (elicitation), a slow tool, a tool that kills
 its process, a tool that names its process, a counter kept by the process
 (how `mcp-resume chaos --gateway` sees two children serve one session), a
 resource and a prompt.
@@ -12,6 +12,7 @@ import os
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
 
 server = MCPServer("python-stdio")
 
@@ -50,6 +51,20 @@ async def wait(seconds: float) -> str:
 def pid() -> int:
     """This process's id: which child answers."""
     return os.getpid()
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+@server.tool()
+async def confirm(token: str, ctx: Context) -> str:
+    """Asks the client to confirm `token` (elicitation); answers with what
+    the client said, or the action when it did not accept."""
+    got = await ctx.elicit(f"confirm {token}", Answer)
+    if got.action == "accept" and got.data is not None:
+        return got.data.answer
+    return got.action
 
 
 _ticks = 0

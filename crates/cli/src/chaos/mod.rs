@@ -141,8 +141,10 @@ pub struct ChaosArgs {
     /// (SIGSTOP, SIGCONT) and client cuts resumed on any instance. CMD must
     /// offer the tools of interop/python/stdio_server.py: `progress {n}`
     /// (reports progress 1..=n to the call's progress token, answers
-    /// `counted n`) and `tick` (answers `PID N`, its process id and a
-    /// counter of its own). Fails on any silent gap,
+    /// `counted n`), `tick` (answers `PID N`, its process id and a
+    /// counter of its own) and `confirm {token}` (asks the client with
+    /// `elicitation/create` and answers with what it said; the harness
+    /// answers on an instance picked at random). Fails on any silent gap,
     /// duplicate, hang, or session served by two processes.
     #[arg(long, requires = "command", conflicts_with_all = ["url", "spawn", "compare_legacy", "legacy_url", "rmcp_url", "spawn_rmcp", "sse_only", "listen_streams"])]
     gateway: bool,

@@ -170,6 +170,36 @@ pub async fn call(
     }
 }
 
+/// Accepts the server's elicitation request `asked` with `{"answer": with}`
+/// on an instance picked at random; a refused connection or a 503 (the
+/// answer could not be forwarded to the instance that asked) is tried again
+/// elsewhere until `deadline`, anything else is left to the call's end.
+pub async fn answer(
+    ep: &Endpoints,
+    rng: &mut Xorshift64,
+    sid: &str,
+    asked: &Value,
+    with: &str,
+    deadline: Instant,
+) {
+    let body = json!({"jsonrpc": "2.0", "id": asked["id"],
+                      "result": {"action": "accept", "content": {"answer": with}}});
+    while Instant::now() < deadline {
+        let rb = ep
+            .http
+            .post(ep.pick(rng))
+            .header(h::MCP_SESSION_ID, sid)
+            .header(h::MCP_PROTOCOL_VERSION, PROTOCOL)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        match timeout_at(deadline, rb.send()).await {
+            Ok(Ok(r)) if r.status() != 503 => return,
+            Err(_) => return,
+            _ => sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 /// The end a JSON-RPC response makes, if it is one.
 fn end_of(msg: &Value) -> Option<CallEnd> {
     if let Some(r) = msg.get("result") {

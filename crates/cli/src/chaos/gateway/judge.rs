@@ -115,6 +115,25 @@ pub fn judge_call(n: u64, steps: &[u64], end: &CallEnd) -> Verdict {
     }
 }
 
+/// Judges one `confirm {token}` call: the child asked the client once
+/// (`elicitation/create`, answered with `token` on an instance picked at
+/// random) and must answer with exactly that, or the call ends loudly.
+pub fn judge_answer(token: &str, asked: u32, end: &CallEnd) -> Verdict {
+    if asked > 1 {
+        return Verdict::Duplicate;
+    }
+    match end {
+        CallEnd::Hung => Verdict::Hung,
+        CallEnd::Result(r) if r["isError"] != Value::Bool(true) => match result_text(r) {
+            Some(t) if t == token && asked == 1 => Verdict::Complete,
+            other => Verdict::Mismatch(format!(
+                "confirm {token} answered {other:?} after {asked} requests"
+            )),
+        },
+        other => Verdict::Loud(other.loud_reason()),
+    }
+}
+
 /// One `tick` answer: the child's process id and its counter.
 pub fn parse_tick(text: &str) -> Option<(u32, u64)> {
     let (pid, n) = text.split_once(' ')?;
@@ -218,6 +237,30 @@ mod tests {
             step_of(&json!({"method": "notifications/message"}), &t),
             None
         );
+    }
+
+    #[test]
+    fn an_answer_must_come_back_once_and_unchanged() {
+        let said = |t: &str| CallEnd::Result(json!({"content": [{"type": "text", "text": t}]}));
+        assert_eq!(judge_answer("k1", 1, &said("k1")), Verdict::Complete);
+        assert!(matches!(
+            judge_answer("k1", 1, &said("k2")),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            judge_answer("k1", 1, &said("cancel")),
+            Verdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            judge_answer("k1", 0, &said("k1")),
+            Verdict::Mismatch(_)
+        ));
+        assert_eq!(judge_answer("k1", 2, &said("k1")), Verdict::Duplicate);
+        assert_eq!(judge_answer("k1", 1, &CallEnd::Hung), Verdict::Hung);
+        assert!(matches!(
+            judge_answer("k1", 1, &CallEnd::Error("lease-lost".into())),
+            Verdict::Loud(_)
+        ));
     }
 
     #[test]

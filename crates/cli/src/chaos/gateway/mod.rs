@@ -4,7 +4,9 @@
 //! MCP server over stdio, one child per session. Sessions (a few at once)
 //! each make `progress` calls, judged against the child's own numbering, and
 //! `tick` calls, which name the child's process and a counter only that
-//! process keeps. Meanwhile a fault loop kills a random instance with
+//! process keeps, and now and then `confirm`, where the child asks the
+//! client (elicitation) and the answer, POSTed to an instance picked at
+//! random, must come back unchanged. Meanwhile a fault loop kills a random instance with
 //! `kill -9` (restarted on its address and store) or freezes one with
 //! `SIGSTOP` past its lease and thaws it, and a third of the calls are cut
 //! by the client mid-stream and resumed with `Last-Event-ID` on an instance
@@ -15,6 +17,7 @@
 
 mod call;
 mod judge;
+mod listen;
 mod report;
 mod session;
 

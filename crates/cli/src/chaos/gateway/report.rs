@@ -48,7 +48,14 @@ pub struct Tally {
     pub cuts: u64,
     /// Resumes with `Last-Event-ID` (after cuts and lost connections).
     pub resumes: u64,
-    /// `tick` answers read, and those that ended loudly.
+    /// `confirm` calls (the child's elicitation answered on an instance
+    /// picked at random).
+    pub asks: usize,
+    /// Those answered with what the client said.
+    pub asks_complete: usize,
+    /// Those that ended loudly (allowed), by kind.
+    pub asks_loud: BTreeMap<String, usize>,
+    /// `tick` answers read.
     pub ticks: usize,
     /// `tick` calls that ended loudly (allowed).
     pub loud_ticks: usize,
@@ -74,13 +81,20 @@ impl Tally {
             return self.harness_error(e);
         }
         let mut bad = Vec::new();
-        for c in s.calls {
-            self.calls += 1;
+        let calls = s.calls.into_iter().map(|c| (c, false));
+        for (c, ask) in calls.chain(s.asks.into_iter().map(|c| (c, true))) {
+            if ask {
+                self.asks += 1;
+            } else {
+                self.calls += 1;
+                self.call_ms.push(c.ms);
+            }
             self.cuts += u64::from(c.cuts);
             self.resumes += u64::from(c.resumes);
-            self.call_ms.push(c.ms);
             match c.verdict {
+                Verdict::Complete if ask => self.asks_complete += 1,
                 Verdict::Complete => self.complete += 1,
+                Verdict::Loud(kind) if ask => *self.asks_loud.entry(kind).or_default() += 1,
                 Verdict::Loud(kind) => *self.loud.entry(kind).or_default() += 1,
                 Verdict::SilentGap { missing } => {
                     self.silent_gaps += 1;
@@ -192,6 +206,14 @@ pub fn print_table(t: &Tally) {
         ("foreign content", t.mismatches.to_string()),
         ("hung calls", t.hung.to_string()),
         (
+            "asks answered / loud",
+            format!(
+                "{} / {}",
+                t.asks_complete,
+                t.asks_loud.values().sum::<usize>()
+            ),
+        ),
+        (
             "ticks read (loud)",
             format!("{} ({})", t.ticks, t.loud_ticks),
         ),
@@ -216,6 +238,9 @@ pub fn print_table(t: &Tally) {
     if !t.loud.is_empty() {
         println!("loud ends: {:?}", t.loud);
     }
+    if !t.asks_loud.is_empty() {
+        println!("loud ends of asks: {:?}", t.asks_loud);
+    }
     if !t.faults.errors.is_empty() {
         println!("faults not made: {:?}", t.faults.errors);
     }
@@ -237,6 +262,9 @@ pub fn write_json(path: &Path, t: &Tally, about: serde_json::Value) -> std::io::
         "reorders": t.reorders,
         "mismatches": t.mismatches,
         "hung": t.hung,
+        "asks": t.asks,
+        "asks_complete": t.asks_complete,
+        "asks_loud": t.asks_loud,
         "ticks": t.ticks,
         "loud_ticks": t.loud_ticks,
         "forked_sessions": t.forked_sessions,

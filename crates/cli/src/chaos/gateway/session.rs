@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 use tokio::time::sleep;
 
 use super::call::{call, tool_call, Endpoints, Seen, PROTOCOL};
-use super::judge::{forked, judge_call, parse_tick, result_text, CallEnd, Verdict};
+use super::judge::{forked, judge_answer, judge_call, parse_tick, result_text, CallEnd, Verdict};
+use super::listen::{listen, Asked};
 
 /// What every session of a run shares.
 pub struct Shared {
@@ -49,6 +50,9 @@ pub struct Judged {
 pub struct SessionOutcome {
     /// Every `progress` call, judged.
     pub calls: Vec<Judged>,
+    /// Every `confirm` call (an elicitation answered on an instance picked
+    /// at random), judged.
+    pub asks: Vec<Judged>,
     /// `tick` answers read.
     pub ticks: usize,
     /// `tick` calls that ended loudly (allowed).
@@ -71,6 +75,14 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
             return out;
         }
     };
+    // The session stream, where the child's own requests arrive.
+    let asked = Asked::default();
+    let listener = tokio::spawn(listen(
+        shared.clone(),
+        Xorshift64::new(rng.next_u64()),
+        sid.clone(),
+        asked.clone(),
+    ));
     let mut ticks = Vec::new();
     let mut id = 0;
     for _ in 0..shared.calls {
@@ -94,6 +106,33 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
             resumes: seen.resumes,
             ms: started.elapsed().as_secs_f64() * 1e3,
         });
+        // A third of the time the child asks the client something.
+        if rng.range(0, 2) == 0 {
+            id += 1;
+            let token = format!("k{:x}", rng.next_u64());
+            let started = Instant::now();
+            let seen = call(
+                &shared.endpoints,
+                &mut rng,
+                &sid,
+                tool_call(id, "confirm", json!({"token": token})),
+                None,
+                shared.bound,
+            )
+            .await;
+            let n = asked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&token)
+                .copied()
+                .unwrap_or(0);
+            out.asks.push(Judged {
+                verdict: judge_answer(&token, n, &seen.end),
+                cuts: seen.cuts,
+                resumes: seen.resumes,
+                ms: started.elapsed().as_secs_f64() * 1e3,
+            });
+        }
         id += 1;
         let Seen { end, .. } = call(
             &shared.endpoints,
@@ -115,6 +154,7 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
             _ => out.loud_ticks += 1,
         }
     }
+    listener.abort();
     out.forked = forked(&ticks);
     out.two_children = settle(&shared, &ticks).await;
     end(&shared.endpoints, &mut rng, &sid).await;
@@ -125,7 +165,7 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
 /// instance while instances are down; the session id.
 async fn initialize(ep: &Endpoints, rng: &mut Xorshift64) -> Result<String, String> {
     let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": PROTOCOL, "capabilities": {},
+        "protocolVersion": PROTOCOL, "capabilities": {"elicitation": {}},
         "clientInfo": {"name": "mcp-resume-chaos", "version": env!("CARGO_PKG_VERSION")}}});
     let mut last = String::new();
     for _ in 0..20 {
