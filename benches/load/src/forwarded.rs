@@ -95,16 +95,28 @@ pub async fn run(
     rounds: usize,
     calls: usize,
     idle: usize,
+    lean_child: bool,
     out: Option<PathBuf>,
 ) {
-    let python = root.join("interop/python/.venv/bin/python");
-    let script = root.join("interop/python/stdio_server.py");
-    assert!(
-        python.exists(),
-        "the Python SDK is not installed: run scripts/test's setup (interop/python/.venv)"
-    );
-    let (python, script) = (python.display().to_string(), script.display().to_string());
-    let child = [python.as_str(), script.as_str()];
+    let (child, about) = if lean_child {
+        let me = std::env::current_exe().expect("this executable");
+        (
+            [me.display().to_string(), "stdio-child".into()],
+            "`mcp-resume-load stdio-child` (a minimal stdio MCP server)",
+        )
+    } else {
+        let python = root.join("interop/python/.venv/bin/python");
+        let script = root.join("interop/python/stdio_server.py");
+        assert!(
+            python.exists(),
+            "the Python SDK is not installed: run scripts/test's setup (interop/python/.venv)"
+        );
+        (
+            [python.display().to_string(), script.display().to_string()],
+            "the Python SDK stdio server",
+        )
+    };
+    let child = [child[0].as_str(), child[1].as_str()];
     let mut builds = vec![("this build", servers::our_binary())];
     if let Some(b) = baseline {
         builds.push(("baseline", b));
@@ -112,7 +124,7 @@ pub async fn run(
     let mut text = String::new();
     emit(
         &mut text,
-        format!("Two gateways on one Redis, the Python SDK stdio server behind them; {calls} sequential `tools/call add` through B, forwarded to A; then {idle} more idle sessions owned by A.\n"),
+        format!("Two gateways on one Redis, {about} behind them; {calls} sequential `tools/call add` through B, forwarded to A; then {idle} more idle sessions owned by A.\n"),
     );
     emit(
         &mut text,

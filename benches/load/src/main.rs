@@ -18,6 +18,7 @@ mod gateway;
 mod hosted;
 mod servers;
 mod stateless;
+mod stdio_child;
 mod workloads;
 mod ws;
 
@@ -138,10 +139,19 @@ enum Cmd {
         /// Idle sessions (each with its child) for the Redis commands/s.
         #[arg(long, default_value_t = 100)]
         idle: usize,
+        /// The child behind the gateways: this tool's own `stdio-child` (a
+        /// few MiB each, for a thousand idle sessions) instead of the
+        /// Python SDK stdio server.
+        #[arg(long)]
+        lean_child: bool,
         /// Write the table here too.
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// The leanest MCP server over stdio (`initialize`, `ping`,
+    /// `tools/list`, `tools/call add`), for the gateway benchmarks to run
+    /// by the thousand; not a benchmark itself.
+    StdioChild,
     /// MCP 2026-07-28's stateless tools/call beside the 2025 session path,
     /// alternating in one run, on the `conformance` example (both eras at one
     /// URL): round trips/s and the ratio stateless/session.
@@ -224,10 +234,20 @@ fn emit(out: &mut String, line: String) {
     let _ = writeln!(out, "{line}");
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let cli = Cli::parse();
+    // The child runs by the thousand: no async runtime, no threads.
+    if let Cmd::StdioChild = cli.cmd {
+        return stdio_child::run();
+    }
+    tokio::runtime::Runtime::new()
+        .expect("an async runtime")
+        .block_on(run(cli));
+}
+
+async fn run(cli: Cli) {
     match cli.cmd {
+        Cmd::StdioChild => unreachable!("served before the runtime starts"),
         Cmd::Stateless {
             rounds,
             duration,
@@ -262,8 +282,9 @@ async fn main() {
             rounds,
             calls,
             idle,
+            lean_child,
             out,
-        } => forwarded::run(&root(), baseline, rounds, calls, idle, out).await,
+        } => forwarded::run(&root(), baseline, rounds, calls, idle, lean_child, out).await,
         Cmd::Cross {
             probes,
             sessions,
