@@ -32,10 +32,13 @@ async def count(n: int, ctx: Context) -> str:
 
 
 @server.tool()
-async def progress(n: int, ctx: Context) -> str:
-    """Reports progress `1..=n` of `n` to the caller's progress token, then
-    answers `counted n` (what `mcp-resume chaos --gateway` numbers)."""
+async def progress(n: int, ctx: Context, interval_ms: int = 0) -> str:
+    """Reports progress `1..=n` of `n` to the caller's progress token,
+    `interval_ms` apart, then answers `counted n` (what `mcp-resume chaos
+    --gateway` numbers)."""
     for i in range(1, n + 1):
+        if i > 1 and interval_ms > 0:
+            await anyio.sleep(interval_ms / 1000)
         await ctx.report_progress(i, n, f"step {i} of {n}")
     return f"counted {n}"
 

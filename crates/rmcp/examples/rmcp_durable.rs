@@ -1,6 +1,7 @@
 //! An rmcp server (the official Rust SDK's own `StreamableHttpService`) whose
-//! events and sessions live in an mcp-resume log, with the demo tools `echo`
-//! and `emit`. Two instances on one Redis serve the same sessions.
+//! events and sessions live in an mcp-resume log, with the demo tools `echo`,
+//! `emit`, `progress` and `confirm` (what `mcp-resume chaos --hosted`
+//! judges). Two instances on one Redis serve the same sessions.
 //!
 //! With `--transport mcp-resume` the same handler runs on mcp-resume's own
 //! transport instead (`McpServer::with_backend` + `RmcpBackend`): the way to
@@ -24,9 +25,10 @@ use mcp_resume_rmcp::{DurableSessionManager, LogSessionStore};
 use mcp_resume_server::{McpServer, ServerConfig as McpConfig};
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
-        ListToolsResult, LoggingLevel, LoggingMessageNotificationParam, PaginatedRequestParams,
-        ServerCapabilities, ServerConfig, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+        ElicitationAction, ElicitationSchema, JsonObject, ListToolsResult, LoggingLevel,
+        LoggingMessageNotificationParam, PaginatedRequestParams, ProgressNotificationParam,
+        ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
     },
     service::RequestContext,
     transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService},
@@ -57,6 +59,11 @@ fn schema(v: Value) -> Arc<JsonObject> {
         Value::Object(m) => Arc::new(m),
         _ => Arc::new(JsonObject::new()),
     }
+}
+
+/// A failed send to the client, as the tool's error.
+fn internal(e: rmcp::service::ServiceError) -> ErrorData {
+    ErrorData::internal_error(e.to_string(), None)
 }
 
 fn uint(args: &JsonObject, key: &str, default: Option<u64>) -> Result<u64, ErrorData> {
@@ -92,6 +99,19 @@ impl ServerHandler for Demo {
                 schema(json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})),
             ),
             Tool::new(
+                "progress",
+                "Reports progress 1..=n to the call's progress token, `interval_ms` apart, then answers `counted n` (what `mcp-resume chaos --hosted` numbers).",
+                schema(json!({"type": "object", "properties": {
+                    "n": {"type": "integer", "minimum": 0},
+                    "interval_ms": {"type": "integer", "minimum": 0}
+                }, "required": ["n"]})),
+            ),
+            Tool::new(
+                "confirm",
+                "Asks the client to confirm `token` (elicitation, field `answer`); answers with what it said.",
+                schema(json!({"type": "object", "properties": {"token": {"type": "string"}}, "required": ["token"]})),
+            ),
+            Tool::new(
                 "emit",
                 "Sends `count` notifications/message on the session's standalone stream, `interval_ms` apart, in the background.",
                 schema(json!({"type": "object", "properties": {
@@ -116,6 +136,54 @@ impl ServerHandler for Demo {
                     .ok_or_else(|| ErrorData::invalid_params("text is required", None))?;
                 Ok(CallToolResult::success(vec![ContentBlock::text(text.to_owned())]).into())
             }
+            "progress" => {
+                let n = uint(&args, "n", None)?.min(MAX_EMIT);
+                let interval = Duration::from_millis(uint(&args, "interval_ms", Some(0))?);
+                if let Some(token) = context.meta.get_progress_token() {
+                    for i in 1..=n {
+                        if i > 1 && !interval.is_zero() {
+                            tokio::time::sleep(interval).await;
+                        }
+                        let p = ProgressNotificationParam::new(token.clone(), i as f64)
+                            .with_total(n as f64);
+                        context.peer.notify_progress(p).await.map_err(internal)?;
+                    }
+                }
+                Ok(
+                    CallToolResult::success(vec![ContentBlock::text(format!("counted {n}"))])
+                        .into(),
+                )
+            }
+            "confirm" => {
+                let token = args
+                    .get("token")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| ErrorData::invalid_params("token is required", None))?;
+                let schema = ElicitationSchema::builder()
+                    .required_string("answer")
+                    .build()
+                    .map_err(|e| ErrorData::internal_error(e, None))?;
+                let got = context
+                    .peer
+                    .create_elicitation(ElicitRequestParams::FormElicitationParams {
+                        meta: None,
+                        message: format!("confirm {token}"),
+                        requested_schema: schema,
+                    })
+                    .await
+                    .map_err(internal)?;
+                let said = match got.action {
+                    ElicitationAction::Accept => got
+                        .content
+                        .as_ref()
+                        .and_then(|c| c.get("answer"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    other => format!("{other:?}").to_lowercase(),
+                };
+                Ok(CallToolResult::success(vec![ContentBlock::text(said)]).into())
+            }
             "emit" => {
                 let count = uint(&args, "count", None)?;
                 let interval = uint(&args, "interval_ms", Some(0))?;
@@ -124,6 +192,20 @@ impl ServerHandler for Demo {
                         format!("count is limited to {MAX_EMIT}"),
                         None,
                     ));
+                }
+                // A 2026-07-28 request has no session, so no standalone
+                // stream: what emit would send in the background after its
+                // answer has nowhere to go. Say so instead of answering
+                // success and sending nothing (issue 23, item 7).
+                if context
+                    .protocol_version()
+                    .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+                {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(
+                        "emit sends on the session's standalone stream, which a MCP \
+                         2026-07-28 request does not have: call it in a 2025-11-25 session",
+                    )])
+                    .into());
                 }
                 let peer = context.peer.clone();
                 tokio::spawn(async move {

@@ -46,7 +46,8 @@ mcp-resume chaos --spawn --store redis://127.0.0.1:6379/0 --instances 3\n  \
 mcp-resume chaos --spawn --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001 --redis-replicas 1 --instances 3\n  \
 mcp-resume chaos --spawn --sse-only --spawn-rmcp target/release/examples/rmcp_durable\n  \
 mcp-resume chaos --gateway --store redis://127.0.0.1:6379/0 --instances 2 --iterations 500 \\\n    \
--- interop/python/.venv/bin/python interop/python/stdio_server.py\n\n\
+-- interop/python/.venv/bin/python interop/python/stdio_server.py\n  \
+mcp-resume chaos --hosted target/debug/examples/rmcp_durable --store redis://127.0.0.1:6379/0 --instances 2\n\n\
 Exit codes: 0 every judged mode (safe, and rmcp when run; not legacy) judged every iteration\n\
 (no harness error) and found no silent gap, duplicate, reorder or mismatch; 1 otherwise, or an\n\
 error; 2 bad usage.")]
@@ -149,21 +150,29 @@ pub struct ChaosArgs {
     #[arg(long, requires = "command", conflicts_with_all = ["url", "spawn", "compare_legacy", "legacy_url", "rmcp_url", "spawn_rmcp", "sse_only", "listen_streams"])]
     gateway: bool,
 
-    /// --gateway: `progress` calls per session (each followed by a `tick`).
-    #[arg(long, default_value_t = 5, requires = "gateway")]
+    /// Test rmcp handlers hosted on mcp-resume instead: spawn --instances
+    /// of `rmcp_durable --transport mcp-resume` (mcp-resume-rmcp's example,
+    /// at BIN) on --store and run the --gateway sessions against them
+    /// (`progress` and `confirm`; no `tick`: a hosted handler runs wherever
+    /// a message lands).
+    #[arg(long, value_name = "BIN", conflicts_with_all = ["gateway", "url", "spawn", "compare_legacy", "legacy_url", "rmcp_url", "spawn_rmcp", "sse_only", "listen_streams"])]
+    hosted: Option<PathBuf>,
+
+    /// --gateway, --hosted: `progress` calls per session.
+    #[arg(long, default_value_t = 5)]
     calls_per_session: usize,
 
-    /// --gateway: seconds an instance stays frozen; past the 10 s lease by default.
-    #[arg(long, default_value_t = 12, requires = "gateway")]
+    /// --gateway, --hosted: seconds an instance stays frozen; past the 10 s lease by default.
+    #[arg(long, default_value_t = 12)]
     freeze_secs: u64,
 
-    /// --gateway: seconds between faults (each a kill -9 and restart, or a
-    /// freeze, of an instance picked at random); 0 for none.
-    #[arg(long, default_value_t = 5, requires = "gateway")]
+    /// --gateway, --hosted: seconds between faults (each a kill -9 and
+    /// restart, or a freeze, of an instance picked at random); 0 for none.
+    #[arg(long, default_value_t = 5)]
     fault_every_secs: u64,
 
-    /// --gateway: a call with no end after this many seconds is hung.
-    #[arg(long, default_value_t = 60, requires = "gateway")]
+    /// --gateway, --hosted: a call with no end after this many seconds is hung.
+    #[arg(long, default_value_t = 60)]
     call_bound_secs: u64,
 
     /// --gateway: the MCP server (stdio) behind the gateways, after `--`.
@@ -173,7 +182,7 @@ pub struct ChaosArgs {
 
 /// Runs the experiment.
 pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
-    if args.gateway {
+    if args.gateway || args.hosted.is_some() {
         return chaos_gateway(&args).await;
     }
     if !args.command.is_empty() {
@@ -277,14 +286,24 @@ fn shared_store(args: &ChaosArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The gateway mode: its own run, table, report and verdict.
+/// The gateway and hosted modes: their own run, table, report and verdict.
 async fn chaos_gateway(args: &ChaosArgs) -> Result<ExitCode, String> {
     shared_store(args)?;
-    let target =
-        target::Target::spawn_gateway(args.store.as_deref(), args.instances.max(1), &args.command)?;
+    if args.hosted.is_some() && !args.command.is_empty() {
+        return Err("--hosted runs rmcp_durable: no command after --".into());
+    }
+    let (store, n) = (args.store.as_deref(), args.instances.max(1));
+    let (target, mode) = match &args.hosted {
+        Some(bin) => (target::Target::spawn_hosted(bin, store, n)?, "hosted"),
+        None => (
+            target::Target::spawn_gateway(store, n, &args.command)?,
+            "gateway",
+        ),
+    };
     let opts = gateway::Options {
         calls: args.iterations,
         calls_per_session: args.calls_per_session,
+        ticks: args.hosted.is_none(),
         parallel: args.parallel.max(1),
         seed: args.seed,
         max: Duration::from_secs(args.max_secs),
@@ -308,7 +327,7 @@ async fn chaos_gateway(args: &ChaosArgs) -> Result<ExitCode, String> {
             "fault_every_secs": args.fault_every_secs,
             "call_bound_secs": args.call_bound_secs,
         });
-        gateway::write_json(p, &tally, about)
+        gateway::write_json(p, mode, &tally, about)
             .map_err(|e| format!("writing {}: {e}", p.display()))?;
     }
     let failures = tally.failures();

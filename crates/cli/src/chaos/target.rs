@@ -68,6 +68,12 @@ enum Server {
     },
     /// `rmcp_durable --store disk:DIR/rmcp-log`.
     Rmcp,
+    /// `rmcp_durable --transport mcp-resume --store STORE`: rmcp handlers
+    /// hosted on mcp-resume's transport.
+    Hosted {
+        /// The shared store (`None`: a disk log in the data directory).
+        store: Option<String>,
+    },
     /// `mcp-resume gateway --store STORE -- CMD`.
     Gateway {
         /// The shared store (`None`: the disk log in the data directory).
@@ -139,6 +145,18 @@ fn start(exe: &Path, addr: &str, dir: &Path, server: &Server) -> Result<(Child, 
             let store = format!("disk:{}", dir.join("rmcp-log").display());
             cmd.args(["--listen", addr, "--store", &store]);
         }
+        Server::Hosted { store } => {
+            let disk = format!("disk:{}", dir.join("hosted-log").display());
+            let store = store.as_deref().unwrap_or(&disk);
+            cmd.args([
+                "--listen",
+                addr,
+                "--store",
+                store,
+                "--transport",
+                "mcp-resume",
+            ]);
+        }
         Server::Gateway { store, command } => {
             cmd.args(["gateway", "--listen", addr, "--data-dir"])
                 .arg(dir);
@@ -150,7 +168,7 @@ fn start(exe: &Path, addr: &str, dir: &Path, server: &Server) -> Result<(Child, 
     }
     let name = match server {
         Server::Serve { .. } => "serve",
-        Server::Rmcp => "rmcp_durable",
+        Server::Rmcp | Server::Hosted { .. } => "rmcp_durable",
         Server::Gateway { .. } => "gateway",
     };
     let mut child = cmd
@@ -248,6 +266,28 @@ impl Target {
             server: Server::Gateway {
                 store: store.map(str::to_owned),
                 command: command.to_vec(),
+            },
+            dir: None,
+            exe,
+        };
+        for _ in 0..instances.max(1) {
+            t.start_instance(dir.path())?;
+        }
+        t.dir = Some(dir);
+        Ok(t)
+    }
+
+    /// `instances` of `rmcp_durable` (a private copy of the one at `bin`)
+    /// hosting its handler on mcp-resume's transport, on one store.
+    pub fn spawn_hosted(bin: &Path, store: Option<&str>, instances: usize) -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let exe = private_rmcp(bin, dir.path())?;
+        let mut t = Self {
+            urls: Vec::new(),
+            spawned: Vec::new(),
+            kills: Arc::new(Kills::new(instances)),
+            server: Server::Hosted {
+                store: store.map(str::to_owned),
             },
             dir: None,
             exe,

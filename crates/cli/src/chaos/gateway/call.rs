@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use tokio::time::{sleep, timeout_at, Instant};
 
 use super::judge::{step_of, CallEnd};
+use super::listen::{count_ask, token_of, Asked};
 
 /// The protocol revision the harness speaks to the gateway.
 pub const PROTOCOL: &str = "2025-11-25";
@@ -47,13 +48,15 @@ pub struct Seen {
 }
 
 /// One request on session `sid`. `cut_after`: drop the response after that
-/// many events once (a client's own disconnect) and resume elsewhere.
+/// many events once (a client's own disconnect) and resume elsewhere. A
+/// `confirm` elicitation on its stream is counted in `asked` and answered.
 pub async fn call(
     ep: &Endpoints,
     rng: &mut Xorshift64,
     sid: &str,
     request: Value,
     cut_after: Option<usize>,
+    asked: &Asked,
     bound: Duration,
 ) -> Seen {
     let deadline = Instant::now() + bound;
@@ -125,6 +128,11 @@ pub async fn call(
                 }
                 events += 1;
                 if let Ok(msg) = serde_json::from_str::<Value>(&ev.data) {
+                    // A server request tied to the call rides its stream.
+                    if let Some(token) = token_of(&msg) {
+                        count_ask(asked, &token);
+                        answer(ep, rng, sid, &msg, &token, deadline).await;
+                    }
                     if msg.get("id") == Some(&id) && msg.get("method").is_none() {
                         if let Some(end) = end_of(&msg) {
                             seen.end = end;

@@ -70,7 +70,13 @@ pub fn step_of(message: &Value, token: &Value) -> Option<u64> {
     if &p["progressToken"] != token {
         return None;
     }
-    p["progress"].as_u64()
+    // rmcp sends `1.0` where the Python SDK sends `1`.
+    let v = &p["progress"];
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+            .map(|f| f as u64)
+    })
 }
 
 /// The text of a tool result's first content block.
@@ -232,6 +238,7 @@ mod tests {
         let t = json!("c7");
         assert_eq!(step_of(&p(json!("c7"), json!(7)), &t), Some(7));
         assert_eq!(step_of(&p(json!("c8"), json!(7)), &t), None);
+        assert_eq!(step_of(&p(json!("c7"), json!(7.0)), &t), Some(7));
         assert_eq!(step_of(&p(json!("c7"), json!(0.5)), &t), None);
         assert_eq!(
             step_of(&json!({"method": "notifications/message"}), &t),

@@ -1,6 +1,7 @@
 //! The session's GET stream, read as a client does: a stdio child's own
 //! requests (`elicitation/create`) carry no tie to the call that made them,
-//! so the gateway sends them on the session stream. The reader resumes with
+//! so the gateway sends them on the session stream (a hosted handler's ride
+//! the call's own stream, see `call`). The reader resumes with
 //! `Last-Event-ID` on an instance picked at random whenever the stream
 //! breaks, and answers each `confirm` request with the token it names.
 
@@ -67,8 +68,17 @@ pub async fn listen(shared: Arc<Shared>, mut rng: Xorshift64, sid: String, asked
     }
 }
 
+/// Counts one sight of the `confirm` request for `token`.
+pub fn count_ask(asked: &Asked, token: &str) {
+    *asked
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(token.to_owned())
+        .or_default() += 1;
+}
+
 /// The token of a `confirm` elicitation (`confirm TOKEN`), if it is one.
-fn token_of(msg: &Value) -> Option<String> {
+pub fn token_of(msg: &Value) -> Option<String> {
     if msg.get("method").and_then(Value::as_str) != Some("elicitation/create") {
         return None;
     }

@@ -14,6 +14,11 @@
 //! duplicate, a reorder, a foreign step or a hang (no end within the bound);
 //! a session is never served by two processes at once (its ticks), and
 //! when it ends no two of its processes still run.
+//!
+//! The hosted mode (`--hosted BIN`) runs the same sessions against
+//! `rmcp_durable --transport mcp-resume` instances (rmcp handlers hosted on
+//! mcp-resume's transport, which run wherever a message lands): the same
+//! `progress` and `confirm` judgement, without `tick`.
 
 mod call;
 mod judge;
@@ -38,6 +43,9 @@ pub struct Options {
     pub calls: usize,
     /// `progress` calls per session.
     pub calls_per_session: usize,
+    /// The servers keep per-process state per session (gateways: `tick`
+    /// and the children counted); not so for hosted rmcp handlers.
+    pub ticks: bool,
     /// Sessions at once.
     pub parallel: usize,
     /// Seed of the random choices.
@@ -65,6 +73,7 @@ pub async fn run(target: Target, opts: &Options) -> Result<Tally, String> {
                 .map_err(|e| e.to_string())?,
         },
         calls: opts.calls_per_session.max(1),
+        ticks: opts.ticks,
         bound: opts.bound,
         frozen: Default::default(),
         // Past the lease (10 s) a frozen owner needs to notice it lost.
@@ -111,7 +120,7 @@ pub async fn run(target: Target, opts: &Options) -> Result<Tally, String> {
     tally.elapsed = start.elapsed();
     if tally.sessions < sessions {
         eprintln!(
-            "mcp-resume chaos: the gateway mode ran {} of {sessions} sessions within --max-secs",
+            "mcp-resume chaos: ran {} of {sessions} sessions within --max-secs",
             tally.sessions
         );
     }

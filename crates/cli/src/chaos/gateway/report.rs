@@ -129,12 +129,12 @@ impl Tally {
             self.two_children_sessions += 1;
             bad.push(t);
         }
-        (!bad.is_empty()).then(|| format!("gateway session: {}", bad.join("; ")))
+        (!bad.is_empty()).then(|| format!("session: {}", bad.join("; ")))
     }
 
     /// Counts a session that could not be judged.
     pub fn harness_error(&mut self, why: String) -> Option<String> {
-        let line = format!("gateway session not judged: {why}");
+        let line = format!("session not judged: {why}");
         self.harness_errors.push(why);
         Some(line)
     }
@@ -142,7 +142,7 @@ impl Tally {
     /// One progress line.
     pub fn progress(&self, sessions: usize) -> String {
         format!(
-            "gateway {}/{sessions} sessions, {} calls: complete {} loud {} gaps {} dup {} hung {} forked {} two children {}",
+            "{}/{sessions} sessions, {} calls: complete {} loud {} gaps {} dup {} hung {} forked {} two children {}",
             self.sessions,
             self.calls,
             self.complete,
@@ -247,9 +247,14 @@ pub fn print_table(t: &Tally) {
 }
 
 /// Writes the JSON report.
-pub fn write_json(path: &Path, t: &Tally, about: serde_json::Value) -> std::io::Result<()> {
+pub fn write_json(
+    path: &Path,
+    mode: &str,
+    t: &Tally,
+    about: serde_json::Value,
+) -> std::io::Result<()> {
     let doc = json!({
-        "mode": "gateway",
+        "mode": mode,
         "run": about,
         "truth": "the child's own numbering (progress: 1..=n to the call's token; tick: PID N)",
         "sessions": t.sessions,

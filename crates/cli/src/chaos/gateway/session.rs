@@ -23,6 +23,10 @@ pub struct Shared {
     pub endpoints: Endpoints,
     /// `progress` calls per session.
     pub calls: usize,
+    /// Each session's server keeps per-process state for it (a gateway's
+    /// child): `tick` after each call, and the processes counted at the end.
+    /// A hosted handler runs on whichever instance a message reaches.
+    pub ticks: bool,
     /// The bound on each call: past it the call is hung.
     pub bound: Duration,
     /// Instances frozen right now (SIGSTOP): their children cannot be
@@ -88,6 +92,9 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
     for _ in 0..shared.calls {
         id += 1;
         let n = rng.range(3, 30);
+        // Steps up to 10 ms apart: a call lasts long enough for a fault to
+        // land in the middle of it.
+        let interval = rng.range(0, 10);
         // A third of the calls are cut by the client once, mid-stream.
         let cut = (rng.range(0, 2) == 0).then(|| rng.range(1, n + 1) as usize);
         let started = Instant::now();
@@ -95,8 +102,9 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
             &shared.endpoints,
             &mut rng,
             &sid,
-            tool_call(id, "progress", json!({"n": n})),
+            tool_call(id, "progress", json!({"n": n, "interval_ms": interval})),
             cut,
+            &asked,
             shared.bound,
         )
         .await;
@@ -117,6 +125,7 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
                 &sid,
                 tool_call(id, "confirm", json!({"token": token})),
                 None,
+                &asked,
                 shared.bound,
             )
             .await;
@@ -133,6 +142,9 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
                 ms: started.elapsed().as_secs_f64() * 1e3,
             });
         }
+        if !shared.ticks {
+            continue;
+        }
         id += 1;
         let Seen { end, .. } = call(
             &shared.endpoints,
@@ -140,6 +152,7 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
             &sid,
             tool_call(id, "tick", json!({})),
             None,
+            &asked,
             shared.bound,
         )
         .await;
@@ -156,7 +169,9 @@ pub async fn session(shared: Arc<Shared>, mut rng: Xorshift64) -> SessionOutcome
     }
     listener.abort();
     out.forked = forked(&ticks);
-    out.two_children = settle(&shared, &ticks).await;
+    if shared.ticks {
+        out.two_children = settle(&shared, &ticks).await;
+    }
     end(&shared.endpoints, &mut rng, &sid).await;
     out
 }
