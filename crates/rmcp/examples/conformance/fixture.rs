@@ -32,7 +32,7 @@ mod tools;
 
 use std::{
     collections::BTreeSet,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, OnceLock, PoisonError},
 };
 
 use rmcp::{
@@ -40,10 +40,10 @@ use rmcp::{
     model::{
         CacheScope, CallToolResult, CompleteRequestParams, CompleteResult, CompletionInfo,
         ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, LoggingLevel, PaginatedRequestParams,
-        ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, Reference, ResultType,
-        ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
-        SubscriptionFilter, UnsubscribeRequestParams,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+        Reference, ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{RequestContext, SubscriptionContext},
     tool_handler, ErrorData, RoleServer, ServerHandler,
@@ -220,6 +220,37 @@ impl ServerHandler for Conformance {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         self.shared.listeners.serve(context).await;
         Ok(())
+    }
+
+    /// Every tool by name, the tasks extension's last: a client (or a
+    /// check, like the suite's SEP-2243 whitespace-header one) that calls
+    /// the first listed tool with no arguments and no capabilities reaches
+    /// one that can answer it, not a task-required one (-32021).
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        static TASK_TOOLS: OnceLock<BTreeSet<String>> = OnceLock::new();
+        let task_tools = TASK_TOOLS.get_or_init(|| {
+            Self::task_tools()
+                .list_all()
+                .into_iter()
+                .map(|t| t.name.into_owned())
+                .collect()
+        });
+        let mut tools = self.tool_router.list_all();
+        // Stable: by name within each group.
+        tools.sort_by_key(|t| task_tools.contains(t.name.as_ref()));
+        let modern = is_modern(&context);
+        Ok(ListToolsResult {
+            result_type: Some(ResultType::COMPLETE),
+            tools,
+            meta: None,
+            next_cursor: None,
+            ttl_ms: modern.then_some(0),
+            cache_scope: modern.then_some(CacheScope::Public),
+        })
     }
 
     async fn list_prompts(
