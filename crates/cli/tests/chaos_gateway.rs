@@ -14,6 +14,7 @@ mod common;
 use std::process::Command;
 
 use common::gateway::python_server;
+use common::rmcp_durable;
 use mcp_resume_testkit::RedisServer;
 use serde_json::Value;
 
@@ -106,15 +107,7 @@ fn chaos_gateway_two_instances_on_redis_lose_nothing_and_never_fork() {
 #[test]
 fn chaos_hosted_rmcp_two_instances_on_redis_lose_nothing() {
     let redis = RedisServer::start();
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_mcp-resume"))
-        .parent()
-        .expect("target dir")
-        .join("examples/rmcp_durable");
-    assert!(
-        bin.exists(),
-        "{} is missing: cargo build -p mcp-resume-rmcp --example rmcp_durable (scripts/test builds it)",
-        bin.display()
-    );
+    let bin = rmcp_durable();
     let v = run_and_check(
         &[
             "--hosted",

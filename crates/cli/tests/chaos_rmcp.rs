@@ -4,24 +4,12 @@
 //! error, no silent gap, duplicate, reorder or mismatch in either mode, and
 //! exit 0. A missing rmcp_durable fails it.
 
+mod common;
+
 use std::process::Command;
 
+use common::rmcp_durable;
 use serde_json::Value;
-
-/// `rmcp_durable` (mcp-resume-rmcp's example), built beside this binary by
-/// `cargo build --workspace --all-targets` (scripts/test); missing, it fails.
-fn rmcp_durable() -> std::path::PathBuf {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_mcp-resume"))
-        .parent()
-        .expect("target dir")
-        .join("examples/rmcp_durable");
-    assert!(
-        bin.exists(),
-        "{} is missing: cargo build -p mcp-resume-rmcp --example rmcp_durable (scripts/test builds it)",
-        bin.display()
-    );
-    bin
-}
 
 #[test]
 fn chaos_sse_only_serve_and_rmcp_durable_in_one_run() {

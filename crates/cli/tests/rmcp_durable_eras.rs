@@ -8,6 +8,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
+mod common;
+
+use common::rmcp_durable;
 use mcp_resume_client::McpClient;
 use serde_json::{json, Value};
 
@@ -22,16 +25,7 @@ impl Drop for Example {
 
 /// `rmcp_durable --transport T` on a memory log; its URL.
 fn start(transport: &str) -> (Example, String) {
-    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_mcp-resume"))
-        .parent()
-        .expect("target dir")
-        .join("examples/rmcp_durable");
-    assert!(
-        bin.exists(),
-        "{} is missing: cargo build -p mcp-resume-rmcp --example rmcp_durable (scripts/test builds it)",
-        bin.display()
-    );
-    let mut child = Command::new(bin)
+    let mut child = Command::new(rmcp_durable())
         .args([
             "--listen",
             "127.0.0.1:0",

@@ -213,42 +213,17 @@ impl Target {
     /// log in a temporary directory; killable, and restarted on the same
     /// address and log.
     pub fn spawn_rmcp(bin: &Path) -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let exe = private_rmcp(bin, dir.path())?;
-        let mut t = Self {
-            urls: Vec::new(),
-            spawned: Vec::new(),
-            kills: Arc::new(Kills::new(1)),
-            server: Server::Rmcp,
-            dir: None,
-            exe,
-        };
-        t.start_instance(dir.path())?;
-        t.dir = Some(dir);
-        Ok(t)
+        Self::start_all(Server::Rmcp, 1, |dir| private_rmcp(bin, dir))
     }
 
     /// Our own `serve` instances on free ports, sharing one store.
     pub fn spawn(opts: &SpawnOptions) -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let exe = private_exe(dir.path())?;
-        let mut t = Self {
-            urls: Vec::new(),
-            spawned: Vec::new(),
-            kills: Arc::new(Kills::new(opts.instances)),
-            server: Server::Serve {
-                legacy: opts.legacy,
-                store: opts.store.clone(),
-                redis_replicas: opts.redis_replicas,
-            },
-            dir: None,
-            exe,
+        let server = Server::Serve {
+            legacy: opts.legacy,
+            store: opts.store.clone(),
+            redis_replicas: opts.redis_replicas,
         };
-        for _ in 0..opts.instances.max(1) {
-            t.start_instance(dir.path())?;
-        }
-        t.dir = Some(dir);
-        Ok(t)
+        Self::start_all(server, opts.instances, private_exe)
     }
 
     /// `instances` gateways (`mcp-resume gateway -- CMD`) on one store.
@@ -257,38 +232,36 @@ impl Target {
         instances: usize,
         command: &[String],
     ) -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let exe = private_exe(dir.path())?;
-        let mut t = Self {
-            urls: Vec::new(),
-            spawned: Vec::new(),
-            kills: Arc::new(Kills::new(instances)),
-            server: Server::Gateway {
-                store: store.map(str::to_owned),
-                command: command.to_vec(),
-            },
-            dir: None,
-            exe,
+        let server = Server::Gateway {
+            store: store.map(str::to_owned),
+            command: command.to_vec(),
         };
-        for _ in 0..instances.max(1) {
-            t.start_instance(dir.path())?;
-        }
-        t.dir = Some(dir);
-        Ok(t)
+        Self::start_all(server, instances, private_exe)
     }
 
     /// `instances` of `rmcp_durable` (a private copy of the one at `bin`)
     /// hosting its handler on mcp-resume's transport, on one store.
     pub fn spawn_hosted(bin: &Path, store: Option<&str>, instances: usize) -> Result<Self, String> {
+        let server = Server::Hosted {
+            store: store.map(str::to_owned),
+        };
+        Self::start_all(server, instances, |dir| private_rmcp(bin, dir))
+    }
+
+    /// `instances` of `server` in a temporary directory, from the private
+    /// copy of the executable `copy` makes there.
+    fn start_all(
+        server: Server,
+        instances: usize,
+        copy: impl FnOnce(&Path) -> Result<PathBuf, String>,
+    ) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let exe = private_rmcp(bin, dir.path())?;
+        let exe = copy(dir.path())?;
         let mut t = Self {
             urls: Vec::new(),
             spawned: Vec::new(),
             kills: Arc::new(Kills::new(instances)),
-            server: Server::Hosted {
-                store: store.map(str::to_owned),
-            },
+            server,
             dir: None,
             exe,
         };

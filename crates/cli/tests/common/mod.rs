@@ -119,6 +119,21 @@ impl Drop for Serve {
     }
 }
 
+/// `rmcp_durable` (mcp-resume-rmcp's example), built beside this binary by
+/// `cargo build --workspace --all-targets` (scripts/test); missing, it fails.
+pub fn rmcp_durable() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_mcp-resume"))
+        .parent()
+        .expect("target dir")
+        .join("examples/rmcp_durable");
+    assert!(
+        bin.exists(),
+        "{} is missing: cargo build -p mcp-resume-rmcp --example rmcp_durable (scripts/test builds it)",
+        bin.display()
+    );
+    bin
+}
+
 /// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -32,6 +32,16 @@ impl Endpoints {
     pub fn pick(&self, rng: &mut Xorshift64) -> &str {
         &self.urls[rng.range(0, self.urls.len() as u64 - 1) as usize]
     }
+
+    /// A POST of `body` on session `sid` to an endpoint picked at random.
+    pub fn post(&self, rng: &mut Xorshift64, sid: &str, body: &Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(self.pick(rng))
+            .header(h::MCP_SESSION_ID, sid)
+            .header(h::MCP_PROTOCOL_VERSION, PROTOCOL)
+            .header("accept", "application/json, text/event-stream")
+            .json(body)
+    }
 }
 
 /// What the client saw of one call.
@@ -74,13 +84,7 @@ pub async fn call(
     // got nothing, so another is tried; any other failure may have
     // delivered the call, which is then only resumed.
     let mut resp = loop {
-        let rb = ep
-            .http
-            .post(ep.pick(rng))
-            .header(h::MCP_SESSION_ID, sid)
-            .header(h::MCP_PROTOCOL_VERSION, PROTOCOL)
-            .header("accept", "application/json, text/event-stream")
-            .json(&request);
+        let rb = ep.post(rng, sid, &request);
         match timeout_at(deadline, rb.send()).await {
             Err(_) => return seen,
             Ok(Ok(r)) => break r,
@@ -193,13 +197,7 @@ pub async fn answer(
     let body = json!({"jsonrpc": "2.0", "id": asked["id"],
                       "result": {"action": "accept", "content": {"answer": with}}});
     while Instant::now() < deadline {
-        let rb = ep
-            .http
-            .post(ep.pick(rng))
-            .header(h::MCP_SESSION_ID, sid)
-            .header(h::MCP_PROTOCOL_VERSION, PROTOCOL)
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
+        let rb = ep.post(rng, sid, &body);
         match timeout_at(deadline, rb.send()).await {
             Ok(Ok(r)) if r.status() != 503 => return,
             Err(_) => return,

@@ -227,12 +227,11 @@ async fn try_initialize(
         return Err(format!("initialize: no result in {text:?}"));
     }
     let r = ep
-        .http
-        .post(ep.pick(rng))
-        .header(h::MCP_SESSION_ID, &sid)
-        .header(h::MCP_PROTOCOL_VERSION, PROTOCOL)
-        .header("accept", "application/json, text/event-stream")
-        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .post(
+            rng,
+            &sid,
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
         .timeout(Duration::from_secs(20))
         .send()
         .await
