@@ -117,7 +117,7 @@ impl McpServer {
             record_lock,
             tasks,
             metrics,
-            orphan_lock: Arc::new(Mutex::new(())),
+            orphan_locks: Arc::new(std::array::from_fn(|_| Mutex::new(()))),
             backend,
             routes: Default::default(),
             task_store: None,

@@ -16,7 +16,7 @@ use mcp_resume_log::{LogError, StreamKey};
 use serde_json::{json, Value};
 
 use crate::jsonrpc;
-use crate::route::state::AppState;
+use crate::route::state::{AppState, ORPHAN_SLOTS};
 
 /// The record stored with a request stream.
 pub(crate) fn record(rpc_id: &Value, instance: &str) -> Bytes {
@@ -32,8 +32,10 @@ pub(crate) async fn end_if_orphaned(
     r: u64,
 ) -> Result<bool, LogError> {
     let stream = StreamKey::Request(r);
-    // One at a time in this process, so two resumes of one orphan answer it once.
-    let _guard = state.orphan_lock.lock().await;
+    // One at a time in this process per slot, so two resumes of one orphan
+    // read and answer it in turn; other streams do not wait.
+    let slot = orphan_key(session, r) as usize % ORPHAN_SLOTS;
+    let _guard = state.orphan_locks[slot].lock().await;
     let head = state.log.bounds(session, stream).await?.head;
     if head > 0 {
         let last = match state.log.read(session, stream, head - 1, 1).await {

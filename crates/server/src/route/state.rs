@@ -12,6 +12,9 @@ use crate::metrics::Metrics;
 use crate::session::SessionRecord;
 use crate::ServerConfig;
 
+/// How many slots [`AppState::orphan_locks`] has.
+pub(crate) const ORPHAN_SLOTS: usize = 64;
+
 /// Shared state of one server: the log every connection reads, the
 /// sessions' backend and routes, the settings and the shutdown signal.
 #[derive(Clone)]
@@ -29,8 +32,11 @@ pub(crate) struct AppState {
     pub(crate) tasks: TaskTracker,
     /// What `/metrics` reports.
     pub(crate) metrics: Arc<Metrics>,
-    /// Serialises the ending of orphaned calls (rare), so each ends once.
-    pub(crate) orphan_lock: Arc<Mutex<()>>,
+    /// Serialise the ending of one orphaned call in this process (its
+    /// error is committed under one key anyway): one lock per slot of
+    /// (session, stream), so a resume never waits for the start-up sweep
+    /// or another session's orphan.
+    pub(crate) orphan_locks: Arc<[Mutex<()>; ORPHAN_SLOTS]>,
     /// What serves MCP for each session: the built-in tools, an rmcp
     /// handler, a gateway's child or upstream. Every session's messages go
     /// through its route to it.
