@@ -1,13 +1,14 @@
 //! The short CI versions of `mcp-resume chaos --gateway` and `--hosted`:
 //! two gateways on one Redis in front of the Python SDK stdio server, and two
-//! `rmcp_durable --transport mcp-resume` on one Redis; `progress` calls in
-//! sessions (and `confirm`, the server's elicitation answered on either
-//! instance) with `kill -9`, freezes and client cuts resumed on either
-//! instance. Every call is complete or loud (no silent gap, duplicate,
-//! reorder, foreign step, changed answer or hang), no session is served by
-//! two processes (gateway), every session is judged, and the faults were
-//! made. The judge itself is shown to see gaps, duplicates and forks by its
-//! unit tests (crates/cli/src/chaos/gateway/judge.rs).
+//! `rmcp_durable --transport mcp-resume` on a Redis the harness runs and
+//! restarts (`--spawn-redis`); `progress` calls in sessions (and `confirm`,
+//! the server's elicitation answered on either instance) with `kill -9`,
+//! freezes and client cuts resumed on either instance. Every call is
+//! complete or loud (no silent gap, duplicate, reorder, foreign step,
+//! changed answer or hang), no session is served by two processes
+//! (gateway), every session is judged, and the faults were made. The judge
+//! itself is shown to see gaps, duplicates and forks by its unit tests
+//! (crates/cli/src/chaos/gateway/judge.rs).
 
 mod common;
 
@@ -105,15 +106,13 @@ fn chaos_gateway_two_instances_on_redis_lose_nothing_and_never_fork() {
 }
 
 #[test]
-fn chaos_hosted_rmcp_two_instances_on_redis_lose_nothing() {
-    let redis = RedisServer::start();
+fn chaos_hosted_rmcp_two_instances_on_redis_lose_nothing_through_redis_restarts() {
     let bin = rmcp_durable();
     let v = run_and_check(
         &[
             "--hosted",
             bin.to_str().unwrap(),
-            "--store",
-            &redis.url,
+            "--spawn-redis",
             "--instances",
             "2",
             "--iterations",
@@ -135,4 +134,6 @@ fn chaos_hosted_rmcp_two_instances_on_redis_lose_nothing() {
         &[],
     );
     assert_eq!(v["mode"], "hosted", "{v}");
+    // Its own Redis (append-only, synced on every write) was restarted too.
+    assert!(v["faults"]["redis_restarts"].as_u64().unwrap() >= 1, "{v}");
 }

@@ -25,6 +25,7 @@
 mod accounting;
 mod gateway;
 mod iteration;
+mod own_redis;
 mod reader;
 mod report;
 mod run;
@@ -158,6 +159,12 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "BIN", conflicts_with_all = ["gateway", "url", "spawn", "compare_legacy", "legacy_url", "rmcp_url", "spawn_rmcp", "sse_only", "listen_streams"])]
     hosted: Option<PathBuf>,
 
+    /// --gateway, --hosted: run a Redis of our own (`redis-server` from
+    /// PATH, append-only file synced on every write) as the store, and add
+    /// its restart (`kill -9`, then the same port and data) to the faults.
+    #[arg(long, conflicts_with = "store")]
+    spawn_redis: bool,
+
     /// --gateway, --hosted: `progress` calls per session.
     #[arg(long, default_value_t = 5)]
     calls_per_session: usize,
@@ -288,11 +295,22 @@ fn shared_store(args: &ChaosArgs) -> Result<(), String> {
 
 /// The gateway and hosted modes: their own run, table, report and verdict.
 async fn chaos_gateway(args: &ChaosArgs) -> Result<ExitCode, String> {
-    shared_store(args)?;
     if args.hosted.is_some() && !args.command.is_empty() {
         return Err("--hosted runs rmcp_durable: no command after --".into());
     }
-    let (store, n) = (args.store.as_deref(), args.instances.max(1));
+    let redis_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let redis = match args.spawn_redis {
+        true => Some(own_redis::OwnRedis::start(redis_dir.path().to_path_buf())?),
+        false => None,
+    };
+    if redis.is_none() {
+        shared_store(args)?;
+    }
+    let store = redis
+        .as_ref()
+        .map(|r| r.url.as_str())
+        .or(args.store.as_deref());
+    let n = args.instances.max(1);
     let (target, mode) = match &args.hosted {
         Some(bin) => (target::Target::spawn_hosted(bin, store, n)?, "hosted"),
         None => (
@@ -312,12 +330,14 @@ async fn chaos_gateway(args: &ChaosArgs) -> Result<ExitCode, String> {
         bound: Duration::from_secs(args.call_bound_secs),
         quiet: args.quiet,
     };
-    let tally = gateway::run(target, &opts).await?;
+    let store_name = store.unwrap_or("disk").to_owned();
+    let tally = gateway::run(target, redis, &opts).await?;
     gateway::print_table(&tally);
     if let Some(p) = &args.report {
         let about = serde_json::json!({
             "seed": args.seed,
-            "store": args.store.as_deref().unwrap_or("disk"),
+            "store": store_name,
+            "spawn_redis": args.spawn_redis,
             "instances": args.instances,
             "command": args.command,
             "calls_asked": args.iterations,

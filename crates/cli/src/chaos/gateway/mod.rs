@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use mcp_resume_client::Xorshift64;
 use tokio::sync::watch;
 
+use super::own_redis::OwnRedis;
 use super::target::Target;
 pub use report::{print_table, write_json, Tally};
 use session::{session, Shared};
@@ -63,7 +64,7 @@ pub struct Options {
 }
 
 /// Runs sessions until `opts.calls` calls were made, faults alongside.
-pub async fn run(target: Target, opts: &Options) -> Result<Tally, String> {
+pub async fn run(target: Target, redis: Option<OwnRedis>, opts: &Options) -> Result<Tally, String> {
     let shared = Arc::new(Shared {
         endpoints: call::Endpoints {
             urls: target.urls.clone(),
@@ -83,6 +84,7 @@ pub async fn run(target: Target, opts: &Options) -> Result<Tally, String> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let faults = tokio::spawn(fault_loop(
         target,
+        redis,
         shared.clone(),
         Xorshift64::new(rng.next_u64()),
         opts.freeze,
@@ -114,8 +116,9 @@ pub async fn run(target: Target, opts: &Options) -> Result<Tally, String> {
         }
     }
     let _ = stop_tx.send(true);
-    let (target, injected) = faults.await.map_err(|e| e.to_string())?;
+    let (target, redis, injected) = faults.await.map_err(|e| e.to_string())?;
     drop(target);
+    drop(redis);
     tally.faults = injected;
     tally.elapsed = start.elapsed();
     if tally.sessions < sessions {
@@ -128,47 +131,57 @@ pub async fn run(target: Target, opts: &Options) -> Result<Tally, String> {
 }
 
 /// Faults until told to stop: every `every`, `kill -9` of a random instance
-/// (restarted) or a freeze of one for `freeze`. Gives the servers back to
-/// be stopped, with how many of each fault it made.
+/// (restarted), a freeze of one for `freeze`, or, with a Redis of our own, a
+/// restart of that. Gives the servers back to be stopped, with how many of
+/// each fault it made.
 async fn fault_loop(
     mut target: Target,
+    mut redis: Option<OwnRedis>,
     shared: Arc<Shared>,
     mut rng: Xorshift64,
     freeze: Duration,
     every: Duration,
     mut stop: watch::Receiver<bool>,
-) -> (Target, report::Faults) {
+) -> (Target, Option<OwnRedis>, report::Faults) {
     let mut made = report::Faults::default();
     let n = target.killable();
     if every.is_zero() || n == 0 {
         let _ = stop.wait_for(|s| *s).await;
-        return (target, made);
+        return (target, redis, made);
     }
+    let kinds = if redis.is_some() { 3 } else { 2 };
     loop {
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return (target, made),
+            _ = stop.wait_for(|s| *s) => return (target, redis, made),
             _ = tokio::time::sleep(every) => {}
         }
         let i = rng.range(0, n as u64 - 1) as usize;
-        if rng.range(0, 1) == 0 {
-            // The restart waits for the new process's first line.
-            match tokio::task::block_in_place(|| target.kill_and_restart(i)) {
-                Ok(()) => made.kills += 1,
-                Err(e) => made.errors.push(e),
+        match (rng.range(0, kinds - 1), redis.as_mut()) {
+            (0, _) => {
+                // The restart waits for the new process's first line.
+                match tokio::task::block_in_place(|| target.kill_and_restart(i)) {
+                    Ok(()) => made.kills += 1,
+                    Err(e) => made.errors.push(e),
+                }
             }
-            continue;
+            (2, Some(r)) => match tokio::task::block_in_place(|| r.restart()) {
+                Ok(()) => made.redis_restarts += 1,
+                Err(e) => made.errors.push(e),
+            },
+            _ => {
+                if let Err(e) = target.signal(i, libc::SIGSTOP) {
+                    made.errors.push(e);
+                    continue;
+                }
+                shared.frozen.fetch_add(1, Ordering::SeqCst);
+                // A freeze is always thawed, even when the run ends meanwhile.
+                let _ = tokio::time::timeout(freeze, stop.wait_for(|s| *s)).await;
+                if let Err(e) = target.signal(i, libc::SIGCONT) {
+                    made.errors.push(e);
+                }
+                shared.frozen.fetch_sub(1, Ordering::SeqCst);
+                made.freezes += 1;
+            }
         }
-        if let Err(e) = target.signal(i, libc::SIGSTOP) {
-            made.errors.push(e);
-            continue;
-        }
-        shared.frozen.fetch_add(1, Ordering::SeqCst);
-        // A freeze is always thawed, even when the run ends meanwhile.
-        let _ = tokio::time::timeout(freeze, stop.wait_for(|s| *s)).await;
-        if let Err(e) = target.signal(i, libc::SIGCONT) {
-            made.errors.push(e);
-        }
-        shared.frozen.fetch_sub(1, Ordering::SeqCst);
-        made.freezes += 1;
     }
 }

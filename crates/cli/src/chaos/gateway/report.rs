@@ -17,6 +17,8 @@ pub struct Faults {
     pub kills: u64,
     /// `SIGSTOP` of an instance past its lease, then `SIGCONT`.
     pub freezes: u64,
+    /// `kill -9` of the harness's own Redis, restarted on its data.
+    pub redis_restarts: u64,
     /// Faults that could not be made (a restart that failed).
     pub errors: Vec<String>,
 }
@@ -228,8 +230,11 @@ pub fn print_table(t: &Tally) {
         ),
         ("cuts / resumes", format!("{} / {}", t.cuts, t.resumes)),
         (
-            "kills / freezes",
-            format!("{} / {}", t.faults.kills, t.faults.freezes),
+            "kills / freezes / redis",
+            format!(
+                "{} / {} / {}",
+                t.faults.kills, t.faults.freezes, t.faults.redis_restarts
+            ),
         ),
         ("call p50 / p99 ms", format!("{} / {}", ms(0.5), ms(0.99))),
     ] {
@@ -277,7 +282,8 @@ pub fn write_json(
         "harness_errors": t.harness_errors,
         "cuts": t.cuts,
         "resumes": t.resumes,
-        "faults": {"kills": t.faults.kills, "freezes": t.faults.freezes, "errors": t.faults.errors},
+        "faults": {"kills": t.faults.kills, "freezes": t.faults.freezes,
+                   "redis_restarts": t.faults.redis_restarts, "errors": t.faults.errors},
         "call_ms": {"p50": pct(&t.call_ms, 0.5), "p99": pct(&t.call_ms, 0.99)},
         "elapsed_s": t.elapsed.as_secs_f64(),
         "failures": t.failures(),

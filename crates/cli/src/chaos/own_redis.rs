@@ -1,0 +1,93 @@
+//! A `redis-server` the harness runs itself (`--spawn-redis`), so that a
+//! Redis restart can be one of the faults: `kill -9` and a start on the same
+//! port and directory. It keeps an append-only file synced on every write
+//! (`--appendfsync always`), the setting under which a restart loses nothing
+//! acknowledged: what the servers under test committed must survive it, and
+//! whatever they lose must be loud.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The harness's own Redis.
+pub struct OwnRedis {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    /// `redis://127.0.0.1:PORT/0`, for `--store`.
+    pub url: String,
+}
+
+impl OwnRedis {
+    /// `redis-server` (from `PATH`) on a free loopback port, its data in `dir`.
+    pub fn start(dir: PathBuf) -> Result<Self, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port: {e}"))?
+            .port();
+        let mut r = Self {
+            child: None,
+            port,
+            dir,
+            url: format!("redis://127.0.0.1:{port}/0"),
+        };
+        r.launch()?;
+        Ok(r)
+    }
+
+    fn launch(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting redis-server (is it installed?): {e}"))?;
+        self.child = Some(child);
+        for _ in 0..500 {
+            if self.pong() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(format!("redis-server did not answer on port {}", self.port))
+    }
+
+    /// Whether it answers `PING`, having loaded its data.
+    fn pong(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// `kill -9` and a start on the same port and data.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        self.launch()
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
