@@ -116,7 +116,7 @@ pub async fn run(
             "the Python SDK stdio server",
         )
     };
-    let child = [child[0].as_str(), child[1].as_str()];
+    let child = child.each_ref().map(String::as_str);
     let mut builds = vec![("this build", servers::our_binary())];
     if let Some(b) = baseline {
         builds.push(("baseline", b));

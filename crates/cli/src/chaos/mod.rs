@@ -298,9 +298,8 @@ async fn chaos_gateway(args: &ChaosArgs) -> Result<ExitCode, String> {
     if args.hosted.is_some() && !args.command.is_empty() {
         return Err("--hosted runs rmcp_durable: no command after --".into());
     }
-    let redis_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let redis = match args.spawn_redis {
-        true => Some(own_redis::OwnRedis::start(redis_dir.path().to_path_buf())?),
+        true => Some(own_redis::OwnRedis::start()?),
         false => None,
     };
     if redis.is_none() {
@@ -355,7 +354,7 @@ async fn chaos_gateway(args: &ChaosArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     }
     eprintln!(
-        "mcp-resume chaos: the gateway mode fails: {}",
+        "mcp-resume chaos: the {mode} mode fails: {}",
         failures.join(", ")
     );
     Ok(ExitCode::FAILURE)

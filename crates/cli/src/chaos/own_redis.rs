@@ -7,7 +7,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -15,14 +14,17 @@ use std::time::Duration;
 pub struct OwnRedis {
     child: Option<Child>,
     port: u16,
-    dir: PathBuf,
+    /// Its data (the append-only file), for as long as it runs.
+    dir: tempfile::TempDir,
     /// `redis://127.0.0.1:PORT/0`, for `--store`.
     pub url: String,
 }
 
 impl OwnRedis {
-    /// `redis-server` (from `PATH`) on a free loopback port, its data in `dir`.
-    pub fn start(dir: PathBuf) -> Result<Self, String> {
+    /// `redis-server` (from `PATH`) on a free loopback port, its data in a
+    /// temporary directory of its own.
+    pub fn start() -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("finding a free port: {e}"))?
@@ -41,7 +43,7 @@ impl OwnRedis {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
-            .arg(&self.dir)
+            .arg(self.dir.path())
             .args([
                 "--save",
                 "",

@@ -33,7 +33,7 @@ pub(crate) async fn end_if_orphaned(
 ) -> Result<bool, LogError> {
     let stream = StreamKey::Request(r);
     // One at a time in this process per slot, so two resumes of one orphan
-    // read and answer it in turn; other streams do not wait.
+    // read and answer it in turn; other streams wait only on a shared slot.
     let slot = orphan_key(session, r) as usize % ORPHAN_SLOTS;
     let _guard = state.orphan_locks[slot].lock().await;
     let head = state.log.bounds(session, stream).await?.head;

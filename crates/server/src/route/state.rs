@@ -34,8 +34,8 @@ pub(crate) struct AppState {
     pub(crate) metrics: Arc<Metrics>,
     /// Serialise the ending of one orphaned call in this process (its
     /// error is committed under one key anyway): one lock per slot of
-    /// (session, stream), so a resume never waits for the start-up sweep
-    /// or another session's orphan.
+    /// (session, stream), so a resume waits for the start-up sweep or
+    /// another orphan only when they share a slot (1 in 64).
     pub(crate) orphan_locks: Arc<[Mutex<()>; ORPHAN_SLOTS]>,
     /// What serves MCP for each session: the built-in tools, an rmcp
     /// handler, a gateway's child or upstream. Every session's messages go

@@ -42,6 +42,26 @@ impl Endpoints {
             .header("accept", "application/json, text/event-stream")
             .json(body)
     }
+
+    /// A GET of session `sid`'s streams from an endpoint picked at random,
+    /// resumed after `last` (an event id) when there is one.
+    pub fn get(
+        &self,
+        rng: &mut Xorshift64,
+        sid: &str,
+        last: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let rb = self
+            .http
+            .get(self.pick(rng))
+            .header(h::MCP_SESSION_ID, sid)
+            .header(h::MCP_PROTOCOL_VERSION, PROTOCOL)
+            .header("accept", "text/event-stream");
+        match last {
+            Some(l) => rb.header(h::LAST_EVENT_ID, l),
+            None => rb,
+        }
+    }
 }
 
 /// What the client saw of one call.
@@ -65,7 +85,7 @@ pub async fn call(
     rng: &mut Xorshift64,
     sid: &str,
     request: Value,
-    cut_after: Option<usize>,
+    mut cut_after: Option<usize>,
     asked: &Asked,
     bound: Duration,
 ) -> Seen {
@@ -78,7 +98,6 @@ pub async fn call(
         cuts: 0,
         resumes: 0,
     };
-    let mut cut_after = cut_after;
     let mut last_id: Option<String> = None;
     // The POST: an instance that refuses connections (killed, restarting)
     // got nothing, so another is tried; any other failure may have
@@ -165,14 +184,7 @@ pub async fn call(
         }
         seen.resumes += 1;
         resp = loop {
-            let rb = ep
-                .http
-                .get(ep.pick(rng))
-                .header(h::MCP_SESSION_ID, sid)
-                .header(h::MCP_PROTOCOL_VERSION, PROTOCOL)
-                .header(h::LAST_EVENT_ID, &from)
-                .header("accept", "text/event-stream");
-            match timeout_at(deadline, rb.send()).await {
+            match timeout_at(deadline, ep.get(rng, sid, Some(&from)).send()).await {
                 Err(_) => return seen,
                 Ok(Ok(r)) => break r,
                 // Any failure to reach an instance: try again (a GET is safe).

@@ -11,12 +11,11 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use mcp_resume_client::Xorshift64;
-use mcp_resume_proto::headers as h;
 use mcp_resume_proto::sse::SseParser;
 use serde_json::Value;
 use tokio::time::{sleep, Instant};
 
-use super::call::{answer, PROTOCOL};
+use super::call::answer;
 use super::session::Shared;
 
 /// How many times each `confirm` token was asked on the session stream.
@@ -27,16 +26,7 @@ pub async fn listen(shared: Arc<Shared>, mut rng: Xorshift64, sid: String, asked
     let ep = &shared.endpoints;
     let mut last: Option<String> = None;
     loop {
-        let mut rb = ep
-            .http
-            .get(ep.pick(&mut rng))
-            .header(h::MCP_SESSION_ID, &sid)
-            .header(h::MCP_PROTOCOL_VERSION, PROTOCOL)
-            .header("accept", "text/event-stream");
-        if let Some(l) = &last {
-            rb = rb.header(h::LAST_EVENT_ID, l);
-        }
-        match rb.send().await {
+        match ep.get(&mut rng, &sid, last.as_deref()).send().await {
             Ok(r) if r.status() == 404 => return,
             Ok(r) if r.status() == 200 => {
                 let mut parser = SseParser::new();
@@ -52,11 +42,7 @@ pub async fn listen(shared: Arc<Shared>, mut rng: Xorshift64, sid: String, asked
                         let Some(token) = token_of(&msg) else {
                             continue;
                         };
-                        *asked
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .entry(token.clone())
-                            .or_default() += 1;
+                        count_ask(&asked, &token);
                         let deadline = Instant::now() + shared.bound;
                         answer(ep, &mut rng, &sid, &msg, &token, deadline).await;
                     }

@@ -2,15 +2,16 @@
 //!
 //! Several `mcp-resume gateway` instances on one shared store run CMD, an
 //! MCP server over stdio, one child per session. Sessions (a few at once)
-//! each make `progress` calls, judged against the child's own numbering, and
+//! each make `progress` calls, judged against the child's own numbering,
 //! `tick` calls, which name the child's process and a counter only that
 //! process keeps, and now and then `confirm`, where the child asks the
 //! client (elicitation) and the answer, POSTed to an instance picked at
-//! random, must come back unchanged. Meanwhile a fault loop kills a random instance with
-//! `kill -9` (restarted on its address and store) or freezes one with
-//! `SIGSTOP` past its lease and thaws it, and a third of the calls are cut
-//! by the client mid-stream and resumed with `Last-Event-ID` on an instance
-//! picked at random. A call is complete or loud; never a silent gap, a
+//! random, must come back unchanged. Meanwhile a fault loop kills a random
+//! instance with `kill -9` (restarted on its address and store), freezes
+//! one with `SIGSTOP` past its lease and thaws it, or (`--spawn-redis`)
+//! restarts the Redis; a third of the calls are cut by the client
+//! mid-stream and resumed with `Last-Event-ID` on an instance picked at
+//! random. A call is complete or loud; never a silent gap, a
 //! duplicate, a reorder, a foreign step or a hang (no end within the bound);
 //! a session is never served by two processes at once (its ticks), and
 //! when it ends no two of its processes still run.

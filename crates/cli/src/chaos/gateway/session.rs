@@ -41,7 +41,7 @@ pub struct Shared {
 pub struct Judged {
     /// The verdict.
     pub verdict: Verdict,
-    /// Cuts and resumes it went through.
+    /// Cuts the client made on purpose.
     pub cuts: u32,
     /// Resumes with `Last-Event-ID`.
     pub resumes: u32,
