@@ -1,8 +1,8 @@
 //! The short CI versions of `mcp-resume chaos --gateway` and `--hosted`:
 //! two gateways on one Redis in front of the Python SDK stdio server, and two
-//! `rmcp_durable --transport mcp-resume` on a Redis the harness runs and
-//! restarts (`--spawn-redis`); `progress` calls in sessions (and `confirm`,
-//! the server's elicitation answered on either instance) with `kill -9`,
+//! `rmcp_durable --transport mcp-resume` on one Redis; `progress` calls in
+//! sessions (and `confirm`, the server's elicitation answered on either
+//! instance) with `kill -9`,
 //! freezes and client cuts resumed on either instance. Every call is
 //! complete or loud (no silent gap, duplicate, reorder, foreign step,
 //! changed answer or hang), no session is served by two processes
@@ -106,13 +106,15 @@ fn chaos_gateway_two_instances_on_redis_lose_nothing_and_never_fork() {
 }
 
 #[test]
-fn chaos_hosted_rmcp_two_instances_on_redis_lose_nothing_through_redis_restarts() {
+fn chaos_hosted_rmcp_two_instances_on_redis_lose_nothing() {
+    let redis = RedisServer::start();
     let bin = rmcp_durable();
     let v = run_and_check(
         &[
             "--hosted",
             bin.to_str().unwrap(),
-            "--spawn-redis",
+            "--store",
+            &redis.url,
             "--instances",
             "2",
             "--iterations",
@@ -134,6 +136,4 @@ fn chaos_hosted_rmcp_two_instances_on_redis_lose_nothing_through_redis_restarts(
         &[],
     );
     assert_eq!(v["mode"], "hosted", "{v}");
-    // Its own Redis (append-only, synced on every write) was restarted too.
-    assert!(v["faults"]["redis_restarts"].as_u64().unwrap() >= 1, "{v}");
 }
