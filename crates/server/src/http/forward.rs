@@ -59,6 +59,8 @@ pub(super) async fn request(
         state,
         session,
         inbox::carrier(message, Some(owner), Some(id)),
+        // One attempt: nothing runs yet, and a 503 tells the client to retry.
+        std::time::Instant::now(),
     )
     .await?;
     inbox::ring(state, session, owner).await?;

@@ -284,7 +284,9 @@ async fn call_stream(
     message: Value,
 ) -> Result<Response, ApiError> {
     let id = message["id"].clone();
-    let (stream, head, sub) = super::open_call_stream(state, &session, &id).await?;
+    // One attempt: nothing runs yet, and a 503 tells the client to retry.
+    let now = std::time::Instant::now();
+    let (stream, head, sub) = super::open_call_stream(state, &session, &id, now).await?;
     match route.register(&id, params_of(&message), Dest::Stream(stream)) {
         Err(why) => {
             crate::route::reply::commit_response(state, &session, stream, &why.reply(&id)).await;

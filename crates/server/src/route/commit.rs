@@ -5,6 +5,7 @@
 //! loop that takes what a backend sent, in order, and commits it.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use mcp_resume_log::{LogError, Seq, StreamKey};
@@ -38,15 +39,19 @@ pub(super) fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value) {
 }
 
 /// Commits the runs in order; a run that cannot be committed is reported to
-/// the backend at its next send ([`Pending::fail`]), and a call it answered
-/// gets an error response instead. With `fenced` (a route
-/// under a lease), each commit is refused once another instance holds the
-/// lease: then nothing more is committed and this says so (`true`).
+/// the backend at its next send ([`Pending::fail`]), a call it answered
+/// gets an error response instead (`crate::route::reply::commit`), and a
+/// call whose request stream it was bound for ends with that error too
+/// ([failed](Dest::Failed), so nothing it sends later is shown after the hole). With
+/// `fenced` (a route under a lease), each commit is refused once another
+/// instance holds the lease: then nothing more is committed and this says
+/// so (`true`).
 pub(super) async fn flush(
     state: &AppState,
     session: &str,
     runs: &mut Vec<Run>,
     pending: &Pending,
+    table: &Mutex<Table>,
     fenced: bool,
 ) -> bool {
     for (k, messages) in runs.drain(..) {
@@ -59,6 +64,16 @@ pub(super) async fn flush(
             }
             Err(e) => {
                 tracing::error!(%session, stream = ?k, error = %e, "could not commit what the backend sent");
+                let calls = match k {
+                    StreamKey::Request(_) => {
+                        table.lock().unwrap_or_else(|e| e.into_inner()).fail_on(k)
+                    }
+                    StreamKey::Session => Vec::new(),
+                };
+                for id in calls {
+                    let reply = crate::route::reply::commit_failed(state, &id);
+                    crate::route::reply::commit_response(state, session, k, &reply).await;
+                }
                 pending.fail(e);
             }
         }
@@ -141,7 +156,8 @@ pub(super) async fn commit_loop(
                 } => {
                     // After everything queued before it, in one append.
                     lease_lost |=
-                        Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
+                        Box::pin(flush(&state, &session, &mut runs, &pending, &table, fenced))
+                            .await;
                     let committed = if lease_lost {
                         Err(LogError::LeaseLost(session.clone()))
                     } else {
@@ -177,7 +193,8 @@ pub(super) async fn commit_loop(
             // backend sent before it is committed: a client never reads a
             // response before the notifications its call sent first.
             if matches!(routed, Routed::Answer(..) | Routed::AnswerLazy(..)) && !runs.is_empty() {
-                lease_lost |= Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
+                lease_lost |=
+                    Box::pin(flush(&state, &session, &mut runs, &pending, &table, fenced)).await;
             }
             match routed {
                 Routed::Commit(k, m) => push(&mut runs, k, &m),
@@ -189,16 +206,18 @@ pub(super) async fn commit_loop(
                 }
                 Routed::Open { call, message } => {
                     lease_lost |=
-                        Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
-                    let k = Box::pin(open_lazy(&state, &session, &table, &call)).await;
-                    push(&mut runs, k, &message);
+                        Box::pin(flush(&state, &session, &mut runs, &pending, &table, fenced))
+                            .await;
+                    if let Some(k) = Box::pin(open_lazy(&state, &session, &table, &call)).await {
+                        push(&mut runs, k, &message);
+                    }
                 }
                 Routed::Drop(m) => {
-                    tracing::debug!(%session, id = %m["id"], "a response nothing waits for (its call was cancelled) is dropped");
+                    tracing::debug!(%session, id = %m["id"], "a message of a call nothing waits for (cancelled, or failed) is dropped");
                 }
             }
         }
-        lease_lost |= Box::pin(flush(&state, &session, &mut runs, &pending, fenced)).await;
+        lease_lost |= Box::pin(flush(&state, &session, &mut runs, &pending, &table, fenced)).await;
         pending.done(messages);
         pending.handled(taken);
         for ack in flushes {
@@ -268,12 +287,22 @@ pub(super) async fn commit_loop(
     }
 }
 
-/// Opens the request stream of lazy call `call` (its key) and tells the
-/// POST that waits to read it; the stream its messages go to (the session
-/// stream if it cannot be opened).
-async fn open_lazy(state: &AppState, session: &str, table: &Mutex<Table>, call: &str) -> StreamKey {
+/// Opens the request stream of lazy call `call` (its key), tried again
+/// while the log is unavailable until the reply deadline, and tells the POST
+/// that waits to read it; the stream its messages go to. If it cannot be
+/// opened the call ends loudly instead: the POST gets the `commit-failed`
+/// error as its answer, the call is [failed](Dest::Failed) (what its handler
+/// sends later is dropped, never shown on another stream) and `None` says
+/// the message is not committed.
+async fn open_lazy(
+    state: &AppState,
+    session: &str,
+    table: &Mutex<Table>,
+    call: &str,
+) -> Option<StreamKey> {
     let id: Value = serde_json::from_str(call).unwrap_or(Value::Null);
-    match streams::open_call_stream(state, session, &id).await {
+    let deadline = Instant::now() + state.config.reply_deadline;
+    match streams::open_call_stream(state, session, &id, deadline).await {
         Ok((k, head, sub)) => {
             let tx = table
                 .lock()
@@ -287,11 +316,15 @@ async fn open_lazy(state: &AppState, session: &str, table: &Mutex<Table>, call: 
                     sub,
                 });
             }
-            k
+            Some(k)
         }
         Err(e) => {
-            tracing::warn!(%session, error = %e, "could not open a call's request stream; its messages go to the session stream");
-            StreamKey::Session
+            tracing::error!(%session, error = %e, "could not open a call's request stream within the reply deadline; the call is answered with an error");
+            let dest = table.lock().unwrap_or_else(|e| e.into_inner()).fail(&id);
+            if let Some(Dest::Lazy(tx)) = dest {
+                let _ = tx.send(Answer::Json(crate::route::reply::commit_failed(state, &id)));
+            }
+            None
         }
     }
 }
@@ -307,5 +340,7 @@ pub(crate) async fn answer(state: &AppState, session: &str, dest: Dest, reply: V
             let _ = tx.send(Answer::Json(reply));
         }
         Dest::Stream(k) => crate::route::reply::commit_response(state, session, k, &reply).await,
+        // Answered with an error already.
+        Dest::Failed => {}
     }
 }

@@ -54,18 +54,7 @@ pub(crate) async fn commit(
     tracing::error!(%session, ?stream, error = %failure, "could not commit a call's response within the reply deadline; answering it with an error");
     let errors: Vec<Bytes> = calls
         .iter()
-        .map(|id| {
-            let error = jsonrpc::error_with_data(
-                id,
-                jsonrpc::INTERNAL_ERROR,
-                format!(
-                    "the server could not commit this call's response within {} s (its log was unavailable); it may be retried",
-                    state.config.reply_deadline.as_secs()
-                ),
-                json!({"reason": "commit-failed"}),
-            );
-            Bytes::from(serde_json::to_vec(&error).unwrap_or_default())
-        })
+        .map(|id| Bytes::from(serde_json::to_vec(&commit_failed(state, id)).unwrap_or_default()))
         .collect();
     match retry(state, session, stream, &errors, fenced, None).await {
         Ok(_) => {}
@@ -77,6 +66,20 @@ pub(crate) async fn commit(
         }
     }
     Err(failure)
+}
+
+/// The error that answers call `id` when what it sent could not be
+/// committed within the reply deadline (`data.reason: "commit-failed"`).
+pub(crate) fn commit_failed(state: &AppState, id: &Value) -> Value {
+    jsonrpc::error_with_data(
+        id,
+        jsonrpc::INTERNAL_ERROR,
+        format!(
+            "the server could not commit this call's messages within {} s (its log was unavailable); it may be retried",
+            state.config.reply_deadline.as_secs()
+        ),
+        json!({"reason": "commit-failed"}),
+    )
 }
 
 /// [`commit`] of one response the transport gives itself (a call refused,
@@ -94,10 +97,7 @@ pub(crate) async fn commit_response(
     }
 }
 
-/// Appends `messages` under one key, again after a pause while the failure
-/// is [`retryable`]: until `deadline` (backing off to 2 s), or without one
-/// until it lands (backing off to 10 s); the server stopping ends it. The
-/// last failure when it gives up.
+/// Appends `messages` under one key ([`retrying`]).
 async fn retry(
     state: &AppState,
     session: &str,
@@ -107,6 +107,27 @@ async fn retry(
     deadline: Option<Instant>,
 ) -> Result<Seq, LogError> {
     let key = AppState::once_key();
+    retrying(state, deadline, || {
+        state.commit_once(session, stream, messages.to_vec(), key, fenced)
+    })
+    .await
+}
+
+/// Runs `attempt`, again after a pause while its failure is [`retryable`]:
+/// until `deadline` (backing off to 2 s; a deadline already past makes one
+/// attempt), or without one until it succeeds (backing off to 10 s); the
+/// server stopping ends it. The last failure when it gives up. What
+/// `attempt` does must be safe to repeat when an attempt's outcome is
+/// unknown (an append under one key, a read, a subscription).
+pub(crate) async fn retrying<T, F, Fut>(
+    state: &AppState,
+    deadline: Option<Instant>,
+    mut attempt: F,
+) -> Result<T, LogError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, LogError>>,
+{
     let max = if deadline.is_some() {
         MAX_BACKOFF
     } else {
@@ -114,18 +135,15 @@ async fn retry(
     };
     let mut backoff = FIRST_BACKOFF;
     loop {
-        let e = match state
-            .commit_once(session, stream, messages.to_vec(), key, fenced)
-            .await
-        {
-            Ok(seq) => return Ok(seq),
+        let e = match attempt().await {
+            Ok(v) => return Ok(v),
             Err(e) => e,
         };
         let in_time = deadline.is_none_or(|d| Instant::now() + backoff < d);
         if !retryable(&e) || !in_time {
             return Err(e);
         }
-        tracing::debug!(%session, ?stream, error = %e, "committing a call's answer again");
+        tracing::debug!(error = %e, "trying the log again after a pause");
         if !pause(state, &mut backoff, max).await {
             return Err(e);
         }

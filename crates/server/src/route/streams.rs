@@ -2,35 +2,49 @@
 //! the call and the instance that runs it (the orphan sweep's key), and it
 //! is subscribed from its start, so whoever reads it sees every event.
 
+use std::time::Instant;
+
 use mcp_resume_log::{Seq, StreamKey, Subscription};
 
 use crate::error::ApiError;
+use crate::route::reply::retrying;
 use crate::route::state::AppState;
 
 /// Opens the request stream `R` of a call (its record names the call's id
 /// and this instance, for the orphan sweep) and takes its commit point, so
-/// the stream will see every event of the call.
+/// the stream will see every event of the call. While the log is
+/// unavailable each step is tried again until `deadline` (one attempt
+/// when it has passed).
 pub(crate) async fn open_call_stream(
     state: &AppState,
     session: &str,
     id: &serde_json::Value,
+    deadline: Instant,
 ) -> Result<(StreamKey, Seq, Subscription), ApiError> {
     open_stream(
         state,
         session,
         crate::route::orphans::record(id, state.log.instance()),
+        deadline,
     )
     .await
 }
 
 /// Opens a request stream with record `meta` (within the session's limit)
-/// and subscribes to it from its start.
+/// and subscribes to it from its start, each step tried again while the log
+/// is unavailable until `deadline`. An open whose outcome was unknown and
+/// is tried again may leave an empty stream behind; nothing reads it, and
+/// the sweep ends it like any call's once this instance is gone.
 pub(crate) async fn open_stream(
     state: &AppState,
     session: &str,
     meta: bytes::Bytes,
+    deadline: Instant,
 ) -> Result<(StreamKey, Seq, Subscription), ApiError> {
-    let r = state.log.open_request_stream(session, meta).await?;
+    let r = retrying(state, Some(deadline), || {
+        state.log.open_request_stream(session, meta.clone())
+    })
+    .await?;
     if r > state.config.max_request_streams {
         return Err(ApiError::TooMany(format!(
             "this session opened its maximum of {} request streams; start a new session",
@@ -38,6 +52,9 @@ pub(crate) async fn open_stream(
         )));
     }
     let stream = StreamKey::Request(r);
-    let (bounds, sub) = state.log.subscribe(session, stream).await?;
+    let (bounds, sub) = retrying(state, Some(deadline), || {
+        state.log.subscribe(session, stream)
+    })
+    .await?;
     Ok((stream, bounds.head, sub))
 }

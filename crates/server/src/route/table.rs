@@ -35,6 +35,10 @@ pub(crate) enum Dest {
     /// Committed to this stream: the call's request stream `R`, or the
     /// session stream for a call that came over a WebSocket.
     Stream(StreamKey),
+    /// Already answered with an error (what it sent could not be
+    /// committed): whatever its handler sends, its response too, is dropped,
+    /// never shown on another stream after the hole.
+    Failed,
 }
 
 impl Dest {
@@ -42,7 +46,7 @@ impl Dest {
     /// answered as JSON has none of its own, so they go to the session stream.
     fn stream(&self) -> StreamKey {
         match self {
-            Dest::Json(_) | Dest::Lazy(_) => StreamKey::Session,
+            Dest::Json(_) | Dest::Lazy(_) | Dest::Failed => StreamKey::Session,
             Dest::Stream(k) => *k,
         }
     }
@@ -82,6 +86,8 @@ struct Asked {
 enum Target {
     Stream(StreamKey),
     Open(String),
+    /// The call failed: nothing of it goes anywhere.
+    Drop,
 }
 
 /// One session's routing state on this instance.
@@ -168,6 +174,12 @@ impl Table {
                     ..
                 },
             )) => Target::Open(c.clone()),
+            Some((
+                _,
+                Call {
+                    dest: Dest::Failed, ..
+                },
+            )) => Target::Drop,
             Some((_, d)) => Target::Stream(d.dest.stream()),
             None => Target::Stream(StreamKey::Session),
         }
@@ -235,6 +247,27 @@ impl Table {
         Some(call.dest)
     }
 
+    /// Marks call `id` [failed](Dest::Failed) (it is answered with an error
+    /// now) and returns where it was answered.
+    pub(crate) fn fail(&mut self, id: &Value) -> Option<Dest> {
+        let c = self.calls.get_mut(&key(id))?;
+        Some(std::mem::replace(&mut c.dest, Dest::Failed))
+    }
+
+    /// Marks every call answered on request stream `k` [failed](Dest::Failed)
+    /// (what was sent to it could not be committed, so it ends with an
+    /// error) and returns their ids.
+    pub(crate) fn fail_on(&mut self, k: StreamKey) -> Vec<Value> {
+        self.calls
+            .iter_mut()
+            .filter(|(_, c)| matches!(c.dest, Dest::Stream(s) if s == k))
+            .filter_map(|(key, c)| {
+                c.dest = Dest::Failed;
+                serde_json::from_str(key).ok()
+            })
+            .collect()
+    }
+
     /// Every call in flight, removed (the backend stopped: each needs an
     /// error answer).
     pub(crate) fn drain(&mut self) -> Vec<(Value, Dest)> {
@@ -281,7 +314,7 @@ impl Table {
         match call.dest {
             Dest::Json(tx) => drop(tx.send(message)),
             Dest::Lazy(tx) => drop(tx.send(Answer::Json(message))),
-            Dest::Stream(_) => {}
+            Dest::Stream(_) | Dest::Failed => {}
         }
         Ok(())
     }
@@ -304,12 +337,15 @@ impl Table {
                     .map(|r| key(&r))
                     .filter(|k| self.calls.contains_key(k));
                 let target = self.target_of(call.clone());
+                if matches!(target, Target::Drop) {
+                    return Routed::Drop(message);
+                }
                 let wire = format!("{}{}", self.prefix, self.next);
                 self.next += 1;
                 message["id"] = Value::String(wire.clone());
                 let stream = match &target {
                     Target::Stream(k) => *k,
-                    Target::Open(_) => StreamKey::Session,
+                    Target::Open(_) | Target::Drop => StreamKey::Session,
                 };
                 self.asked.insert(
                     wire,
@@ -360,7 +396,7 @@ impl Table {
                 Some(Dest::Json(tx)) => Routed::Answer(tx, message),
                 Some(Dest::Lazy(tx)) => Routed::AnswerLazy(tx, message),
                 Some(Dest::Stream(k)) => Routed::Commit(k, message),
-                None => Routed::Drop(message),
+                Some(Dest::Failed) | None => Routed::Drop(message),
             },
         }
     }
@@ -371,6 +407,7 @@ fn routed(target: Target, message: Value) -> Routed {
     match target {
         Target::Stream(k) => Routed::Commit(k, message),
         Target::Open(call) => Routed::Open { call, message },
+        Target::Drop => Routed::Drop(message),
     }
 }
 

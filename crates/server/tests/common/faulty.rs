@@ -28,6 +28,9 @@ pub struct Faults {
     /// The next this many appends are refused as `Unavailable` (a Redis
     /// failover), committing nothing.
     pub refuse_appends: AtomicUsize,
+    /// The next this many openings of a request stream are refused as
+    /// `Unavailable` (a Redis restart), opening nothing.
+    pub refuse_opens: AtomicUsize,
     /// While set, appends wait (a slow fsync), committing nothing yet.
     pub hold_appends: AtomicBool,
     /// While set, session lookups fail as `Unavailable` with a secret-looking text.
@@ -43,6 +46,15 @@ pub struct FaultyLog {
 #[async_trait]
 impl EventLog for FaultyLog {
     async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
+        let refuse =
+            self.faults
+                .refuse_opens
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if refuse.is_ok() {
+            return Err(LogError::Unavailable(
+                "injected: the log is restarting".into(),
+            ));
+        }
         self.inner.open_request_stream(id, meta).await
     }
 
