@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::gateway::{gateway_python, init, pid, pid_of};
-use common::{rt, RedisServer};
+use common::{post, rt, RedisServer};
 
 /// Far past any answer's time: a call still open then hangs.
 const HANG: Duration = Duration::from_secs(30);
@@ -53,5 +53,49 @@ fn forwarded_calls_are_pushed_and_idle_sessions_cost_no_redis_commands() {
             per_sec < 2.0 * SESSIONS as f64,
             "{per_sec:.1} Redis commands/s for {SESSIONS} idle sessions"
         );
+    });
+}
+
+/// The streams of `sid` that Redis still holds (their state hashes).
+fn streams_held(redis: &RedisServer, sid: &str) -> usize {
+    redis
+        .cli(&["KEYS", &format!("mcpr:{{{sid}}}:st:*")])
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// A forwarded notification travels in a request stream of its own (its
+/// carrier); once the owner read it, the carrier is retired, so forwarded
+/// messages do not pile up in Redis for as long as the session lives.
+#[test]
+fn carriers_of_forwarded_notifications_are_retired_once_read() {
+    const SENT: usize = 20;
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", redis.url.as_str()];
+    let a = gateway_python(dir.path(), &store);
+    let b = gateway_python(dir.path(), &store);
+    rt().block_on(async {
+        let sid = init(&a.url).await;
+        // A owns the session: its child answers through B too.
+        let on_a = pid(&pid_of(&a.url, &sid, 1).await).expect("A runs the child");
+        assert_eq!(pid(&pid_of(&b.url, &sid, 2).await), Some(on_a));
+        let before = streams_held(&redis, &sid);
+        for i in 0..SENT {
+            let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/roots/list_changed", "params": {"i": i}});
+            let r = post(&b.url, Some(&sid), note).await;
+            assert_eq!(r.status(), 202, "forwarded to the owner");
+        }
+        // Read by A and retired: the session holds what it held before.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut held = streams_held(&redis, &sid);
+        while held > before && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            held = streams_held(&redis, &sid);
+        }
+        assert_eq!(held, before, "{SENT} carriers forwarded, {} still held", held - before.min(held));
+        // The session goes on: the owner still answers through B.
+        assert_eq!(pid(&pid_of(&b.url, &sid, 3).await), Some(on_a));
     });
 }

@@ -70,9 +70,23 @@ pub trait EventLog: Send + Sync + 'static {
     /// taken every event of the stream: the record goes with them.
     async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError>;
 
-    /// How many request streams the session has opened: the highest `R`, so
-    /// a sweep can visit `1 ..= R`.
+    /// How many request streams the session has opened: the highest `R`
+    /// (numbers are never reused), so a reader of new records goes on from
+    /// the last it read.
     async fn request_streams(&self, id: &str) -> Result<u64, LogError>;
+
+    /// The request streams of the session that still hold something: not
+    /// emptied by retention, not [retired](EventLog::retire_request_stream);
+    /// ascending. What the orphan sweep and maintenance visit, so their cost
+    /// follows what is retained, not every stream the session ever opened.
+    async fn live_request_streams(&self, id: &str) -> Result<Vec<u64>, LogError>;
+
+    /// Deletes request stream `r` with its record and events, for a stream
+    /// nobody will read again: the carrier of a forwarded message, once the
+    /// instance it was for has read it. Reads of it then answer
+    /// [`LogError::NoStream`]; its number is not handed out again. A log that
+    /// serves one process may keep it until the session ends (it says so).
+    async fn retire_request_stream(&self, id: &str, r: u64) -> Result<(), LogError>;
 
     /// Appends a batch of JSON-RPC messages to one stream; returns the seq of
     /// the last one once all are committed. An empty batch returns the head.

@@ -87,6 +87,14 @@ impl EventLog for MemoryLog {
         self.hub.request_streams(id)
     }
 
+    async fn live_request_streams(&self, id: &str) -> Result<Vec<u64>, LogError> {
+        self.hub.live_request_streams(id)
+    }
+
+    async fn retire_request_stream(&self, id: &str, r: u64) -> Result<(), LogError> {
+        self.hub.retire_request(id, r)
+    }
+
     async fn append(
         &self,
         id: &str,

@@ -9,9 +9,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::faulty::{Faults, FaultyLog};
 use common::{read_sse, TestServer};
-use mcp_resume_log::{Log, MemoryLog};
+use mcp_resume_log::{Log, MemoryLog, StreamKey};
 use mcp_resume_server::tools::{text_result, ToolRegistry};
 use mcp_resume_server::ServerConfig;
 use serde_json::{json, Value};
@@ -125,4 +126,49 @@ async fn a_lazy_call_whose_stream_cannot_be_opened_within_the_deadline_ends_loud
     // The session serves the next call as before.
     let got = call(&s, &sid, 2).await;
     assert_eq!(steps_of(&got), vec![1, 2], "{got:?}");
+}
+
+/// The start-up sweep ends the calls a dead instance left open, and a log
+/// that is unavailable while it runs makes it wait and go on from where it
+/// was, not give up until a client happens to resume one.
+#[tokio::test]
+async fn the_orphan_sweep_goes_on_where_it_stopped_when_the_log_was_unavailable() {
+    let faults = Arc::new(Faults::default());
+    let inner: Arc<dyn Log> = Arc::new(MemoryLog::default());
+    // Three sessions, each with a call whose handler ran on an instance that is gone.
+    let mut calls = Vec::new();
+    for i in 0..3 {
+        let sid = format!("{:064x}", i + 1);
+        inner.create_session(&sid, Bytes::new()).await.unwrap();
+        let record =
+            Bytes::from(json!({"id": 40 + i, "owner": "an-instance-long-gone"}).to_string());
+        let r = inner.open_request_stream(&sid, record).await.unwrap();
+        calls.push((sid, r));
+    }
+    faults.refuse_stream_lists.store(4, Ordering::SeqCst);
+    let log: Arc<dyn Log> = Arc::new(FaultyLog {
+        inner: inner.clone(),
+        faults: faults.clone(),
+    });
+    let s = TestServer::start_full(log, counting_tools(), ServerConfig::default()).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for (sid, r) in &calls {
+        let stream = StreamKey::Request(*r);
+        loop {
+            let head = inner.bounds(sid, stream).await.unwrap().head;
+            if head > 0 {
+                let ended = inner.read(sid, stream, head - 1, 1).await.unwrap();
+                let v: Value = serde_json::from_slice(&ended[0].message).unwrap();
+                assert_eq!(v["error"]["data"]["reason"], "server-restarted", "{v}");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the call of {sid} was never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(faults.refuse_stream_lists.load(Ordering::SeqCst), 0);
+    drop(s);
 }

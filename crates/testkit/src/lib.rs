@@ -106,13 +106,19 @@ impl RedisServer {
         self.launch();
     }
 
-    /// Every command it has run so far (`INFO commandstats`, summed).
-    pub fn commands_run(&self) -> u64 {
+    /// Runs `redis-cli ARGS` against it; what it printed.
+    pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string(), "INFO", "commandstats"])
+            .args(["-p", &self.port.to_string()])
+            .args(args)
             .output()
             .expect("redis-cli (it comes with redis-server)");
-        String::from_utf8_lossy(&out.stdout)
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Every command it has run so far (`INFO commandstats`, summed).
+    pub fn commands_run(&self) -> u64 {
+        self.cli(&["INFO", "commandstats"])
             .lines()
             .filter_map(|l| l.split("calls=").nth(1))
             .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())

@@ -285,6 +285,17 @@ impl EventLog for DiskLog {
         self.hub.request_streams(id)
     }
 
+    async fn live_request_streams(&self, id: &str) -> Result<Vec<u64>, LogError> {
+        self.hub.live_request_streams(id)
+    }
+
+    /// Kept until the session ends: a disk log serves one process, where a
+    /// carrier exists only between servers sharing this handle, and its
+    /// committed-heads record would count a deleted stream as lost.
+    async fn retire_request_stream(&self, id: &str, _r: u64) -> Result<(), LogError> {
+        self.hub.with_live(id, |_| Ok(()))
+    }
+
     async fn append(
         &self,
         id: &str,

@@ -298,6 +298,31 @@ impl Hub {
         self.with_live(id, |st| Ok(st.next_request - 1))
     }
 
+    /// The request streams of a live session whose state is held (not
+    /// retired by retention or by [`Hub::retire_request`]), ascending.
+    pub fn live_request_streams(&self, id: &str) -> Result<Vec<u64>, LogError> {
+        self.with_live(id, |st| {
+            let mut live: Vec<u64> = st.streams.keys().copied().filter(|n| *n > 0).collect();
+            live.sort_unstable();
+            Ok(live)
+        })
+    }
+
+    /// Forgets request stream `r` of a live session: its state, its record,
+    /// its events; its readers end as if the session had.
+    pub fn retire_request(&self, id: &str, r: u64) -> Result<(), LogError> {
+        self.with_live(id, |st| {
+            if r == 0 {
+                return Ok(());
+            }
+            st.retired.remove(&r);
+            if let Some(mut s) = st.streams.remove(&r) {
+                s.end_all(crate::subscription::EndReason::SessionEnded);
+            }
+            Ok(())
+        })
+    }
+
     /// The ids of every live session.
     pub fn live_ids(&self) -> Vec<String> {
         self.live_cells().into_iter().map(|(id, _)| id).collect()

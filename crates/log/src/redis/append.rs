@@ -30,6 +30,7 @@ impl RedisLog {
             .key(format!("{p}:ev:{n}"))
             .key(format!("{p}:pin"))
             .key(format!("{p}:once"))
+            .key(format!("{p}:rs"))
             .arg(n)
             .arg(now_ms())
             .arg(self.retention.max_events)

@@ -21,10 +21,9 @@ impl RedisLog {
         let mut ended = Vec::new();
         for id in ids {
             let p = prefix(&id);
-            let (a, r, e): (Option<u64>, Option<u64>, Option<String>) = redis::cmd("HMGET")
+            let (a, e): (Option<u64>, Option<String>) = redis::cmd("HMGET")
                 .arg(format!("{p}:s"))
                 .arg("a")
-                .arg("r")
                 .arg("e")
                 .query_async(&mut conn)
                 .await
@@ -39,7 +38,13 @@ impl RedisLog {
                 }
                 continue;
             }
-            for n in 0..r.unwrap_or(1) {
+            // The streams that hold something, not every one ever opened.
+            let requests = match self.indexed_request_streams(&id).await {
+                Ok(live) => live,
+                Err(LogError::NoSession(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            for n in std::iter::once(0).chain(requests) {
                 let stream = StreamKey::from_number(n);
                 let Ok(b) = self.bounds_of(&id, stream).await else {
                     continue;

@@ -169,6 +169,32 @@ impl EventLog for RedisLog {
         }
     }
 
+    async fn live_request_streams(&self, id: &str) -> Result<Vec<u64>, LogError> {
+        self.indexed_request_streams(id).await
+    }
+
+    async fn retire_request_stream(&self, id: &str, r: u64) -> Result<(), LogError> {
+        if r == 0 {
+            return Ok(());
+        }
+        let p = prefix(id);
+        let done: i64 = self
+            .scripts
+            .retire
+            .key(format!("{p}:s"))
+            .key(format!("{p}:st:{r}"))
+            .key(format!("{p}:ev:{r}"))
+            .key(format!("{p}:rs"))
+            .arg(r)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        if done < 0 {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        Ok(())
+    }
+
     async fn append(
         &self,
         id: &str,

@@ -18,6 +18,7 @@ pub(super) const COMMIT: &str = include_str!("lua/commit.lua");
 pub(super) const REQUEST_META: &str = include_str!("lua/request_meta.lua");
 pub(super) const BOUNDS: &str = include_str!("lua/bounds.lua");
 pub(super) const CLAIM: &str = include_str!("lua/claim.lua");
+pub(super) const RETIRE: &str = include_str!("lua/retire.lua");
 
 /// Every script, loaded once per log (the library sends `EVALSHA` and falls back to `EVAL`).
 pub(super) struct Scripts {
@@ -33,6 +34,7 @@ pub(super) struct Scripts {
     pub forget: Script,
     pub adopt: Script,
     pub claim: Script,
+    pub retire: Script,
 }
 
 impl Scripts {
@@ -51,6 +53,7 @@ impl Scripts {
             forget: Script::new(FORGET),
             adopt: Script::new(ADOPT),
             claim: Script::new(CLAIM),
+            retire: Script::new(RETIRE),
         }
     }
 }

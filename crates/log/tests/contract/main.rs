@@ -4,4 +4,5 @@
 mod common;
 mod core;
 mod expiry;
+mod live_streams;
 mod requests;

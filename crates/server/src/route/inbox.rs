@@ -216,11 +216,22 @@ async fn take(
             continue; // a call's own stream
         };
         let answer = f.message.get("method").is_none();
-        if answer || (always && f.owner == state.log.instance()) {
+        let mine = f.owner == state.log.instance();
+        if answer || (always && mine) {
             // Each forwarded call runs on its own: the watch reads on.
             let work =
                 super::dispatch::dispatch(state, session, route, f.answer_on, f.message).await;
             super::dispatch::spawn_work(state, work);
+        }
+        // A call is answered on its carrier; anything else is read once.
+        let call = matches!(f.answer_on, StreamKey::Request(_));
+        if mine && !call {
+            // Read by the instance it was for, and never again: retired, so
+            // forwarded messages do not pile up in the session's streams (a
+            // failure leaves it to the session's end).
+            if let Err(e) = state.log.retire_request_stream(session, r).await {
+                tracing::debug!(%session, stream = r, error = %e, "could not retire a forwarded message's carrier");
+            }
         }
     }
     Taken::All(n)

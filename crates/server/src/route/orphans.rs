@@ -16,6 +16,7 @@ use mcp_resume_log::{LogError, StreamKey};
 use serde_json::{json, Value};
 
 use crate::jsonrpc;
+use crate::route::reply::retrying;
 use crate::route::state::{AppState, ORPHAN_SLOTS};
 
 /// The record stored with a request stream.
@@ -99,25 +100,48 @@ fn orphan_key(session: &str, r: u64) -> u64 {
 }
 
 /// Ends every orphaned call of every live session; run once at start-up.
+/// It visits the request streams that hold something
+/// ([`mcp_resume_log::EventLog::live_request_streams`]), not every stream a
+/// session ever opened, and holds no lock but one stream's slot at a time.
+/// While the log is unavailable it waits and goes on from the session it
+/// was at (until the server stops); a session it cannot read for another
+/// reason is logged and passed over.
 pub(crate) async fn sweep(state: &AppState) -> Result<usize, LogError> {
+    let sessions = retrying(state, None, || state.log.session_ids()).await?;
     let mut ended = 0;
-    for session in state.log.session_ids().await? {
-        let streams = match state.log.request_streams(&session).await {
-            Ok(n) => n,
-            Err(LogError::NoSession(_) | LogError::SessionEnded) => continue,
-            Err(e) => return Err(e),
-        };
-        for r in 1..=streams {
-            match end_if_orphaned(state, &session, r).await {
-                Ok(true) => ended += 1,
-                Ok(false) => {}
-                // Trimmed away or ended meanwhile: nothing left to answer.
-                Err(
-                    LogError::NoSession(_) | LogError::SessionEnded | LogError::NoStream { .. },
-                ) => {}
-                Err(LogError::Truncated { .. } | LogError::DataLost { .. }) => {}
-                Err(e) => return Err(e),
+    for session in sessions {
+        match retrying(state, None, || sweep_session(state, &session)).await {
+            Ok(n) => ended += n,
+            Err(e) if crate::route::reply::retryable(&e) => return Err(e), // stopping
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "the orphan sweep passed over a session it could not read")
             }
+        }
+    }
+    Ok(ended)
+}
+
+/// Ends the orphaned calls of one session; how many.
+async fn sweep_session(state: &AppState, session: &str) -> Result<usize, LogError> {
+    let streams = match state.log.live_request_streams(session).await {
+        Ok(live) => live,
+        Err(LogError::NoSession(_) | LogError::SessionEnded) => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut ended = 0;
+    for r in streams {
+        match end_if_orphaned(state, session, r).await {
+            Ok(true) => ended += 1,
+            Ok(false) => {}
+            // Trimmed away or ended meanwhile: nothing left to answer.
+            Err(
+                LogError::NoSession(_)
+                | LogError::SessionEnded
+                | LogError::NoStream { .. }
+                | LogError::Truncated { .. }
+                | LogError::DataLost { .. },
+            ) => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(ended)

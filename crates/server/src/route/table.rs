@@ -237,12 +237,19 @@ impl Table {
         Ok(())
     }
 
-    /// Forgets call `id` (the client cancelled it, or it could not be
-    /// delivered) and returns where it was answered.
+    /// Forgets call `id` (answered, cancelled by the client, or it could
+    /// not be delivered) with the server requests its handler sent that
+    /// were not answered (nothing waits for them now, and they would keep
+    /// the route from parking), and returns where it was answered.
     pub(crate) fn forget(&mut self, id: &Value) -> Option<Dest> {
-        let call = self.calls.remove(&key(id))?;
+        let k = key(id);
+        let call = self.calls.remove(&k)?;
         if let Some(t) = call.token {
             self.tokens.remove(&t);
+        }
+        if !self.asked.is_empty() {
+            self.asked
+                .retain(|_, a| a.call.as_deref() != Some(k.as_str()));
         }
         Some(call.dest)
     }
@@ -460,6 +467,28 @@ mod tests {
         assert!(t.idle());
         // A second response for the same call has nowhere to go.
         assert!(matches!(t.route(out(resp, None)), Routed::Drop(_)));
+    }
+
+    #[test]
+    fn a_call_that_ends_takes_its_unanswered_server_requests_with_it() {
+        let mut t = Table::new("w.".into());
+        t.register(&json!(1), &json!({}), Dest::Stream(StreamKey::Request(1)))
+            .unwrap();
+        let ask = json!({"jsonrpc": "2.0", "id": 0, "method": "elicitation/create", "params": {}});
+        t.route(out(ask, Some(json!(1))));
+        // A request of the session itself (no call) stays until answered.
+        let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+        t.route(out(ping, None));
+        let resp = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+        t.route(out(resp, None));
+        assert!(!t.idle(), "the session's own request still waits");
+        assert!(t
+            .client_response(json!({"jsonrpc": "2.0", "id": "w.0", "result": {}}))
+            .is_none());
+        assert!(t
+            .client_response(json!({"jsonrpc": "2.0", "id": "w.1", "result": {}}))
+            .is_some());
+        assert!(t.idle(), "nothing in flight: the route may park");
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct Faults {
     /// The next this many openings of a request stream are refused as
     /// `Unavailable` (a Redis restart), opening nothing.
     pub refuse_opens: AtomicUsize,
+    /// The next this many listings of a session's request streams (their
+    /// count, or the ones that hold something) fail as `Unavailable`.
+    pub refuse_stream_lists: AtomicUsize,
     /// While set, appends wait (a slow fsync), committing nothing yet.
     pub hold_appends: AtomicBool,
     /// While set, session lookups fail as `Unavailable` with a secret-looking text.
@@ -41,6 +44,23 @@ pub struct Faults {
 pub struct FaultyLog {
     pub inner: Arc<dyn Log>,
     pub faults: Arc<Faults>,
+}
+
+impl FaultyLog {
+    /// `Unavailable` while [`Faults::refuse_stream_lists`] counts down.
+    fn refuse_list(&self) -> Result<(), LogError> {
+        let refuse = self.faults.refuse_stream_lists.fetch_update(
+            Ordering::AcqRel,
+            Ordering::Acquire,
+            |n| n.checked_sub(1),
+        );
+        match refuse {
+            Ok(_) => Err(LogError::Unavailable(
+                "injected: the log is restarting".into(),
+            )),
+            Err(_) => Ok(()),
+        }
+    }
 }
 
 #[async_trait]
@@ -63,7 +83,17 @@ impl EventLog for FaultyLog {
     }
 
     async fn request_streams(&self, id: &str) -> Result<u64, LogError> {
+        self.refuse_list()?;
         self.inner.request_streams(id).await
+    }
+
+    async fn live_request_streams(&self, id: &str) -> Result<Vec<u64>, LogError> {
+        self.refuse_list()?;
+        self.inner.live_request_streams(id).await
+    }
+
+    async fn retire_request_stream(&self, id: &str, r: u64) -> Result<(), LogError> {
+        self.inner.retire_request_stream(id, r).await
     }
 
     async fn append(

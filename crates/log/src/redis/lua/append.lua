@@ -11,6 +11,7 @@ local stream_state = KEYS[2]
 local events = KEYS[3]
 local pins_key = KEYS[4]
 local once_keys = KEYS[5]
+local index = KEYS[6]
 local stream = ARGV[1]
 local now_ms = ARGV[2]
 local max_events = ARGV[3]
@@ -28,6 +29,12 @@ if owner ~= '' and redis.call('HGET', session, 'o') ~= owner then return {-4} en
 local h = tonumber(redis.call('HGET', stream_state, 'h'))
 if not h then return {-2} end
 local f = tonumber(redis.call('HGET', stream_state, 'f'))
+local emptied = false
+if stream ~= '0' and #ARGV >= 8 and h > 0 and f > h then
+  -- Events again on a stream retention emptied: it holds something again.
+  redis.call('PERSIST', stream_state)
+  redis.call('SADD', index, stream)
+end
 for i = 8, #ARGV do
   h = h + 1
   redis.call('XADD', events, h .. '-0', 't', now_ms, 'm', ARGV[i])
@@ -50,9 +57,13 @@ if want > f then
     f = want
     if stream ~= '0' and h > 0 and f > h then
       -- A request stream retention emptied: its record and its (empty)
-      -- stream go; the state hash keeps head and floor for loud reads.
+      -- stream go and it leaves the index; the state hash keeps head and
+      -- floor for loud reads for a day, then goes by itself (ending the
+      -- session does not visit it).
       redis.call('HDEL', stream_state, 'm')
       redis.call('DEL', events)
+      redis.call('SREM', index, stream)
+      emptied = true
     end
   end
 end
@@ -61,6 +72,7 @@ if commit_at_ack == '1' then
 else
   redis.call('HSET', stream_state, 'h', h, 'f', f)
 end
+if emptied then redis.call('PEXPIRE', stream_state, 86400000) end
 if once ~= '' then
   redis.call('HSET', once_keys, once, h)
   redis.call('PEXPIRE', once_keys, 600000)

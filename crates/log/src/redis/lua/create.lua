@@ -6,7 +6,9 @@ local created_ms = ARGV[1]
 local meta = ARGV[2]
 local id = ARGV[3]
 if redis.call('EXISTS', session) == 1 then return -1 end
-redis.call('HSET', session, 'c', created_ms, 'r', 1, 'e', 0, 'm', meta, 'a', created_ms)
+-- `x`: its request streams are indexed in `PREFIX:rs` (sessions of older
+-- releases have no index: their streams are visited by number).
+redis.call('HSET', session, 'c', created_ms, 'r', 1, 'e', 0, 'm', meta, 'a', created_ms, 'x', 1)
 redis.call('HSET', head_state, 'h', 0, 'f', 1, 'c', 0)
 if live_set then redis.call('SADD', live_set, id) end
 return 0

@@ -1,5 +1,6 @@
 -- Ends a session: its streams and pins go, a tombstone stays and is listed
--- in `mcpr:ended` by end time for its expiry.
+-- in `mcpr:ended` by end time for its expiry. Costs one step per stream
+-- that holds something, not per stream the session ever opened.
 local session = KEYS[1]
 local live_set = KEYS[2]
 local ended_index = KEYS[3]
@@ -7,13 +8,24 @@ local prefix = ARGV[1]
 local id = ARGV[2]
 local ended_ms = ARGV[3]
 if redis.call('HGET', session, 'e') ~= '0' then return -1 end
-local r = tonumber(redis.call('HGET', session, 'r'))
-for n = 0, r - 1 do
-  redis.call('DEL', prefix .. ':st:' .. n, prefix .. ':ev:' .. n)
+-- The streams that hold something: the session stream and the index of
+-- request streams (retention emptied the others, which expire by
+-- themselves); a session of an older release has no index, and every
+-- number it handed out is visited.
+redis.call('DEL', prefix .. ':st:0', prefix .. ':ev:0')
+if redis.call('HGET', session, 'x') == '1' then
+  for _, n in ipairs(redis.call('SMEMBERS', prefix .. ':rs')) do
+    redis.call('DEL', prefix .. ':st:' .. n, prefix .. ':ev:' .. n)
+  end
+else
+  local r = tonumber(redis.call('HGET', session, 'r'))
+  for n = 1, r - 1 do
+    redis.call('DEL', prefix .. ':st:' .. n, prefix .. ':ev:' .. n)
+  end
 end
-redis.call('DEL', prefix .. ':pin', prefix .. ':f', prefix .. ':once')
+redis.call('DEL', prefix .. ':rs', prefix .. ':pin', prefix .. ':f', prefix .. ':once')
 redis.call('HSET', session, 'e', 1)
-redis.call('HDEL', session, 'm', 'a', 'r', 'o')
+redis.call('HDEL', session, 'm', 'a', 'r', 'o', 'x')
 if live_set then
   redis.call('SREM', live_set, id)
   redis.call('ZADD', ended_index, ended_ms, id)
