@@ -83,7 +83,9 @@ when the server echoes the committed cursor, and falls back to SSE from the same
 Exit codes:\n  0  --max-events reached\n  1  other error (after --max-retries)\n  2  bad usage\n  \
 3  discontinuity: the cursor cannot be honoured (409) or a gap or duplicate was seen; re-synchronise\n  \
 4  the session is gone (404): initialise a new one\n\n\
-Example:\n  mcp-resume tail http://127.0.0.1:8080/mcp --session $SID --ws --cursor-file /tmp/cursor"
+With --task ID it reads a durable task's event stream instead (tasks/stream, SEP-2694; no session needed): one {\"seq\":N,\"type\":T,\"payload\":{...}} per line, --from as the cursor (the events after that seq), resumed with that cursor on any instance, until the task's terminal event (exit 0); a cursor the server no longer retains is exit 3.\n\n\
+Examples:\n  mcp-resume tail http://127.0.0.1:8080/mcp --session $SID --ws --cursor-file /tmp/cursor\n  \
+mcp-resume tail http://127.0.0.1:8080/mcp --task $TASK --from 41"
 )]
 pub struct TailArgs {
     #[command(flatten)]
@@ -108,6 +110,10 @@ pub struct TailArgs {
     /// Give up after this many reconnects in a row without progress. Default: never.
     #[arg(long)]
     max_retries: Option<u32>,
+
+    /// Read this durable task's event stream (tasks/stream) instead of a session's.
+    #[arg(long, value_name = "TASK_ID", conflicts_with_all = ["ws", "cursor_file"])]
+    task: Option<String>,
 }
 
 fn exit_for(e: &ClientError) -> ExitCode {
@@ -154,6 +160,9 @@ pub async fn call(args: CallArgs) -> Result<ExitCode, String> {
 
 /// `tail`.
 pub async fn tail(args: TailArgs) -> Result<ExitCode, String> {
+    if let Some(task) = &args.task {
+        return tail_task(&args, task).await;
+    }
     let client = match args.target.client().await {
         Ok(c) => c,
         Err(e) => return Ok(report(&e)),
@@ -190,6 +199,44 @@ pub async fn tail(args: TailArgs) -> Result<ExitCode, String> {
                 }
                 n += 1;
             }
+            Err(e) => return Ok(report(&e)),
+        }
+    }
+}
+
+/// `tail --task`: a task's events, one JSON line each, to its terminal one.
+async fn tail_task(args: &TailArgs, task: &str) -> Result<ExitCode, String> {
+    let mut client = McpClient::new(&args.target.url).bearer(args.target.bearer_token.clone());
+    if let Some(ca) = &args.target.cacert {
+        client = match client.trust_ca_pem(ca) {
+            Ok(c) => c,
+            Err(e) => return Ok(report(&e)),
+        };
+    }
+    let mut stream = match client.stream_task(task, args.from).await {
+        Ok(s) => s,
+        Err(e) => return Ok(report(&e)),
+    };
+    let mut n = 0;
+    let stdout = std::io::stdout();
+    loop {
+        if args.max_events.is_some_and(|max| n >= max) {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let ev = tokio::select! {
+            ev = stream.next() => ev,
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        };
+        match ev {
+            Ok(Some(ev)) => {
+                let line = json!({"seq": ev.seq, "type": ev.kind, "payload": ev.payload});
+                let mut out = stdout.lock();
+                if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                n += 1;
+            }
+            Ok(None) => return Ok(ExitCode::SUCCESS),
             Err(e) => return Ok(report(&e)),
         }
     }

@@ -9,7 +9,9 @@
 //! instance, even after this one is killed (the task then reads `failed`,
 //! `data.reason: "server-restarted"`, unless its result was committed).
 //! The API mirrors rmcp's `TaskManager::spawn`, so a handler moves over by
-//! changing its task store.
+//! changing its task store. A task's work also emits events a client reads
+//! and resumes with `tasks/stream` on any instance
+//! ([`DurableTaskContext::event`], SEP-2694).
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -122,6 +124,20 @@ impl DurableTaskContext {
                 TaskError::Cancelled => TaskExit::Cancelled,
                 other => TaskExit::Error(ErrorData::internal_error(other.to_string(), None)),
             })
+    }
+
+    /// Emits an event of type `kind` (vendor-prefixed, e.g.
+    /// `com.example.progress`) with a JSON-object `payload` to the task's
+    /// resumable event stream (`tasks/stream`, SEP-2694): queued and
+    /// committed in batches, so this never waits for an fsync. A refused
+    /// type or payload is an invalid-params error; a cancelled task is
+    /// [`TaskExit::Cancelled`].
+    pub async fn event(&self, kind: &str, payload: Value) -> Result<(), TaskExit> {
+        self.0.event(kind, payload).await.map_err(|e| match e {
+            TaskError::Cancelled => TaskExit::Cancelled,
+            TaskError::Invalid(why) => TaskExit::Error(ErrorData::invalid_params(why, None)),
+            other => TaskExit::Error(ErrorData::internal_error(other.to_string(), None)),
+        })
     }
 
     /// Completes when the client cancels the task.

@@ -95,6 +95,10 @@ pub struct TaskRecord {
     /// states only in the task's stream (then folded from it).
     #[serde(rename = "st", default, skip_serializing_if = "Option::is_none")]
     pub(crate) state: Option<TaskState>,
+    /// Whether its events are kept in request stream 1 for `tasks/stream`
+    /// (false in a record written by a release without event streams).
+    #[serde(rename = "ev", default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) events: bool,
 }
 
 /// A task's state, as its record keeps it; its transitions are

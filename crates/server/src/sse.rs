@@ -36,6 +36,13 @@ pub fn respond(
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     state.spawn(pump(state.clone(), id, stream, cursor, head, sub, tx));
+    channel_response(rx)
+}
+
+/// A `200 text/event-stream` response whose body is what `rx` receives.
+pub(crate) fn channel_response(
+    rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> Response<Body> {
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;

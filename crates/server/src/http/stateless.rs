@@ -108,6 +108,9 @@ pub(super) async fn serve(
         .as_ref()
         .filter(|_| tasks::serve::is_task_method(method))
     {
+        if method == "tasks/stream" {
+            return task_stream(state, store, &caller, &headers, message).await;
+        }
         let (status, reply) = tasks::serve::serve(store, &caller, &headers, message).await;
         return error(status, reply);
     }
@@ -183,6 +186,30 @@ async fn offer_extensions(resp: Response) -> Response {
     }
     parts.headers.remove(axum::http::header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(v.to_string()))
+}
+
+/// `tasks/stream` (SEP-2694): the task's events as the POST's SSE
+/// response ([`tasks::stream`]), or the refusal as JSON.
+async fn task_stream(
+    state: &AppState,
+    store: &tasks::TaskStore,
+    caller: &Caller,
+    headers: &HeaderMap,
+    message: &Value,
+) -> Response {
+    let opened = match tasks::stream::open(store, caller, headers, message).await {
+        Ok(o) => o,
+        Err((status, reply)) => return error(status, reply),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    state.spawn(tasks::stream::pump(
+        store.clone(),
+        opened,
+        tx,
+        state.shutdown.clone(),
+        state.config.keepalive,
+    ));
+    crate::sse::channel_response(rx)
 }
 
 fn error(status: StatusCode, body: Value) -> Response {

@@ -15,11 +15,17 @@
 //! client through its [`TaskContext`] (input requests answered with
 //! `tasks/update`, cancellation by `tasks/cancel`). `tasks/get`,
 //! `tasks/update` and `tasks/cancel` are answered by the transport from the
-//! log (`serve.rs`); they never reach the backend.
+//! log (`serve.rs`); they never reach the backend. `tasks/stream` (SEP-2694)
+//! replays and follows the task's events stream from a cursor, on any
+//! instance (`events.rs`, `stream.rs`); the work adds to it with
+//! [`TaskContext::event`], queued and committed in batches (`emit.rs`).
 
 mod cell;
+mod emit;
+pub mod events;
 pub(crate) mod fold;
 pub(crate) mod serve;
+pub(crate) mod stream;
 #[cfg(test)]
 mod tests;
 
@@ -96,6 +102,9 @@ pub enum TaskError {
     /// The log refused a write.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// An event the work emitted is refused (its type or payload), why.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// Creates durable tasks; clone it freely (one per server, shared with the
@@ -152,6 +161,7 @@ impl TaskStore {
             ttl_ms: self.ttl.as_millis() as u64,
             poll_ms: self.poll.as_millis() as u64,
             state: Some(state.clone()),
+            events: true,
         };
         let session = SessionRecord {
             protocol_version: "2026-07-28".into(),
@@ -160,13 +170,25 @@ impl TaskStore {
             ..SessionRecord::default()
         };
         self.log.create_session(&id, session.encode()).await?;
+        // Its events: request stream 1, opened with the task, seq 0 its start.
+        let r = self
+            .log
+            .open_request_stream(&id, events::stream_record())
+            .await?;
+        debug_assert_eq!(StreamKey::Request(r), events::EVENTS);
+        events::status(&*self.log, &id, &record, &state).await?;
         let (_, sub) = self.log.subscribe(&id, StreamKey::Session).await?;
+        let cancel = CancellationToken::new();
+        let stop = cancel.clone();
+        let emitter = emit::Emitter::start(self.log.clone(), id.clone(), move || stop.cancel());
         let ctx = TaskContext {
             shared: Arc::new(Shared {
                 log: self.log.clone(),
                 id: id.clone(),
+                record: record.clone(),
                 waiters: Mutex::default(),
-                cancel: CancellationToken::new(),
+                cancel,
+                emitter,
             }),
         };
         tokio::spawn(run(ctx, sub, work));
@@ -183,10 +205,15 @@ pub struct TaskContext {
 struct Shared {
     log: Arc<dyn Log>,
     id: String,
+    /// The task's record as created (its wire fields for status events).
+    record: TaskRecord,
     /// The work's input requests waiting for an answer, by key.
     waiters: Mutex<HashMap<String, oneshot::Sender<Value>>>,
-    /// Fires when the task ends by someone else's word (a cancel).
+    /// Fires when the task ends by someone else's word (a cancel), or its
+    /// events could not be committed.
     cancel: CancellationToken,
+    /// The queue of its events.
+    emitter: emit::Emitter,
 }
 
 impl TaskContext {
@@ -226,10 +253,39 @@ impl TaskContext {
             Some(("inputRequests", pending)),
         );
         shared.append(&e).await?;
+        // In order behind the events the work emitted before it.
+        let status = events::status_event(&shared.id, &shared.record, &state);
+        shared.emitter.send(status).await?;
         tokio::select! {
             answer = rx => answer.map_err(|_| TaskError::Cancelled),
             _ = shared.cancel.cancelled() => Err(TaskError::Cancelled),
         }
+    }
+
+    /// Emits an event of type `kind` (vendor-prefixed, e.g.
+    /// `com.example.progress`) with `payload` (a JSON object of at most
+    /// [`events::MAX_EVENT_PAYLOAD`] bytes) to the task's event stream, read
+    /// with `tasks/stream` on any instance (SEP-2694). Queued in order and
+    /// committed in batches: this waits only for room in the queue, never
+    /// for an fsync; readers see it once it is committed. An event the log
+    /// cannot take fails the task loudly; after the task ended (a cancel)
+    /// nothing more is accepted.
+    pub async fn event(&self, kind: &str, payload: Value) -> Result<(), TaskError> {
+        events::check_emitted(kind, &payload).map_err(TaskError::Invalid)?;
+        if self.shared.cancel.is_cancelled() {
+            return Err(TaskError::Cancelled);
+        }
+        let Value::Object(payload) = payload else {
+            unreachable!("checked: an object")
+        };
+        let event = events::stored(kind, &payload);
+        Ok(self.shared.emitter.send(event).await?)
+    }
+
+    /// Waits until every event emitted so far is committed (readable on
+    /// every instance); rarely needed, as a task's end waits for it anyway.
+    pub async fn flush(&self) -> Result<(), TaskError> {
+        Ok(self.shared.emitter.flush().await?)
     }
 
     /// Completes when the task is cancelled: work that can stop early
@@ -320,6 +376,11 @@ where
     if shared.cancel.is_cancelled() {
         return; // ended by someone else's word: the first end stands
     }
+    // Every event the work emitted comes before its end.
+    let end = match shared.emitter.flush().await {
+        Ok(()) => end,
+        Err(_) => return, // the queue failed the task already
+    };
     let (status, payload) = match end {
         TaskEnd::Completed(result) => ("completed", Some(("result", result))),
         TaskEnd::Failed(error) => ("failed", Some(("error", error))),
@@ -333,10 +394,15 @@ where
         })
         .await;
         match ended {
-            Ok((_, Some(()))) => {
+            Ok((state, Some(()))) => {
                 let e = fold::event(status, at, payload);
                 if let Err(e) = shared.append(&e).await {
                     tracing::warn!(task = %shared.id, error = %e, "a task's end is in its record but not in its stream");
+                }
+                if let Err(e) =
+                    events::status(&*shared.log, &shared.id, &shared.record, &state).await
+                {
+                    tracing::warn!(task = %shared.id, error = %e, "a task's end is in its record but not in its events; a reader adds it");
                 }
                 return;
             }

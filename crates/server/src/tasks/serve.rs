@@ -9,8 +9,8 @@ use mcp_resume_log::{LogError, StreamKey};
 use mcp_resume_proto::headers as h;
 use serde_json::{json, Map, Value};
 
-use super::cell;
 use super::fold::{self, TaskState};
+use super::{cell, events};
 use super::{now_ms, Caller, TaskRecord, TaskStore, TASKS_EXTENSION};
 use crate::jsonrpc;
 use crate::session::{valid_session_id, SessionRecord};
@@ -27,22 +27,34 @@ pub(crate) fn is_task_method(method: &str) -> bool {
     method.starts_with("tasks/")
 }
 
-/// Answers one `tasks/*` request: the HTTP status and the JSON-RPC reply.
-pub(crate) async fn serve(
-    store: &TaskStore,
-    caller: &Caller,
-    headers: &HeaderMap,
-    message: &Value,
-) -> (StatusCode, Value) {
+/// A `tasks/*` request that passed the checks every one of them takes.
+pub(crate) struct Checked<'a> {
+    /// Its JSON-RPC id.
+    pub id: Value,
+    /// Its method.
+    pub method: &'a str,
+    /// Its params.
+    pub params: &'a Value,
+    /// The task it names.
+    pub task_id: &'a str,
+}
+
+/// A refusal: the HTTP status and the JSON-RPC error.
+pub(crate) type Refused = (StatusCode, Value);
+
+/// The checks of every `tasks/*` request (SEP-2663): the stateless `_meta`,
+/// headers that agree with the body (SEP-2243), the client's declared
+/// extension (-32021 without it), a `taskId`.
+pub(crate) fn check<'a>(headers: &HeaderMap, message: &'a Value) -> Result<Checked<'a>, Refused> {
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     let method = message["method"].as_str().unwrap_or_default();
-    let params = message.get("params").cloned().unwrap_or(Value::Null);
+    let params = message.get("params").unwrap_or(&Value::Null);
     let fail = |status, code, msg: String, data: Option<Value>| {
         let reply = match data {
             Some(d) => jsonrpc::error_with_data(&id, code, msg, d),
             None => jsonrpc::error(&id, code, msg),
         };
-        (status, reply)
+        Err((status, reply))
     };
     if REMOVED.contains(&method) {
         return fail(
@@ -110,6 +122,38 @@ pub(crate) async fn serve(
             None,
         );
     }
+    Ok(Checked {
+        id,
+        method,
+        params,
+        task_id,
+    })
+}
+
+/// Answers one `tasks/*` request but `tasks/stream` (`super::stream`): the
+/// HTTP status and the JSON-RPC reply.
+pub(crate) async fn serve(
+    store: &TaskStore,
+    caller: &Caller,
+    headers: &HeaderMap,
+    message: &Value,
+) -> (StatusCode, Value) {
+    let Checked {
+        id,
+        method,
+        params,
+        task_id,
+    } = match check(headers, message) {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
+    let fail = |status, code, msg: String, data: Option<Value>| {
+        let reply = match data {
+            Some(d) => jsonrpc::error_with_data(&id, code, msg, d),
+            None => jsonrpc::error(&id, code, msg),
+        };
+        (status, reply)
+    };
     let outcome = match method {
         "tasks/get" => get(store, caller, task_id).await,
         "tasks/update" => {
@@ -158,7 +202,7 @@ pub(crate) async fn serve(
 }
 
 /// Why a task could not be answered.
-enum Lookup {
+pub(crate) enum Lookup {
     /// No such task for this caller.
     Unknown,
     /// The log failed.
@@ -175,7 +219,11 @@ impl From<LogError> for Lookup {
 }
 
 /// The task's record, for `caller`.
-async fn record(store: &TaskStore, caller: &Caller, task_id: &str) -> Result<TaskRecord, Lookup> {
+pub(crate) async fn record(
+    store: &TaskStore,
+    caller: &Caller,
+    task_id: &str,
+) -> Result<TaskRecord, Lookup> {
     if !valid_session_id(task_id) {
         return Err(Lookup::Unknown);
     }
@@ -192,7 +240,11 @@ async fn record(store: &TaskStore, caller: &Caller, task_id: &str) -> Result<Tas
 
 /// The task's state, failing it first (once, whoever asks first) if its
 /// owner died before it ended.
-async fn state(store: &TaskStore, task_id: &str, rec: &TaskRecord) -> Result<TaskState, Lookup> {
+pub(crate) async fn state(
+    store: &TaskStore,
+    task_id: &str,
+    rec: &TaskRecord,
+) -> Result<TaskState, Lookup> {
     let log = store.log();
     let state = cell::current(&**log, task_id, rec).await?;
     if state.terminal() || rec.owner == log.instance() || log.instance_alive(&rec.owner).await? {
@@ -215,6 +267,9 @@ async fn state(store: &TaskStore, task_id: &str, rec: &TaskRecord) -> Result<Tas
         let e = fold::event("failed", at, Some(("error", error)));
         if let Err(e) = append(store, task_id, &e).await {
             tracing::warn!(task = task_id, error = %e, "a task's failure is in its record but not in its stream");
+        }
+        if let Err(e) = events::status(&**log, task_id, rec, &state).await {
+            tracing::warn!(task = task_id, error = %e, "a task's failure is in its record but not in its events; a reader adds it");
         }
     }
     Ok(state)
@@ -262,11 +317,15 @@ async fn update(
         return Ok(json!({"resultType": "complete"}));
     }
     let at = now_ms();
-    let (state, _) = cell::update(&**store.log(), task_id, |s| {
+    let (state, accepted) = cell::update(&**store.log(), task_id, |s| {
         let accepted = s.answer(answers, at);
         (!accepted.is_empty()).then_some(accepted)
     })
     .await?;
+    if accepted.is_some() && state.status == "working" {
+        // Nothing outstanding any more: working again.
+        events::status(&**store.log(), task_id, &rec, &state).await?;
+    }
     let ring: Map<String, Value> = answers
         .iter()
         .filter(|(k, _)| state.answers.contains_key(*k))
@@ -286,12 +345,13 @@ async fn cancel(store: &TaskStore, caller: &Caller, task_id: &str) -> Result<Val
         return Ok(json!({"resultType": "complete"}));
     }
     let at = now_ms();
-    let (_, cancelled) = cell::update(&**store.log(), task_id, |s| {
+    let (state, cancelled) = cell::update(&**store.log(), task_id, |s| {
         s.end("cancelled", None, at).then_some(())
     })
     .await?;
     if cancelled.is_some() {
         append(store, task_id, &fold::event("cancelled", at, None)).await?;
+        events::status(&**store.log(), task_id, &rec, &state).await?;
     }
     Ok(json!({"resultType": "complete"}))
 }

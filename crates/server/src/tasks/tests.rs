@@ -149,6 +149,7 @@ async fn a_dead_owners_task_is_failed_exactly_once() {
         ttl_ms: 60_000,
         poll_ms: 500,
         state: Some(fold::TaskState::new(now_ms())),
+        events: false,
     };
     let session = crate::session::SessionRecord {
         protocol_version: "2026-07-28".into(),

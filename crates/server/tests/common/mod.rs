@@ -40,10 +40,15 @@ impl TestServer {
         tools: mcp_resume_server::ToolRegistry,
         config: ServerConfig,
     ) -> Self {
+        let base = config.base_path.clone();
+        Self::start_server(McpServer::new(log, tools, config), &base).await
+    }
+
+    /// Serves `server` (its endpoint at `base`, the config's `base_path`).
+    pub async fn start_server(server: McpServer, base: &str) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let base = config.base_path.clone();
-        let server = McpServer::new(log.clone(), tools, config);
+        let log = server.log().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.serve(listener, async move {
             let _ = stopped.await;

@@ -1,0 +1,225 @@
+//! `tasks/stream` (SEP-2694, docs/protocol.md 3.9) on one server: a task's
+//! events replayed and followed from a cursor, ending with the terminal
+//! status event and the request's result; a cursor the log no longer holds
+//! is `events_gone`, one past the latest is refused, another principal's
+//! task is not found; events are queued, never shown before they are
+//! committed.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::faulty::{Faults, FaultyLog};
+use common::TestServer;
+use mcp_resume_log::{Log, MemoryLog, Retention};
+use mcp_resume_server::demo::demo_tools;
+use mcp_resume_server::tasks::{Caller, TaskContext, TaskEnd, TaskStore};
+use mcp_resume_server::{McpServer, ServerConfig};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+async fn server_on(log: Arc<dyn Log>) -> (TestServer, TaskStore) {
+    let store = TaskStore::new(log.clone());
+    let server =
+        McpServer::new(log, demo_tools(), ServerConfig::default()).with_tasks(store.clone());
+    (TestServer::start_server(server, "/mcp").await, store)
+}
+
+/// `tasks/stream` for `task` after `after`, read until its response or
+/// `ms` of silence: the events' params and the response (if it came).
+async fn stream(url: &str, task: &str, after: Option<u64>, ms: u64) -> (Vec<Value>, Option<Value>) {
+    let mut params = json!({"taskId": task, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}});
+    if let Some(a) = after {
+        params["after"] = json!(a);
+    }
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tasks/stream")
+        .header("mcp-name", task)
+        .body(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/stream", "params": params})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let sse = resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream");
+    if !sse {
+        return (Vec::new(), Some(resp.json().await.unwrap()));
+    }
+    let mut events = Vec::new();
+    let mut end = None;
+    for e in common::read_sse(resp, usize::MAX, ms).await {
+        let Ok(v) = serde_json::from_str::<Value>(&e.data) else {
+            continue;
+        };
+        if v["method"] == "notifications/tasks/event" {
+            assert_eq!(
+                e.id.as_deref(),
+                Some(v["params"]["seq"].to_string().as_str())
+            );
+            events.push(v["params"].clone());
+        } else if v["id"] == 9 {
+            end = Some(v);
+        }
+    }
+    (events, end)
+}
+
+fn seqs(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
+
+/// A task that emits `n` events, then waits for `go`, then completes.
+async fn counting(store: &TaskStore, caller: Caller, n: u64, go: oneshot::Receiver<()>) -> String {
+    let created = store
+        .spawn(caller, move |ctx: TaskContext| async move {
+            for i in 1..=n {
+                ctx.event("com.example.count", json!({"n": i}))
+                    .await
+                    .unwrap();
+            }
+            let _ = go.await;
+            TaskEnd::Completed(
+                json!({"content": [{"type": "text", "text": format!("counted {n}")}]}),
+            )
+        })
+        .await
+        .unwrap();
+    created["taskId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_task_stream_replays_follows_and_ends_with_the_terminal_event() {
+    let (s, store) = server_on(Arc::new(MemoryLog::default())).await;
+    let (go, wait) = oneshot::channel();
+    let task = counting(&store, Caller::default(), 5, wait).await;
+    // Live: the first events, then the end once the work completes.
+    let reader = {
+        let url = s.url.clone();
+        let task = task.clone();
+        tokio::spawn(async move { stream(&url, &task, None, 5_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    go.send(()).unwrap();
+    let (events, end) = reader.await.unwrap();
+    assert_eq!(seqs(&events), (0..=6).collect::<Vec<_>>(), "{events:?}");
+    assert_eq!(events[0]["type"], "dev.mcp-resume/task/working");
+    assert_eq!(events[0]["payload"]["taskId"], task);
+    for (i, e) in events[1..6].iter().enumerate() {
+        assert_eq!(e["type"], "com.example.count");
+        assert_eq!(e["payload"]["n"], i as u64 + 1);
+        assert_eq!(e["taskId"], task);
+        assert_eq!(
+            e["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+            task
+        );
+    }
+    assert_eq!(events[6]["type"], "dev.mcp-resume/task/completed");
+    assert_eq!(
+        events[6]["payload"]["result"]["content"][0]["text"],
+        "counted 5"
+    );
+    assert_eq!(end.unwrap()["result"]["resultType"], "complete");
+    // Resumed after 3: the rest, once; after the terminal one: at once, nothing.
+    let (events, end) = stream(&s.url, &task, Some(3), 2_000).await;
+    assert_eq!(seqs(&events), [4, 5, 6]);
+    assert!(end.unwrap().get("result").is_some());
+    let (events, end) = stream(&s.url, &task, Some(6), 2_000).await;
+    assert!(events.is_empty(), "{events:?}");
+    assert!(end.unwrap().get("result").is_some());
+}
+
+#[tokio::test]
+async fn a_cursor_the_log_no_longer_holds_is_events_gone_and_one_ahead_is_refused() {
+    let mut retention = Retention::default();
+    retention.max_events = 10;
+    let (s, store) = server_on(Arc::new(MemoryLog::new(retention))).await;
+    let (_go, wait) = oneshot::channel();
+    let task = counting(&store, Caller::default(), 30, wait).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 31 events (seq 0 ..= 30), the last 10 kept: 21 ..= 30.
+    let (_, end) = stream(&s.url, &task, Some(5), 1_000).await;
+    let err = &end.unwrap()["error"];
+    assert_eq!(err["code"], -32010, "{err}");
+    assert_eq!(err["data"]["reason"], "events_gone");
+    assert_eq!(err["data"]["earliestSeq"], 21);
+    assert_eq!(err["data"]["taskId"], task);
+    // The earliest retained onwards is served; without a cursor too.
+    let (events, _) = stream(&s.url, &task, Some(20), 500).await;
+    assert_eq!(seqs(&events), (21..=30).collect::<Vec<_>>());
+    let (events, _) = stream(&s.url, &task, None, 500).await;
+    assert_eq!(seqs(&events), (21..=30).collect::<Vec<_>>());
+    // Past the latest: refused, never a stream that waits for seqs that
+    // may never exist.
+    let (_, end) = stream(&s.url, &task, Some(31), 500).await;
+    let end = end.unwrap();
+    assert_eq!(end["error"]["code"], -32602, "{end}");
+    assert_eq!(end["error"]["data"]["latestSeq"], 30, "{end}");
+}
+
+#[tokio::test]
+async fn another_principals_task_cannot_be_streamed() {
+    let (s, store) = server_on(Arc::new(MemoryLog::default())).await;
+    let (_go, wait) = oneshot::channel();
+    let task = counting(&store, Caller(Some("alice".into())), 3, wait).await;
+    // The test's requests carry no credentials: not alice.
+    let (events, end) = stream(&s.url, &task, None, 500).await;
+    assert!(events.is_empty());
+    let end = end.unwrap();
+    assert_eq!(end["error"]["code"], -32602, "{end}");
+    let (_, end) = stream(&s.url, &"0".repeat(64), None, 500).await;
+    assert_eq!(end.unwrap()["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn an_emitted_event_is_queued_and_shown_only_once_committed() {
+    let faults = Arc::new(Faults::default());
+    let log: Arc<dyn Log> = Arc::new(FaultyLog {
+        inner: Arc::new(MemoryLog::default()),
+        faults: faults.clone(),
+    });
+    let (s, store) = server_on(log).await;
+    let (emitted_tx, emitted) = oneshot::channel();
+    let created = store
+        .spawn(Caller::default(), move |ctx: TaskContext| async move {
+            let started = std::time::Instant::now();
+            for i in 1..=100u64 {
+                ctx.event("com.example.count", json!({"n": i}))
+                    .await
+                    .unwrap();
+            }
+            let _ = emitted_tx.send(started.elapsed());
+            std::future::pending::<()>().await;
+            TaskEnd::Cancelled
+        })
+        .await
+        .unwrap();
+    let task = created["taskId"].as_str().unwrap().to_owned();
+    // Hold every commit while the work emits.
+    faults.hold_appends.store(true, Ordering::SeqCst);
+    let (events, _) = stream(&s.url, &task, None, 300).await;
+    assert_eq!(seqs(&events), [0], "only the committed start: {events:?}");
+    let took = tokio::time::timeout(Duration::from_secs(5), emitted).await;
+    let took = took.expect("emitting never waits for a commit").unwrap();
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (events, _) = stream(&s.url, &task, Some(0), 300).await;
+    assert!(
+        events.is_empty(),
+        "nothing shown before its commit: {events:?}"
+    );
+    faults.hold_appends.store(false, Ordering::SeqCst);
+    let (events, _) = stream(&s.url, &task, Some(0), 500).await;
+    assert_eq!(seqs(&events), (1..=100).collect::<Vec<_>>());
+}
