@@ -19,6 +19,7 @@ mod hosted;
 mod servers;
 mod stateless;
 mod stdio_child;
+mod task_events;
 mod workloads;
 mod ws;
 
@@ -192,6 +193,23 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Resumable task event streams (SEP-2694) on the `conformance` example
+    /// (disk log): events/s to one `tasks/stream` reader, and the latency
+    /// from the work's `event()` to the client at a paced rate.
+    TaskEvents {
+        /// Events of the throughput run.
+        #[arg(long, default_value_t = 100_000)]
+        events: u64,
+        /// Events of the latency run (1 ms apart).
+        #[arg(long, default_value_t = 2_000)]
+        paced: u64,
+        /// Rounds.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Write the table here too.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Upgrade time to first live frame, safe vs legacy; events/s over WebSocket vs SSE.
     Upgrade {
         /// Upgrades per mode.
@@ -248,6 +266,12 @@ fn main() {
 async fn run(cli: Cli) {
     match cli.cmd {
         Cmd::StdioChild => unreachable!("served before the runtime starts"),
+        Cmd::TaskEvents {
+            events,
+            paced,
+            rounds,
+            out,
+        } => task_events::run(events, paced, rounds, out).await,
         Cmd::Stateless {
             rounds,
             duration,

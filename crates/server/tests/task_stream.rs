@@ -145,28 +145,56 @@ async fn a_task_stream_replays_follows_and_ends_with_the_terminal_event() {
 async fn a_cursor_the_log_no_longer_holds_is_events_gone_and_one_ahead_is_refused() {
     let mut retention = Retention::default();
     retention.max_events = 10;
-    let (s, store) = server_on(Arc::new(MemoryLog::new(retention))).await;
-    let (_go, wait) = oneshot::channel();
+    let log: Arc<dyn Log> = Arc::new(MemoryLog::new(retention));
+    // A task's events are pinned for its TTL (count retention does not
+    // take them while it lives); a TTL this short lets the test see them go.
+    let store = TaskStore::new(log.clone()).with_ttl(Duration::from_millis(300));
+    let server =
+        McpServer::new(log, demo_tools(), ServerConfig::default()).with_tasks(store.clone());
+    let s = TestServer::start_server(server, "/mcp").await;
+    let (go, wait) = oneshot::channel();
     let task = counting(&store, Caller::default(), 30, wait).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Held while pinned: everything from seq 0.
+    let (events, _) = stream(&s.url, &task, None, 300).await;
+    assert_eq!(seqs(&events), (0..=30).collect::<Vec<_>>());
+    // The pin expires; the end's append trims to the last 10: 22 ..= 31.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    go.send(()).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // 31 events (seq 0 ..= 30), the last 10 kept: 21 ..= 30.
     let (_, end) = stream(&s.url, &task, Some(5), 1_000).await;
     let err = &end.unwrap()["error"];
     assert_eq!(err["code"], -32010, "{err}");
     assert_eq!(err["data"]["reason"], "events_gone");
-    assert_eq!(err["data"]["earliestSeq"], 21);
+    assert_eq!(err["data"]["earliestSeq"], 22);
+    assert_eq!(err["data"]["latestSeq"], 31);
     assert_eq!(err["data"]["taskId"], task);
     // The earliest retained onwards is served; without a cursor too.
-    let (events, _) = stream(&s.url, &task, Some(20), 500).await;
-    assert_eq!(seqs(&events), (21..=30).collect::<Vec<_>>());
+    let (events, end) = stream(&s.url, &task, Some(21), 500).await;
+    assert_eq!(seqs(&events), (22..=31).collect::<Vec<_>>());
+    assert!(end.unwrap().get("result").is_some());
     let (events, _) = stream(&s.url, &task, None, 500).await;
-    assert_eq!(seqs(&events), (21..=30).collect::<Vec<_>>());
+    assert_eq!(seqs(&events), (22..=31).collect::<Vec<_>>());
     // Past the latest: refused, never a stream that waits for seqs that
     // may never exist.
-    let (_, end) = stream(&s.url, &task, Some(31), 500).await;
+    let (_, end) = stream(&s.url, &task, Some(32), 500).await;
     let end = end.unwrap();
     assert_eq!(end["error"]["code"], -32602, "{end}");
-    assert_eq!(end["error"]["data"]["latestSeq"], 30, "{end}");
+    assert_eq!(end["error"]["data"]["latestSeq"], 31, "{end}");
+}
+
+#[tokio::test]
+async fn a_task_keeps_its_events_past_the_count_retention_while_it_lives() {
+    let mut retention = Retention::default();
+    retention.max_events = 10;
+    let (s, store) = server_on(Arc::new(MemoryLog::new(retention))).await;
+    let (go, wait) = oneshot::channel();
+    let task = counting(&store, Caller::default(), 50, wait).await;
+    go.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (events, end) = stream(&s.url, &task, None, 1_000).await;
+    assert_eq!(seqs(&events), (0..=51).collect::<Vec<_>>());
+    assert!(end.unwrap().get("result").is_some());
 }
 
 #[tokio::test]

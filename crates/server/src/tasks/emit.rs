@@ -1,4 +1,5 @@
-//! The queue of a task's own events: what its work emits
+//! The queue of a task's own events (pinned against the log's retention
+//! for the task's TTL, the pin renewed while the work emits): what its work emits
 //! ([`super::TaskContext::event`]) and its `input_required` status events,
 //! committed in order to the task's events stream in batches, so the work
 //! never waits for an fsync per event (it waits only for room: at most
@@ -11,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mcp_resume_log::{Log, LogError};
+use mcp_resume_log::{Log, LogError, PinId};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
@@ -42,16 +43,18 @@ pub(crate) struct Emitter {
 }
 
 impl Emitter {
-    /// Starts the queue of task `id`; `on_fail` runs once if a batch could
-    /// not be committed (the task is failed then).
+    /// Starts the queue of task `id`, whose events `pin` holds for `ttl`
+    /// (renewed while it emits); `on_fail` runs once if a batch could not be
+    /// committed (the task is failed then).
     pub(crate) fn start(
         log: Arc<dyn Log>,
         id: String,
+        pin: (PinId, Duration),
         on_fail: impl FnOnce() + Send + 'static,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
         let failed = Arc::new(OnceLock::new());
-        tokio::spawn(commit_loop(log, id, rx, failed.clone(), on_fail));
+        tokio::spawn(commit_loop(log, id, rx, pin, failed.clone(), on_fail));
         Self { tx, failed }
     }
 
@@ -91,10 +94,12 @@ async fn commit_loop(
     log: Arc<dyn Log>,
     id: String,
     mut rx: mpsc::Receiver<Emit>,
+    (mut pin, ttl): (PinId, Duration),
     failed: Arc<OnceLock<LogError>>,
     on_fail: impl FnOnce() + Send + 'static,
 ) {
     let mut queued = Vec::new();
+    let mut pinned = Instant::now();
     while rx.recv_many(&mut queued, BATCH).await > 0 {
         let mut batch = Vec::new();
         let mut acks = Vec::new();
@@ -102,6 +107,13 @@ async fn commit_loop(
             match q {
                 Emit::Event(e) => batch.push(e),
                 Emit::Flush(ack) => acks.push(ack),
+            }
+        }
+        if !batch.is_empty() && pinned.elapsed() > ttl / 2 {
+            // Still emitting: hold its events for another TTL.
+            if let Ok(again) = log.pin(&id, EVENTS, 1, ttl).await {
+                let _ = log.unpin(&id, pin).await;
+                (pin, pinned) = (again, Instant::now());
             }
         }
         let outcome = if batch.is_empty() {

@@ -176,11 +176,17 @@ impl TaskStore {
             .open_request_stream(&id, events::stream_record())
             .await?;
         debug_assert_eq!(StreamKey::Request(r), events::EVENTS);
+        // Its events follow the task's TTL, not the log's count retention:
+        // pinned from the first, the pin renewed while the work emits.
+        let pin = self.log.pin(&id, events::EVENTS, 1, self.ttl).await?;
         events::status(&*self.log, &id, &record, &state).await?;
         let (_, sub) = self.log.subscribe(&id, StreamKey::Session).await?;
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
-        let emitter = emit::Emitter::start(self.log.clone(), id.clone(), move || stop.cancel());
+        let emitter =
+            emit::Emitter::start(self.log.clone(), id.clone(), (pin, self.ttl), move || {
+                stop.cancel()
+            });
         let ctx = TaskContext {
             shared: Arc::new(Shared {
                 log: self.log.clone(),
