@@ -30,6 +30,7 @@ mod reader;
 mod report;
 mod run;
 mod target;
+mod tasks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,7 +49,8 @@ mcp-resume chaos --spawn --store redis-cluster://127.0.0.1:7000,127.0.0.1:7001 -
 mcp-resume chaos --spawn --sse-only --spawn-rmcp target/release/examples/rmcp_durable\n  \
 mcp-resume chaos --gateway --store redis://127.0.0.1:6379/0 --instances 2 --iterations 500 \\\n    \
 -- interop/python/.venv/bin/python interop/python/stdio_server.py\n  \
-mcp-resume chaos --hosted target/debug/examples/rmcp_durable --store redis://127.0.0.1:6379/0 --instances 2\n\n\
+mcp-resume chaos --hosted target/debug/examples/rmcp_durable --store redis://127.0.0.1:6379/0 --instances 2\n  \
+mcp-resume chaos --tasks target/debug/examples/conformance --spawn-redis --instances 2 --iterations 300\n\n\
 Exit codes: 0 every judged mode (safe, and rmcp when run; not legacy) judged every iteration\n\
 (no harness error) and found no silent gap, duplicate, reorder or mismatch; 1 otherwise, or an\n\
 error; 2 bad usage.")]
@@ -159,7 +161,26 @@ pub struct ChaosArgs {
     #[arg(long, value_name = "BIN", conflicts_with_all = ["gateway", "url", "spawn", "compare_legacy", "legacy_url", "rmcp_url", "spawn_rmcp", "sse_only", "listen_streams"])]
     hosted: Option<PathBuf>,
 
-    /// --gateway, --hosted: run a Redis of our own (`redis-server` from
+    /// Test resumable task event streams (SEP-2694) instead: spawn
+    /// --instances of the `conformance` example (mcp-resume-rmcp's, at BIN)
+    /// on --store, start --iterations tasks that each emit --task-events
+    /// numbered events, and read each with `tasks/stream`, resumed with
+    /// `after` on an instance picked at random after every break, a third
+    /// of them cut by the client, while instances are killed with kill -9
+    /// (and, with --spawn-redis, Redis restarted). Fails on any silent gap,
+    /// duplicate or hung stream.
+    #[arg(long, value_name = "BIN", conflicts_with_all = ["gateway", "hosted", "url", "spawn", "compare_legacy", "legacy_url", "rmcp_url", "spawn_rmcp", "sse_only", "listen_streams"])]
+    tasks: Option<PathBuf>,
+
+    /// --tasks: events each task emits (then it completes).
+    #[arg(long, default_value_t = 50)]
+    task_events: u64,
+
+    /// --tasks: milliseconds between two of a task's events.
+    #[arg(long, default_value_t = 20)]
+    task_interval_ms: u64,
+
+    /// --gateway, --hosted, --tasks: run a Redis of our own (`redis-server` from
     /// PATH, append-only file synced on every write) as the store, and add
     /// its restart (`kill -9`, then the same port and data) to the faults.
     #[arg(long, conflicts_with = "store")]
@@ -189,6 +210,9 @@ pub struct ChaosArgs {
 
 /// Runs the experiment.
 pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
+    if let Some(bin) = &args.tasks {
+        return chaos_tasks(&args, bin).await;
+    }
     if args.gateway || args.hosted.is_some() {
         return chaos_gateway(&args).await;
     }
@@ -291,6 +315,53 @@ fn shared_store(args: &ChaosArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The tasks mode: its own run, table, report and verdict.
+async fn chaos_tasks(args: &ChaosArgs, bin: &std::path::Path) -> Result<ExitCode, String> {
+    let redis = match args.spawn_redis {
+        true => Some(own_redis::OwnRedis::start()?),
+        false => None,
+    };
+    if redis.is_none() {
+        shared_store(args)?;
+    }
+    let store = redis
+        .as_ref()
+        .map(|r| r.url.as_str())
+        .or(args.store.as_deref());
+    let store_name = store.unwrap_or("disk").to_owned();
+    let target = target::Target::spawn_hosted(bin, store, args.instances.max(1))?;
+    let opts = tasks::Options {
+        tasks: args.iterations,
+        parallel: args.parallel.max(1),
+        count: args.task_events,
+        interval_ms: args.task_interval_ms,
+        fault_every: Duration::from_secs(args.fault_every_secs),
+        bound: Duration::from_secs(args.call_bound_secs),
+        seed: args.seed,
+    };
+    let tally = tasks::run(target, redis, &opts).await?;
+    tally.print();
+    if let Some(p) = &args.report {
+        let about = serde_json::json!({
+            "seed": args.seed, "store": store_name, "spawn_redis": args.spawn_redis,
+            "instances": args.instances, "tasks": args.iterations, "parallel": args.parallel,
+            "task_events": args.task_events, "task_interval_ms": args.task_interval_ms,
+            "fault_every_secs": args.fault_every_secs, "bound_secs": args.call_bound_secs,
+        });
+        let text = serde_json::to_string_pretty(&tally.json(about)).unwrap_or_default();
+        std::fs::write(p, text).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    let failures = tally.failures();
+    if failures.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "mcp-resume chaos: the tasks mode fails: {}",
+        failures.join(", ")
+    );
+    Ok(ExitCode::FAILURE)
 }
 
 /// The gateway and hosted modes: their own run, table, report and verdict.

@@ -122,13 +122,19 @@ impl Drop for Serve {
 /// `rmcp_durable` (mcp-resume-rmcp's example), built beside this binary by
 /// `cargo build --workspace --all-targets` (scripts/test); missing, it fails.
 pub fn rmcp_durable() -> PathBuf {
+    example("rmcp_durable")
+}
+
+/// mcp-resume-rmcp's example `name`, built beside this binary (as above).
+pub fn example(name: &str) -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_mcp-resume"))
         .parent()
         .expect("target dir")
-        .join("examples/rmcp_durable");
+        .join("examples")
+        .join(name);
     assert!(
         bin.exists(),
-        "{} is missing: cargo build -p mcp-resume-rmcp --example rmcp_durable (scripts/test builds it)",
+        "{} is missing: cargo build -p mcp-resume-rmcp --example {name} (scripts/test builds it)",
         bin.display()
     );
     bin

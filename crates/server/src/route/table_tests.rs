@@ -1,0 +1,140 @@
+//! The routing table's unit tests: where each kind of message goes.
+use super::*;
+use serde_json::json;
+
+fn out(message: Value, related: Option<Value>) -> Outbound {
+    Outbound { message, related }
+}
+
+fn committed(r: Routed) -> (StreamKey, Value) {
+    match r {
+        Routed::Commit(k, m) => (k, m),
+        _ => panic!("expected a commit"),
+    }
+}
+
+#[test]
+fn a_calls_messages_follow_it_and_its_response_ends_it() {
+    let mut t = Table::new("w.".into());
+    let params = json!({"name": "x", "_meta": {"progressToken": "p1"}});
+    assert!(t
+        .register(&json!(7), &params, Dest::Stream(StreamKey::Request(3)))
+        .is_ok());
+    // A second call with the same id is refused while the first runs.
+    assert!(t
+        .register(&json!(7), &json!({}), Dest::Stream(StreamKey::Session))
+        .is_err());
+    let p = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p1", "progress": 1}});
+    assert_eq!(committed(t.route(out(p, None))).0, StreamKey::Request(3));
+    let ask = json!({"jsonrpc": "2.0", "id": 0, "method": "sampling/createMessage", "params": {}});
+    let (k, m) = committed(t.route(out(ask, Some(json!(7)))));
+    assert_eq!(k, StreamKey::Request(3));
+    assert_eq!(m["id"], json!("w.0"));
+    // Unrelated notifications go to the session stream.
+    let log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
+    assert_eq!(committed(t.route(out(log, None))).0, StreamKey::Session);
+    // The client's answer is translated back, once.
+    let answer = json!({"jsonrpc": "2.0", "id": "w.0", "result": {}});
+    assert_eq!(t.client_response(answer.clone()).unwrap()["id"], json!(0));
+    assert!(t.client_response(answer).is_none());
+    let resp = json!({"jsonrpc": "2.0", "id": 7, "result": {}});
+    assert_eq!(
+        committed(t.route(out(resp.clone(), None))).0,
+        StreamKey::Request(3)
+    );
+    assert!(t.idle());
+    // A second response for the same call has nowhere to go.
+    assert!(matches!(t.route(out(resp, None)), Routed::Drop(_)));
+}
+
+#[test]
+fn a_call_that_ends_takes_its_unanswered_server_requests_with_it() {
+    let mut t = Table::new("w.".into());
+    t.register(&json!(1), &json!({}), Dest::Stream(StreamKey::Request(1)))
+        .unwrap();
+    let ask = json!({"jsonrpc": "2.0", "id": 0, "method": "elicitation/create", "params": {}});
+    t.route(out(ask, Some(json!(1))));
+    // A request of the session itself (no call) stays until answered.
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    t.route(out(ping, None));
+    let resp = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+    t.route(out(resp, None));
+    assert!(!t.idle(), "the session's own request still waits");
+    assert!(t
+        .client_response(json!({"jsonrpc": "2.0", "id": "w.0", "result": {}}))
+        .is_none());
+    assert!(t
+        .client_response(json!({"jsonrpc": "2.0", "id": "w.1", "result": {}}))
+        .is_some());
+    assert!(t.idle(), "nothing in flight: the route may park");
+}
+
+#[test]
+fn ids_and_tokens_are_told_apart_by_type() {
+    let mut t = Table::new("w.".into());
+    let (tx, _rx) = oneshot::channel();
+    t.register(&json!("1"), &json!({}), Dest::Json(tx))
+        .ok()
+        .unwrap();
+    let resp = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+    assert!(matches!(t.route(out(resp, None)), Routed::Drop(_)));
+    let resp = json!({"jsonrpc": "2.0", "id": "1", "result": {}});
+    assert!(matches!(t.route(out(resp, None)), Routed::Answer(..)));
+}
+
+#[test]
+fn a_backend_cancel_of_its_request_is_translated_and_follows_it() {
+    let mut t = Table::new("w.".into());
+    t.register(&json!(1), &json!({}), Dest::Stream(StreamKey::Request(1)))
+        .ok()
+        .unwrap();
+    let ask = json!({"jsonrpc": "2.0", "id": 5, "method": "elicitation/create", "params": {}});
+    t.route(out(ask, Some(json!(1))));
+    let cancel =
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}});
+    let (k, m) = committed(t.route(out(cancel, None)));
+    assert_eq!(k, StreamKey::Request(1));
+    assert_eq!(m["params"]["requestId"], json!("w.0"));
+    assert!(t
+        .client_response(json!({"jsonrpc": "2.0", "id": "w.0", "result": {}}))
+        .is_none());
+}
+
+#[test]
+fn once_drained_nothing_registers_and_every_call_was_handed_back() {
+    let mut t = Table::new("w.".into());
+    let (tx, _rx) = oneshot::channel();
+    t.register(&json!(1), &json!({}), Dest::Json(tx)).unwrap();
+    t.register(&json!(2), &json!({}), Dest::Stream(StreamKey::Request(1)))
+        .unwrap();
+    let mut ids: Vec<Value> = t.drain().into_iter().map(|(id, _)| id).collect();
+    ids.sort_by_key(|v| v.as_i64());
+    assert_eq!(ids, [json!(1), json!(2)]);
+    let (tx, _rx) = oneshot::channel();
+    assert_eq!(
+        t.register(&json!(3), &json!({}), Dest::Json(tx)).err(),
+        Some(Refusal::Stopped)
+    );
+}
+
+#[test]
+fn a_lazy_call_opens_its_stream_on_its_first_related_message() {
+    let mut t = Table::new("w.".into());
+    let (tx, _rx) = oneshot::channel();
+    let params = json!({"_meta": {"progressToken": 5}});
+    t.register(&json!(1), &params, Dest::Lazy(tx)).unwrap();
+    let p = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 5}});
+    let call = match t.route(out(p.clone(), None)) {
+        Routed::Open { call, .. } => call,
+        _ => panic!("expected an open"),
+    };
+    assert!(t.opened(&call, StreamKey::Request(4)).is_some());
+    assert_eq!(committed(t.route(out(p, None))).0, StreamKey::Request(4));
+    let resp = json!({"jsonrpc": "2.0", "id": 1, "result": {}});
+    assert_eq!(committed(t.route(out(resp, None))).0, StreamKey::Request(4));
+    // A lazy call that only answers is answered as JSON.
+    let (tx, _rx) = oneshot::channel();
+    t.register(&json!(2), &json!({}), Dest::Lazy(tx)).unwrap();
+    let resp = json!({"jsonrpc": "2.0", "id": 2, "result": {}});
+    assert!(matches!(t.route(out(resp, None)), Routed::AnswerLazy(..)));
+}
