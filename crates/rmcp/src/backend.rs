@@ -37,7 +37,8 @@ use mcp_resume_server::backend::{
 };
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetExtensions,
-    InitializeRequestParams, JsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage, ServerResult,
+    InitializeRequestParams, JsonRpcMessage, ProtocolVersion, ServerJsonRpcMessage,
+    ServerNotification, ServerResult,
 };
 use rmcp::service::{NotificationContext, OriginatingRequestId, RequestContext, Service};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -204,12 +205,27 @@ impl Transport<RoleServer> for Port {
                 .and_then(|o| serde_json::to_value(&o.0).ok()),
             _ => None,
         };
+        if let JsonRpcMessage::Notification(n) = &item {
+            let routed = matches!(
+                n.notification,
+                ServerNotification::ProgressNotification(_)
+                    | ServerNotification::CancelledNotification(_)
+            );
+            if !routed {
+                // Bound for the session stream as it is: encoded once, here.
+                let bytes = serde_json::to_vec(&item).unwrap_or_default();
+                let sent = self.outbox.send_session_notification(bytes.into());
+                return futures_util::future::Either::Left(
+                    async move { sent.await.map_err(PortError) },
+                );
+            }
+        }
         let message = serde_json::to_value(&item).unwrap_or(Value::Null);
         // Queued now, in rmcp's order; the future waits only for room in the
         // session's queue, never for the commit: the route commits whatever
         // is queued in one append, and readers see only what is committed.
         let sent = self.outbox.send(Outbound { message, related });
-        async move { sent.await.map_err(PortError) }
+        futures_util::future::Either::Right(async move { sent.await.map_err(PortError) })
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<ClientJsonRpcMessage>> + Send {

@@ -38,6 +38,7 @@ mod http;
 mod jsonrpc;
 mod mcp;
 mod metrics;
+mod retry;
 mod route;
 mod session;
 mod sse;

@@ -37,6 +37,10 @@ pub(crate) enum Queued {
     /// queued before it is committed, calls in flight are answered with an
     /// error and the session ends.
     EndSession(String),
+    /// One notification already encoded as JSON text, bound for the session
+    /// stream (routed nowhere else): committed with the run it falls in,
+    /// like a [`Queued::Message`], without being parsed again.
+    Raw(bytes::Bytes),
     /// Messages already encoded as JSON text for the session stream,
     /// committed in one append after everything queued before them (at most
     /// once per `key` when given); `done` learns the last one's position.
@@ -150,25 +154,49 @@ impl Outbox {
         &self,
         out: Outbound,
     ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
-        let pending = self.pending.clone();
         let out = match &self.shortcut {
-            Some(s) if pending.queued.load(Ordering::Acquire) == 0 => s.try_hand(out).err(),
+            Some(s) if self.pending.queued.load(Ordering::Acquire) == 0 => s.try_hand(out).err(),
             _ => Some(out),
         };
         let early = match out {
             // Handed over: nothing waits for a commit.
-            None => Some(pending.failure().map_or(Ok(()), Err)),
-            Some(out) => {
-                pending.uncommitted.fetch_add(1, Ordering::AcqRel);
-                match self.queue(Queued::Message(out)) {
-                    Err(e) => {
-                        pending.done(1);
-                        Some(Err(e))
-                    }
-                    Ok(()) => pending.failure().map(Err),
-                }
-            }
+            None => Some(self.pending.failure().map_or(Ok(()), Err)),
+            Some(out) => self.enqueue(Queued::Message(out)),
         };
+        Self::room(self.pending.clone(), early)
+    }
+
+    /// [`Outbox::send`] of a notification for the session stream (any
+    /// method but `notifications/progress` and `notifications/cancelled`,
+    /// which the route directs) already encoded as one JSON-RPC message in
+    /// JSON text: it is committed as it is, not parsed and encoded again.
+    pub fn send_session_notification(
+        &self,
+        message: bytes::Bytes,
+    ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
+        let early = self.enqueue(Queued::Raw(message));
+        Self::room(self.pending.clone(), early)
+    }
+
+    /// Queues `item`, one message waiting for its commit; an answer now
+    /// (an error) or `None` to wait for room.
+    fn enqueue(&self, item: Queued) -> Option<Result<(), LogError>> {
+        self.pending.uncommitted.fetch_add(1, Ordering::AcqRel);
+        match self.queue(item) {
+            Err(e) => {
+                self.pending.done(1);
+                Some(Err(e))
+            }
+            Ok(()) => self.pending.failure().map(Err),
+        }
+    }
+
+    /// Resolves with `early` if given, else once at most 1,024 sends wait
+    /// for their commit.
+    fn room(
+        pending: Arc<Pending>,
+        early: Option<Result<(), LogError>>,
+    ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
         async move {
             if let Some(r) = early {
                 return r;

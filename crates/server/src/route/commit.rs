@@ -25,13 +25,21 @@ pub(super) type Run = (StreamKey, Vec<Bytes>);
 pub(super) fn count_messages(queued: &[Queued]) -> usize {
     queued
         .iter()
-        .filter(|q| matches!(q, Queued::Message(_)))
+        .filter(|q| matches!(q, Queued::Message(_) | Queued::Raw(_)))
         .count()
 }
 
 /// Adds `m` to the run of stream `k`.
 pub(super) fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value) {
-    let bytes = Bytes::from(serde_json::to_vec(m).unwrap_or_default());
+    push_bytes(
+        runs,
+        k,
+        Bytes::from(serde_json::to_vec(m).unwrap_or_default()),
+    );
+}
+
+/// Adds a message already encoded to the run of stream `k`.
+fn push_bytes(runs: &mut Vec<Run>, k: StreamKey, bytes: Bytes) {
     match runs.last_mut() {
         Some((last, b)) if *last == k => b.push(bytes),
         _ => runs.push((k, vec![bytes])),
@@ -141,6 +149,11 @@ pub(super) async fn commit_loop(
         for q in queued.drain(..) {
             let out = match q {
                 Queued::Message(out) => out,
+                Queued::Raw(bytes) => {
+                    messages += 1;
+                    push_bytes(&mut runs, StreamKey::Session, bytes);
+                    continue;
+                }
                 Queued::Flush(ack) => {
                     flushes.push(ack);
                     continue;

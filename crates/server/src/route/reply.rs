@@ -10,7 +10,7 @@
 //! built-in tools, hosted handlers, gateway children) and the transport's
 //! own answers.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use mcp_resume_log::{LogError, Seq, StreamKey};
@@ -19,15 +19,7 @@ use serde_json::{json, Value};
 use crate::jsonrpc;
 use crate::route::state::AppState;
 
-/// The first pause between attempts; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// The longest pause between attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// Whether an append that failed with `e` may succeed if tried again.
-pub(crate) fn retryable(e: &LogError) -> bool {
-    matches!(e, LogError::Unavailable(_) | LogError::Storage(_))
-}
+pub(crate) use crate::retry::retryable;
 
 /// Commits `messages` to `stream` of `session`: retried under one key
 /// ([`AppState::commit_once`], fenced by this instance's lease with
@@ -113,56 +105,17 @@ async fn retry(
     .await
 }
 
-/// Runs `attempt`, again after a pause while its failure is [`retryable`]:
-/// until `deadline` (backing off to 2 s; a deadline already past makes one
-/// attempt), or without one until it succeeds (backing off to 10 s); the
-/// server stopping ends it. The last failure when it gives up. What
-/// `attempt` does must be safe to repeat when an attempt's outcome is
-/// unknown (an append under one key, a read, a subscription).
+/// [`crate::retry::retrying`] until the server stops.
 pub(crate) async fn retrying<T, F, Fut>(
     state: &AppState,
     deadline: Option<Instant>,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<T, LogError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, LogError>>,
 {
-    let max = if deadline.is_some() {
-        MAX_BACKOFF
-    } else {
-        5 * MAX_BACKOFF
-    };
-    let mut backoff = FIRST_BACKOFF;
-    loop {
-        let e = match attempt().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
-        };
-        let in_time = deadline.is_none_or(|d| Instant::now() + backoff < d);
-        if !retryable(&e) || !in_time {
-            return Err(e);
-        }
-        tracing::debug!(error = %e, "trying the log again after a pause");
-        if !pause(state, &mut backoff, max).await {
-            return Err(e);
-        }
-    }
-}
-
-/// Sleeps `backoff` (then doubles it, up to `max`); false if the server
-/// began stopping meanwhile.
-async fn pause(state: &AppState, backoff: &mut Duration, max: Duration) -> bool {
-    let mut shutdown = state.shutdown.clone();
-    if *shutdown.borrow() {
-        return false;
-    }
-    tokio::select! {
-        _ = tokio::time::sleep(*backoff) => {}
-        _ = crate::route::state::stopped(&mut shutdown) => return false,
-    }
-    *backoff = (*backoff * 2).min(max);
-    true
+    crate::retry::retrying(Some(&state.shutdown), deadline, attempt).await
 }
 
 /// The JSON-RPC ids of the responses in `run`: the calls it answers.

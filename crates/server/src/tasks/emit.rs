@@ -141,24 +141,15 @@ async fn commit_loop(
 /// until the deadline. A retried batch whose first try may have landed is
 /// appended under one key.
 async fn commit(log: &dyn Log, id: &str, batch: Vec<Bytes>) -> Result<(), LogError> {
-    let deadline = Instant::now() + COMMIT_DEADLINE;
     let mut key = [0u8; 8];
     getrandom::fill(&mut key).expect("the OS random source failed");
     let key = u64::from_le_bytes(key);
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        match log.append_once(id, EVENTS, batch.clone(), key).await {
-            Ok(_) => return Ok(()),
-            Err(e @ (LogError::Unavailable(_) | LogError::Storage(_)))
-                if Instant::now() + backoff < deadline =>
-            {
-                tracing::debug!(task = %id, error = %e, "committing a task's events again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let deadline = Some(Instant::now() + COMMIT_DEADLINE);
+    crate::retry::retrying(None, deadline, || {
+        log.append_once(id, EVENTS, batch.clone(), key)
+    })
+    .await?;
+    Ok(())
 }
 
 /// Fails the task (first end wins) because its events could not be
