@@ -317,15 +317,19 @@ fn shared_store(args: &ChaosArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The Redis of our own with --spawn-redis (the store then); without it,
+/// --store must be one the instances share.
+fn own_store(args: &ChaosArgs) -> Result<Option<own_redis::OwnRedis>, String> {
+    if args.spawn_redis {
+        return own_redis::OwnRedis::start().map(Some);
+    }
+    shared_store(args)?;
+    Ok(None)
+}
+
 /// The tasks mode: its own run, table, report and verdict.
 async fn chaos_tasks(args: &ChaosArgs, bin: &std::path::Path) -> Result<ExitCode, String> {
-    let redis = match args.spawn_redis {
-        true => Some(own_redis::OwnRedis::start()?),
-        false => None,
-    };
-    if redis.is_none() {
-        shared_store(args)?;
-    }
+    let redis = own_store(args)?;
     let store = redis
         .as_ref()
         .map(|r| r.url.as_str())
@@ -369,13 +373,7 @@ async fn chaos_gateway(args: &ChaosArgs) -> Result<ExitCode, String> {
     if args.hosted.is_some() && !args.command.is_empty() {
         return Err("--hosted runs rmcp_durable: no command after --".into());
     }
-    let redis = match args.spawn_redis {
-        true => Some(own_redis::OwnRedis::start()?),
-        false => None,
-    };
-    if redis.is_none() {
-        shared_store(args)?;
-    }
+    let redis = own_store(args)?;
     let store = redis
         .as_ref()
         .map(|r| r.url.as_str())
