@@ -192,3 +192,91 @@ async fn sends_resolve_when_queued_and_nothing_is_visible_before_its_commit() {
     }
     assert_eq!(*seen.lock().unwrap(), (1..=100).collect::<Vec<u64>>());
 }
+
+/// The same for a built-in tool: `ToolContext::notify` resolves once
+/// queued, and nothing is visible (nor its JSON answer given) before the
+/// commit.
+#[tokio::test]
+async fn a_tools_notifications_are_queued_not_awaited_and_shown_only_once_committed() {
+    let faults = Arc::new(Faults::default());
+    let log: Arc<dyn Log> = Arc::new(FaultyLog {
+        inner: Arc::new(MemoryLog::default()),
+        faults: faults.clone(),
+    });
+    let resolved = Arc::new(AtomicUsize::new(0));
+    let counted = resolved.clone();
+    let tools = mcp_resume_server::ToolRegistry::new().tool(
+        "burst",
+        "100 notifications, then the answer",
+        json!({"type": "object"}),
+        move |ctx, _| {
+            let counted = counted.clone();
+            async move {
+                for i in 1..=100 {
+                    let note = json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":{"i":i}}});
+                    ctx.notify(note).await?;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(mcp_resume_server::tools::text_result("sent 100"))
+            }
+        },
+    );
+    let s = common::TestServer::start_full(log.clone(), tools, ServerConfig::default()).await;
+    let sid = s.init().await;
+    let reader = s.session_stream(&sid, Some("0")).send().await.unwrap();
+    let seen = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let s2 = seen.clone();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut parser = mcp_resume_client::sse::SseParser::new();
+        let mut body = reader.bytes_stream();
+        while let Some(Ok(chunk)) = body.next().await {
+            for e in parser.feed(&chunk) {
+                if !e.data.is_empty() {
+                    s2.lock().unwrap().push(e.id.unwrap().parse().unwrap());
+                }
+            }
+        }
+    });
+    faults.hold_appends.store(true, Ordering::Release);
+    let call = {
+        let url = s.url.clone();
+        let sid = sid.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", sid)
+                .body(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"burst","arguments":{}}}).to_string())
+                .send()
+                .await
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while resolved.load(Ordering::SeqCst) < 100 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tool waited for commits: {} of 100",
+            resolved.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "a reader saw an uncommitted message"
+    );
+    assert!(
+        !call.is_finished(),
+        "the answer overtook the notifications it follows"
+    );
+    faults.hold_appends.store(false, Ordering::Release);
+    let answer = call.await.unwrap().unwrap().text().await.unwrap();
+    assert!(answer.contains("sent 100"), "{answer}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().len() < 100 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*seen.lock().unwrap(), (1..=100).collect::<Vec<u64>>());
+}

@@ -34,6 +34,29 @@ impl ToolContext {
         &self.session
     }
 
+    /// Sends one notification (a JSON-RPC message without an id), queued
+    /// in order behind what the tool sent before: it resolves once queued
+    /// (waiting only for room, at most 1,024 uncommitted per session), never
+    /// for its commit, and readers see it once committed. Progress and
+    /// cancellations are routed with the call (see [`ToolContext::progress`]);
+    /// any other method goes to the session stream. For a tool that sends
+    /// many: no fsync per message.
+    pub async fn notify(&self, notification: Value) -> Result<(), ToolError> {
+        let method = notification.get("method").and_then(Value::as_str);
+        if matches!(
+            method,
+            Some("notifications/progress" | "notifications/cancelled")
+        ) {
+            let out = Outbound {
+                message: notification,
+                related: Some(self.call.clone()),
+            };
+            return Ok(self.outbox.send(out).await?);
+        }
+        let bytes = bytes::Bytes::from(serde_json::to_vec(&notification).unwrap_or_default());
+        Ok(self.outbox.send_session_notification(bytes).await?)
+    }
+
     /// Appends notifications to the session stream, committed before this returns.
     pub async fn notify_session(&self, notifications: Vec<Value>) -> Result<Seq, ToolError> {
         let msgs = notifications
