@@ -143,7 +143,20 @@ fn forwarded_calls_are_answered_after_an_owner_stalls_short_of_its_expiry() {
             .unwrap();
         let now = pid(&got).unwrap_or_else(|| panic!("answered by a child: {got:?}"));
         // One child serves the session through both instances from then on.
-        assert_eq!(pid(&pid_of(&a.url, &sid, 4).await), Some(now));
-        assert_eq!(pid(&pid_of(&b.url, &sid, 5).await), Some(now));
+        let on = |url: String, sid: String, id| async move {
+            tokio::time::timeout(Duration::from_secs(20), pid_of(&url, &sid, id))
+                .await
+                .unwrap_or_else(|_| panic!("call {id} through {url} was never answered"))
+        };
+        assert_eq!(
+            pid(&on(a.url.clone(), sid.clone(), 4).await),
+            Some(now),
+            "through A"
+        );
+        assert_eq!(
+            pid(&on(b.url.clone(), sid.clone(), 5).await),
+            Some(now),
+            "through B"
+        );
     });
 }

@@ -50,7 +50,10 @@ impl Serve {
             .args([sub, "--listen", listen, "--data-dir"])
             .arg(data_dir)
             .args(&rest)
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("MCPR_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

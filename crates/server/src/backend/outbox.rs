@@ -193,29 +193,27 @@ impl Outbox {
 
     /// Resolves with `early` if given, else once at most 1,024 sends wait
     /// for their commit.
-    fn room(
+    async fn room(
         pending: Arc<Pending>,
         early: Option<Result<(), LogError>>,
-    ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
-        async move {
-            if let Some(r) = early {
-                return r;
+    ) -> Result<(), LogError> {
+        if let Some(r) = early {
+            return r;
+        }
+        loop {
+            let drained = pending.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if let Some(e) = pending.failure() {
+                return Err(e);
             }
-            loop {
-                let drained = pending.drained.notified();
-                tokio::pin!(drained);
-                drained.as_mut().enable();
-                if let Some(e) = pending.failure() {
-                    return Err(e);
-                }
-                if pending.closed.load(Ordering::Acquire) {
-                    return Err(ended());
-                }
-                if pending.uncommitted.load(Ordering::Acquire) <= MAX_UNCOMMITTED {
-                    return Ok(());
-                }
-                drained.await;
+            if pending.closed.load(Ordering::Acquire) {
+                return Err(ended());
             }
+            if pending.uncommitted.load(Ordering::Acquire) <= MAX_UNCOMMITTED {
+                return Ok(());
+            }
+            drained.await;
         }
     }
 

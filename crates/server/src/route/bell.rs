@@ -31,43 +31,55 @@ pub(crate) fn bell_of(instance: &str) -> String {
     format!("inbox.{instance}")
 }
 
-/// This instance's bell: the wakers of its watchers, by session.
+/// This instance's bell: the wakers of its watchers, by session. Each
+/// watcher has a waker of its own (a session may have two for a moment: a
+/// route whose lease lapsed and its successor), so one that stops never
+/// takes another's away.
 #[derive(Default)]
 pub(crate) struct Bells {
-    wakers: Mutex<HashMap<String, Arc<Notify>>>,
+    wakers: Mutex<HashMap<String, Vec<Arc<Notify>>>>,
     /// Set once the bell session exists and is followed (shared logs).
     followed: OnceCell<()>,
 }
 
 impl Bells {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Arc<Notify>>>> {
         self.wakers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The waker a watcher of `session` waits on; a ring stores a permit, so
+    /// A waker for a new watcher of `session`; a ring stores a permit, so
     /// one that comes while the watcher reads is not lost.
     pub(crate) fn waker(&self, session: &str) -> Arc<Notify> {
-        self.lock().entry(session.to_owned()).or_default().clone()
+        let n = Arc::new(Notify::new());
+        self.lock()
+            .entry(session.to_owned())
+            .or_default()
+            .push(n.clone());
+        n
     }
 
-    /// The watcher of `session` stopped: forget its waker unless a newer
-    /// watcher took it.
+    /// The watcher with `waker` stopped: forget its waker (only its own).
     pub(crate) fn forget(&self, session: &str, waker: &Arc<Notify>) {
         let mut w = self.lock();
-        if w.get(session).is_some_and(|n| Arc::ptr_eq(n, waker)) {
-            w.remove(session);
+        if let Some(list) = w.get_mut(session) {
+            list.retain(|n| !Arc::ptr_eq(n, waker));
+            if list.is_empty() {
+                w.remove(session);
+            }
         }
     }
 
-    /// Wakes the watcher of `session`, if it has one here.
+    /// Wakes every watcher of `session` here.
     pub(crate) fn wake(&self, session: &str) {
-        if let Some(n) = self.lock().get(session) {
-            n.notify_one();
+        if let Some(list) = self.lock().get(session) {
+            for n in list {
+                n.notify_one();
+            }
         }
     }
 
     fn wake_all(&self) {
-        for n in self.lock().values() {
+        for n in self.lock().values().flatten() {
             n.notify_one();
         }
     }
@@ -168,5 +180,38 @@ async fn follow(
                 bells.wake_all();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A route whose lease lapsed and its successor watch one session for a
+    /// moment: the first one stopping must not take the second's waker away
+    /// (a ring for the session was then lost for good: a forwarded call
+    /// never read, seen under load in gateway_fence).
+    #[tokio::test]
+    async fn a_watcher_that_stops_leaves_the_next_ones_waker() {
+        let bells = Bells::default();
+        let old = bells.waker("s");
+        let new = bells.waker("s");
+        bells.forget("s", &old);
+        bells.wake("s");
+        tokio::time::timeout(Duration::from_secs(1), new.notified())
+            .await
+            .expect("the remaining watcher is woken");
+        // Every watcher of a session is woken, and a ring while none waits
+        // is kept as a permit.
+        let other = bells.waker("s");
+        bells.wake("s");
+        for n in [&new, &other] {
+            tokio::time::timeout(Duration::from_secs(1), n.notified())
+                .await
+                .expect("each watcher is woken");
+        }
+        bells.forget("s", &new);
+        bells.forget("s", &other);
+        assert!(bells.lock().is_empty());
     }
 }

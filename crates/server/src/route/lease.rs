@@ -77,6 +77,8 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
         let located = locate_from(state, session, Some(seen)).await;
         if matches!(located, Ok(Located::There(_))) {
             super::inbox::end_forwarded(state, session, seen).await;
+            // Ended: nothing for a later route here to read again.
+            let _ = state.routes.take_handover(session);
         }
         return located;
     }
@@ -109,7 +111,10 @@ pub(crate) async fn locate_from(
         }
         // Counted before the claim: a message forwarded to this instance as
         // soon as it holds the lease opens a later stream.
-        let seen = match seen_from {
+        // A route of this session closed here under a lapsed lease hands
+        // over what it had not read.
+        let handed = state.routes.take_handover(session);
+        let seen = match seen_from.or(handed) {
             Some(seen) => seen,
             None => state.log.request_streams(session).await?,
         };
@@ -118,6 +123,11 @@ pub(crate) async fn locate_from(
         match state.log.claim(session).await? {
             Some(owner) if owner != state.log.instance() => {
                 state.routes.remember_owner(session, owner.clone());
+                if seen_from.is_none() && handed.is_some() {
+                    // What was forwarded here and not read will not be:
+                    // ended loudly, as when the lapse is seen first hand.
+                    super::inbox::end_forwarded(state, session, seen).await;
+                }
                 return Ok(Located::There(owner));
             }
             Some(_) => lease = Some((seen, epoch)),

@@ -58,7 +58,16 @@ pub(crate) struct Routes {
     /// This instance's inbox bell: what wakes the watchers of forwarded
     /// messages ([`bell`]).
     pub(crate) bells: Arc<bell::Bells>,
+    /// How far the inbox of a lease route that closed had read forwarded
+    /// messages, for the next route of its session here to go on from
+    /// ([`Routes::take_handover`]): a route closed by its own commit loop
+    /// (its lease lapsed) must not make its successor count afresh, or the
+    /// messages forwarded to it and not yet read would be skipped.
+    handover: Mutex<HashMap<String, (mcp_resume_log::Seq, Instant)>>,
 }
+
+/// How long a handover waits for the session's next route here.
+const HANDOVER_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// One session's route.
 pub(crate) struct SessionRoute {
@@ -122,6 +131,14 @@ impl Routes {
         if let Some(r) = map.get(session) {
             return Ok(r.clone());
         }
+        if lease.is_some() {
+            // This route goes on from where it was told: an older handover
+            // is stale now.
+            self.handover
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(session);
+        }
         let prefix = format!(
             "{WIRE_PREFIX}{}.{}.",
             state.log.instance(),
@@ -181,7 +198,8 @@ impl Routes {
     }
 
     /// Closes the route of `session` if it is still the one with `table`
-    /// (not a newer one opened since).
+    /// (not a newer one opened since); a lease route leaves how far its
+    /// inbox read for its successor.
     fn close_if(&self, session: &str, table: &Arc<Mutex<Table>>) {
         let mut map = self.lock();
         if map
@@ -189,9 +207,24 @@ impl Routes {
             .is_some_and(|r| Arc::ptr_eq(&r.table, table))
         {
             if let Some(r) = map.remove(session) {
+                if r.epoch.is_some() {
+                    let seen = r.inbox_seen.load(std::sync::atomic::Ordering::Acquire);
+                    let mut h = self.handover.lock().unwrap_or_else(|e| e.into_inner());
+                    h.retain(|_, (_, at)| at.elapsed() < HANDOVER_TTL);
+                    h.insert(session.to_owned(), (seen, Instant::now()));
+                }
                 r.backend.close();
             }
         }
+    }
+
+    /// How far the inbox of `session`'s last lease route here read, if one
+    /// closed and left it (taken: one successor goes on from it).
+    pub(crate) fn take_handover(&self, session: &str) -> Option<mcp_resume_log::Seq> {
+        let mut h = self.handover.lock().unwrap_or_else(|e| e.into_inner());
+        h.remove(session)
+            .filter(|(_, at)| at.elapsed() < HANDOVER_TTL)
+            .map(|(seen, _)| seen)
     }
 
     /// Closes every route (the server stops).
