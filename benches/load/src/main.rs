@@ -166,6 +166,10 @@ enum Cmd {
         /// Connections.
         #[arg(long, default_value_t = 64)]
         conns: usize,
+        /// Instead: stateless calls directly to the example against the same
+        /// through `mcp-resume gateway --upstream` in front of it.
+        #[arg(long)]
+        gateway: bool,
         /// Write the table here too.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -276,6 +280,14 @@ async fn run(cli: Cli) {
             rounds,
             duration,
             conns,
+            gateway: true,
+            out,
+        } => stateless::run_gateway(rounds, Duration::from_secs(duration), conns, out).await,
+        Cmd::Stateless {
+            rounds,
+            duration,
+            conns,
+            gateway: false,
             out,
         } => stateless::run(rounds, Duration::from_secs(duration), conns, out).await,
         Cmd::Hosted {

@@ -103,6 +103,27 @@ pub fn gateway(bin: &Path, extra: &[&str], command: &[&str]) -> Server {
     started("mcp-resume gateway", child, Some(dir))
 }
 
+/// `mcp-resume gateway --upstream URL` on the disk log.
+pub fn upstream_gateway(bin: &Path, url: &str) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(bin)
+        .args([
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            url,
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn mcp-resume gateway --upstream");
+    started("mcp-resume gateway --upstream", child, Some(dir))
+}
+
 /// The `conformance` example (release build, next to this binary under
 /// `examples/`) on a disk log of its own.
 pub fn conformance_example() -> Server {

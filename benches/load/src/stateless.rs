@@ -50,6 +50,11 @@ pub async fn session_rps(url: &str, conns: usize, duration: Duration) -> f64 {
 /// The same calls without a session: each carries the 2026-07-28 `_meta`
 /// and headers.
 pub async fn stateless_rps(url: &str, conns: usize, duration: Duration) -> f64 {
+    stateless_calls(url, conns, duration).await.0
+}
+
+/// [`stateless_rps`] with each call's latency: (round trips/s, p50 ms, p99 ms).
+pub async fn stateless_calls(url: &str, conns: usize, duration: Duration) -> (f64, f64, f64) {
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let start = Instant::now();
@@ -62,6 +67,7 @@ pub async fn stateless_rps(url: &str, conns: usize, duration: Duration) -> f64 {
                     .pool_max_idle_per_host(1)
                     .build()
                     .unwrap();
+                let mut took = Vec::new();
                 let mut i = 1u64;
                 while Instant::now() < deadline {
                     let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
@@ -71,6 +77,7 @@ pub async fn stateless_rps(url: &str, conns: usize, duration: Duration) -> f64 {
                         "io.modelcontextprotocol/clientCapabilities": {},
                         "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"}
                     }}});
+                    let t0 = Instant::now();
                     let resp = http
                         .post(&url)
                         .header("content-type", "application/json")
@@ -87,17 +94,75 @@ pub async fn stateless_rps(url: &str, conns: usize, duration: Duration) -> f64 {
                             .is_ok_and(|t| t.contains("simple text response"))
                         {
                             done.fetch_add(1, Ordering::Relaxed);
+                            took.push(t0.elapsed().as_secs_f64() * 1e3);
                         }
                     }
                     i += 1;
                 }
+                took
             })
         })
         .collect();
+    let mut took = Vec::new();
     for t in tasks {
-        let _ = t.await;
+        took.extend(t.await.unwrap_or_default());
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let rps = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    assert!(!took.is_empty(), "no stateless call to {url} was answered");
+    (rps, crate::pct(&took, 0.5), crate::pct(&took, 0.99))
+}
+
+/// The `stateless --gateway` run: stateless calls to the `conformance`
+/// example directly and through `mcp-resume gateway --upstream` in front of
+/// it, `rounds` times in alternating order; medians of round trips/s, p50
+/// and p99.
+pub async fn run_gateway(
+    rounds: usize,
+    duration: Duration,
+    conns: usize,
+    out: Option<std::path::PathBuf>,
+) {
+    let upstream = crate::servers::conformance_example();
+    let gw = crate::servers::upstream_gateway(&crate::servers::our_binary(), &upstream.url);
+    let (mut direct, mut through) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for direct_first in [round % 2 == 0, round % 2 != 0] {
+            if direct_first {
+                direct.push(stateless_calls(&upstream.url, conns, duration).await);
+            } else {
+                through.push(stateless_calls(&gw.url, conns, duration).await);
+            }
+        }
+        let (d, t) = (direct.last().unwrap(), through.last().unwrap());
+        eprintln!(
+            "round {round}: direct {:.0}/s p50 {:.2} ms, through the gateway {:.0}/s p50 {:.2} ms",
+            d.0, d.1, t.0, t.1
+        );
+    }
+    let med = |v: &[(f64, f64, f64)], f: fn(&(f64, f64, f64)) -> f64| {
+        crate::pct(&v.iter().map(f).collect::<Vec<_>>(), 0.5)
+    };
+    let row = |name: &str, v: &[(f64, f64, f64)]| {
+        format!(
+            "| {name} | {:.0} | {:.2} | {:.2} |\n",
+            med(v, |x| x.0),
+            med(v, |x| x.1),
+            med(v, |x| x.2)
+        )
+    };
+    let text = format!(
+        "| stateless tools/call `test_simple_text` ({conns} connections, {} s, median of {rounds}) | round trips/s | p50 ms | p99 ms |\n| --- | ---: | ---: | ---: |\n{}{}\n\
+         through/direct: throughput {:.3}, p50 {:.2}x\n",
+        duration.as_secs(),
+        row("directly to the `conformance` example", &direct),
+        row("through `mcp-resume gateway --upstream` (disk log)", &through),
+        med(&through, |x| x.0) / med(&direct, |x| x.0),
+        med(&through, |x| x.1) / med(&direct, |x| x.1),
+    );
+    print!("{text}");
+    if let Some(p) = out {
+        std::fs::write(&p, text).unwrap();
+    }
 }
 
 /// The `stateless` subcommand: both paths on one `conformance` example,

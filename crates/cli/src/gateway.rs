@@ -33,7 +33,11 @@ Streamable HTTP server, with the same guarantees: the client's messages are POST
 order, everything it answers or sends (SSE bodies, its GET stream) is committed first. A dropped\n\
 upstream stream is resumed with Last-Event-ID; an upstream that cannot be reached answers the\n\
 call with a JSON-RPC error (data.reason upstream-unreachable or upstream-lost), and a 404 for\n\
-the upstream session ends the session. `--upstream-header` adds headers for its authorization.")]
+the upstream session ends the session. `--upstream-header` adds headers for its authorization.\n\n\
+Both MCP eras on one URL: a 2025 client initializes a session as above; a 2026-07-28 client's\n\
+stateless requests (no session) go to the upstream as stateless requests with their Mcp-Method\n\
+and Mcp-Name headers, or, with `-- CMD`, to a pool of children initialized as 2025 sessions with\n\
+the capabilities each request declares (children shared by requests that declare the same).")]
 pub struct GatewayArgs {
     #[command(flatten)]
     serve: ServeArgs,

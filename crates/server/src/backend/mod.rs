@@ -104,6 +104,15 @@ pub trait StatelessHttp: Send + Sync {
     /// Answers `request` (a `POST` whose body is one JSON-RPC message,
     /// credentials and `Origin` already checked by the transport).
     fn serve(&self, request: Request<Body>) -> StatelessFuture;
+
+    /// Whether it answers `subscriptions/listen` (`true`, the default), so
+    /// that the transport may offer the resumable listen stream in front of
+    /// it (docs/protocol.md 3.7). A server that cannot listen (a gateway's
+    /// pool of session-era children) says `false`: its `server/discover`
+    /// offers no such extension, and a listen reaches it to be refused.
+    fn listens(&self) -> bool {
+        true
+    }
 }
 
 /// The work that answers one request, handed back by

@@ -13,9 +13,15 @@
 //! within the init grace (30 s by default: a stateless request that needs
 //! no session, a client that went away) is stopped and its session ended,
 //! so such children cannot pile up to `--max-children`.
+//!
+//! A stateless-era request (2026-07-28, no session) is answered by a small
+//! pool of children initialized with the capabilities it declares
+//! ([`pool`]).
+
+mod pool;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -23,20 +29,38 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use super::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox};
+use super::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, StatelessHttp};
 
 /// The JSON-RPC id of the `initialize` a restore sends the new child.
 const RESTORE_ID: &str = "mcp-resume-restore";
 
 /// Starts one child process per session.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StdioBackend {
+    launch: Arc<Launch>,
     program: String,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
     max_children: usize,
     children: Arc<AtomicUsize>,
     init_grace: Duration,
+    /// The stateless era's children, made on first use.
+    pool: Arc<OnceLock<Arc<pool::Pool>>>,
+}
+
+impl std::fmt::Debug for StdioBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdioBackend")
+            .field("program", &self.program)
+            .field("max_children", &self.max_children)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a child is started: `program args` with only `PATH`, `HOME` and `env`.
+#[derive(Debug)]
+struct Launch {
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl StdioBackend {
@@ -48,13 +72,18 @@ impl StdioBackend {
         env: Vec<(String, String)>,
         max_children: usize,
     ) -> Self {
+        let program = program.into();
         Self {
-            program: program.into(),
-            args,
-            env,
+            launch: Arc::new(Launch {
+                program: program.clone(),
+                args,
+                env,
+            }),
+            program,
             max_children,
             children: Arc::default(),
             init_grace: Duration::from_secs(30),
+            pool: Arc::default(),
         }
     }
 
@@ -64,7 +93,9 @@ impl StdioBackend {
         self.init_grace = grace;
         self
     }
+}
 
+impl Launch {
     fn spawn(&self) -> Result<Child, BackendError> {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
@@ -101,7 +132,7 @@ impl Backend for StdioBackend {
                 self.max_children
             )));
         }
-        let mut child = self.spawn()?;
+        let mut child = self.launch.spawn()?;
         let (stdin, stdout, stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let (Some(mut stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {
@@ -201,6 +232,20 @@ impl Backend for StdioBackend {
 
     fn exclusive(&self) -> bool {
         true
+    }
+
+    /// Stateless requests go to the pool of children ([`pool`]), which
+    /// shares `--max-children` with the sessions' children.
+    fn stateless(&self) -> Option<&dyn StatelessHttp> {
+        let pool = self.pool.get_or_init(|| {
+            Arc::new(pool::Pool::new(
+                self.launch.clone(),
+                self.children.clone(),
+                self.max_children,
+                self.init_grace,
+            ))
+        });
+        Some(pool)
     }
 }
 

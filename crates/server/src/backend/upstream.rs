@@ -19,7 +19,11 @@
 //! restored after a restart (or on another instance) initializes a new
 //! upstream session with the client's stored `initialize` params; the answer
 //! to that is not sent to anyone.
+//!
+//! A stateless-era request (2026-07-28, no session) goes to the upstream as
+//! one, and its answer comes back as it arrives ([`stateless`]).
 
+mod stateless;
 mod stream;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +36,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox};
+use super::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, StatelessHttp};
 
 /// The JSON-RPC id of the `initialize` a restore sends the new upstream session.
 const RESTORE_ID: &str = "mcp-resume-restore";
@@ -81,6 +85,8 @@ pub struct UpstreamBackend {
     url: reqwest::Url,
     headers: HeaderMap,
     http: reqwest::Client,
+    /// The stateless era's requests, relayed to the same endpoint.
+    stateless: stateless::StatelessRelay,
 }
 
 impl UpstreamBackend {
@@ -114,6 +120,11 @@ impl UpstreamBackend {
             .build()
             .map_err(|e| UpstreamError::Client(e.to_string()))?;
         Ok(Self {
+            stateless: stateless::StatelessRelay {
+                url: parsed.clone(),
+                headers: map.clone(),
+                http: http.clone(),
+            },
             url: parsed,
             headers: map,
             http,
@@ -159,6 +170,13 @@ impl Backend for UpstreamBackend {
     /// One upstream session per session: it runs on one instance at a time.
     fn exclusive(&self) -> bool {
         true
+    }
+
+    /// A stateless request goes to the upstream as one
+    /// ([`stateless`]): an upstream that speaks only the session era
+    /// answers it with its own -32022, and the client initializes.
+    fn stateless(&self) -> Option<&dyn StatelessHttp> {
+        Some(&self.stateless)
     }
 }
 
@@ -299,8 +317,13 @@ async fn send_in_order(sh: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Value>) 
 /// the whole answer is read.
 async fn exchange(sh: Arc<Shared>, message: Value, sent: Sent, ready: oneshot::Sender<()>) {
     let body = serde_json::to_vec(&message).unwrap_or_default();
-    let resp = sh
-        .request(Method::POST)
+    let mut rb = sh.request(Method::POST);
+    // A stateless request (a resumable listen stream's subscriptions/listen)
+    // carries the headers the stateless era requires of it.
+    for (name, value) in mcp_resume_proto::meta::standard_headers(&message) {
+        rb = rb.header(name, value);
+    }
+    let resp = rb
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "application/json, text/event-stream")
         .body(body)

@@ -114,7 +114,7 @@ pub(super) async fn serve(
         let (status, reply) = tasks::serve::serve(store, &caller, &headers, message).await;
         return error(status, reply);
     }
-    if subs::wants_resumable(message) {
+    if subs::wants_resumable(message) && state.backend.stateless().is_none_or(|s| s.listens()) {
         return subs::open(state, caller, &headers, message.clone()).await;
     }
     let Some(service) = state.backend.stateless() else {
@@ -149,7 +149,7 @@ pub(super) async fn serve(
     *request.headers_mut() = headers;
     request.extensions_mut().insert(caller);
     let resp = service.serve(request).await;
-    if method == "server/discover" {
+    if method == "server/discover" && service.listens() {
         return offer_extensions(resp).await;
     }
     resp

@@ -1,0 +1,339 @@
+//! MCP's stateless era (2026-07-28 on) in front of stdio children that
+//! speak only the session era (`gateway -- CMD`): the gateway keeps a small
+//! pool of children, each initialized as a 2025-11-25 session with the
+//! capabilities and client info a stateless request declares in its
+//! `_meta`, and answers each stateless request through one of them
+//! (docs/protocol.md 3.6).
+//!
+//! Requests that declare the same capabilities share a child (their
+//! JSON-RPC ids are renumbered, so any number run at once); a child is what
+//! the server makes of those capabilities (server-everything registers its
+//! sampling tool only for a client that can sample), so different ones get
+//! different children, at most [`POOL_MAX`] (and `--max-children` in all),
+//! the least recently used idle one stopped for a new one. State a server
+//! keeps per process is shared by the stateless requests that reach it: the
+//! stateless era has no session to keep it apart.
+//!
+//! `server/discover` is answered from the child's `initialize` result
+//! (offering no resumable listen: `subscriptions/listen` is refused, -32601,
+//! since a session-era child has nothing to listen with). A
+//! call is answered as JSON, or, when the client accepts SSE, as a stream
+//! of its progress notifications ending with its response. What the stateless
+//! era has no place for is refused loudly: a child's request to the client
+//! (sampling, elicitation, roots) gets -32601 from the gateway, so the tool
+//! fails instead of waiting; a client that goes away cancels its call
+//! (`notifications/cancelled`). A child that exits fails its calls in
+//! flight with -32603 (`data.reason` `child-exited`). Children idle for
+//! [`IDLE_STOP`] are stopped.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Request, Response, StatusCode};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use mcp_resume_proto::{meta, STATELESS_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS};
+use serde_json::{json, Value};
+
+mod child;
+
+use child::{Call, Pooled};
+
+use super::Launch;
+use crate::backend::{BackendError, StatelessFuture, StatelessHttp};
+
+/// Most children the pool keeps at once (fewer if `--max-children` is lower).
+pub(super) const POOL_MAX: usize = 8;
+/// How long a pooled child may serve nothing before it is stopped.
+pub(super) const IDLE_STOP: Duration = Duration::from_secs(300);
+/// Most bytes of a request body read.
+const BODY_LIMIT: usize = 16 << 20;
+
+/// The pool of children that answer stateless requests.
+pub(super) struct Pool {
+    launch: Arc<Launch>,
+    /// Running children of the gateway, sessions' and the pool's.
+    slots: Arc<AtomicUsize>,
+    max_children: usize,
+    /// How long a child may take to answer `initialize`.
+    init_wait: Duration,
+    children: Mutex<Vec<Arc<Pooled>>>,
+}
+
+impl StatelessHttp for Arc<Pool> {
+    fn serve(&self, request: Request<Body>) -> StatelessFuture {
+        let pool = self.clone();
+        Box::pin(async move { pool.answer(request).await })
+    }
+
+    /// A session-era child has no `subscriptions/listen`.
+    fn listens(&self) -> bool {
+        false
+    }
+}
+
+impl Pool {
+    /// A pool of children started by `launch`, counted in `slots` with the
+    /// sessions' children (at most `max_children` in all), each given
+    /// `init_wait` to answer `initialize`.
+    pub(super) fn new(
+        launch: Arc<Launch>,
+        slots: Arc<AtomicUsize>,
+        max_children: usize,
+        init_wait: Duration,
+    ) -> Self {
+        Self {
+            launch,
+            slots,
+            max_children,
+            init_wait,
+            children: Mutex::default(),
+        }
+    }
+
+    async fn answer(self: Arc<Self>, request: Request<Body>) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let message = match axum::body::to_bytes(body, BODY_LIMIT)
+            .await
+            .map(|b| serde_json::from_slice::<Value>(&b))
+        {
+            Ok(Ok(m)) => m,
+            _ => {
+                return json_reply(
+                    StatusCode::BAD_REQUEST,
+                    error(
+                        &Value::Null,
+                        -32700,
+                        "the body is not one JSON-RPC message",
+                        None,
+                    ),
+                )
+            }
+        };
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let m = message
+            .pointer("/params/_meta")
+            .cloned()
+            .unwrap_or_default();
+        let version = m
+            .get(meta::PROTOCOL_VERSION)
+            .and_then(Value::as_str)
+            .or_else(|| {
+                parts
+                    .headers
+                    .get(mcp_resume_proto::headers::MCP_PROTOCOL_VERSION)
+                    .and_then(|v| v.to_str().ok())
+            });
+        let known = version.is_some_and(|v| STATELESS_PROTOCOL_VERSIONS.contains(&v.trim()));
+        let unversioned_discover = version.is_none() && method == "server/discover";
+        if !(known || unversioned_discover) {
+            let data = json!({"supported": STATELESS_PROTOCOL_VERSIONS, "requested": version});
+            return json_reply(
+                StatusCode::BAD_REQUEST,
+                error(&id, -32022, "unsupported protocol version", Some(data)),
+            );
+        }
+        let header = |n: &str| parts.headers.get(n).and_then(|v| v.to_str().ok());
+        if let Err(why) = meta::check_standard_headers(header, &message) {
+            return json_reply(StatusCode::BAD_REQUEST, error(&id, -32020, why, None));
+        }
+        if method == "subscriptions/listen" {
+            let why = "subscriptions/listen: the stdio server behind this gateway speaks only the session era; initialize a session to receive its notifications";
+            return json_reply(StatusCode::NOT_FOUND, error(&id, -32601, why, None));
+        }
+        let caps = m
+            .get(meta::CLIENT_CAPABILITIES)
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let info = m.get(meta::CLIENT_INFO).cloned().unwrap_or_else(
+            || json!({"name": "mcp-resume-gateway", "version": env!("CARGO_PKG_VERSION")}),
+        );
+        let child = match self.child(&caps, &info).await {
+            Ok(c) => c,
+            Err(BackendError::Busy(why)) => {
+                return json_reply(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    error(&id, -32603, why, Some(json!({"reason": "busy"}))),
+                )
+            }
+            Err(e) => {
+                return json_reply(
+                    StatusCode::BAD_GATEWAY,
+                    error(
+                        &id,
+                        -32603,
+                        e.to_string(),
+                        Some(json!({"reason": "child-failed"})),
+                    ),
+                )
+            }
+        };
+        if method == "server/discover" {
+            let init = match child.init.get() {
+                Some(Ok(v)) => v.clone(),
+                _ => Value::Null,
+            };
+            return json_reply(
+                StatusCode::OK,
+                json!({"jsonrpc": "2.0", "id": id, "result": discover(&init)}),
+            );
+        }
+        let sse = parts
+            .headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .any(|v| v.as_bytes().windows(17).any(|w| w == b"text/event-stream"));
+        let call = child.start(message);
+        if sse {
+            sse_reply(call, id)
+        } else {
+            json_reply(StatusCode::OK, call.answer(&id).await)
+        }
+    }
+
+    /// The child for `caps`, started and initialized if there is none.
+    async fn child(&self, caps: &Value, info: &Value) -> Result<Arc<Pooled>, BackendError> {
+        let key = caps.to_string();
+        let child = {
+            let mut list = self.children.lock().unwrap_or_else(|e| e.into_inner());
+            list.retain(|c| {
+                let keep =
+                    !(c.gone.load(Ordering::Acquire) || (c.idle() && c.idle_for() > IDLE_STOP));
+                if !keep {
+                    let _ = c.kill.try_send(());
+                }
+                keep
+            });
+            match list.iter().find(|c| c.key == key) {
+                Some(c) => c.clone(),
+                None => {
+                    if list.len() >= POOL_MAX.min(self.max_children) {
+                        let lru = list
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, c)| c.idle())
+                            .max_by_key(|(_, c)| c.idle_for())
+                            .map(|(i, _)| i);
+                        let Some(i) = lru else {
+                            return Err(BackendError::Busy(format!(
+                                "the gateway's {} stateless children are all busy; retry later",
+                                list.len()
+                            )));
+                        };
+                        let _ = list.remove(i).kill.try_send(());
+                    }
+                    let c = Pooled::spawn(&self.launch, &self.slots, self.max_children, key)?;
+                    list.push(c.clone());
+                    c
+                }
+            }
+        };
+        *child.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        let init = child
+            .init
+            .get_or_init(|| child.initialize(caps, info, self.init_wait))
+            .await;
+        if let Err(why) = init {
+            let _ = child.kill.try_send(());
+            return Err(BackendError::Failed(why.clone()));
+        }
+        Ok(child)
+    }
+}
+
+/// The call's progress and response as an SSE body.
+fn sse_reply(call: Call, id: Value) -> Response<Body> {
+    let events = futures_util::stream::unfold((call, id), |(mut call, id)| async move {
+        let m = call.next(&id).await?;
+        let event = Bytes::from(format!("event: message\ndata: {m}\n\n"));
+        Some((Ok::<_, std::convert::Infallible>(event), (call, id)))
+    });
+    let mut resp = Response::new(Body::from_stream(events.boxed()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// Every revision the gateway speaks at this URL, oldest first: the
+/// session era's (a client may initialize a session instead) and the
+/// stateless era's.
+fn versions() -> Vec<&'static str> {
+    let mut v: Vec<_> = SUPPORTED_PROTOCOL_VERSIONS.to_vec();
+    v.sort_unstable();
+    v.extend_from_slice(STATELESS_PROTOCOL_VERSIONS);
+    v
+}
+
+/// A `server/discover` result from a child's `initialize` result.
+fn discover(init: &Value) -> Value {
+    let mut result = json!({
+        "resultType": "complete",
+        "supportedVersions": versions(),
+        "capabilities": init.get("capabilities").cloned().unwrap_or_else(|| json!({})),
+        "ttlMs": 0,
+        "cacheScope": "private",
+    });
+    if let Some(i) = init.get("instructions") {
+        result["instructions"] = i.clone();
+    }
+    if let Some(info) = init.get("serverInfo") {
+        result["_meta"] = json!({"io.modelcontextprotocol/serverInfo": info});
+    }
+    result
+}
+
+pub(super) fn error(
+    id: &Value,
+    code: i64,
+    message: impl Into<String>,
+    data: Option<Value>,
+) -> Value {
+    let mut e = json!({"code": code, "message": message.into()});
+    if let Some(d) = data {
+        e["data"] = d;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": e})
+}
+
+fn json_reply(status: StatusCode, body: Value) -> Response<Body> {
+    let mut resp = Response::new(Body::from(body.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discover_carries_the_child_s_capabilities_and_name() {
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "everything", "version": "1"}, "instructions": "hi"});
+        let d = discover(&init);
+        assert_eq!(
+            d["supportedVersions"],
+            json!(["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"])
+        );
+        assert_eq!(d["capabilities"], json!({"tools": {}}));
+        assert_eq!(
+            d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "everything"
+        );
+        assert_eq!(d["instructions"], "hi");
+    }
+}
