@@ -272,3 +272,69 @@ fn an_upstream_that_cannot_be_reached_answers_a_stateless_call_loudly() {
         assert_eq!(v["error"]["data"]["reason"], "upstream-unreachable", "{v}");
     });
 }
+
+/// A stateless `tools/call` of `tool` with `args` through a gateway in
+/// front of the Python SDK stdio server, declaring `caps`.
+async fn call_stateless(url: &str, tool: &str, args: Value, caps: Value) -> Value {
+    let params = json!({"name": tool, "arguments": args});
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        stateless(url, "tools/call", Some(tool), params, caps),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the stateless call of {tool} hung"))
+    .1
+}
+
+/// Whether `v` is a failed call: a JSON-RPC error or an `isError` result.
+fn failed(v: &Value) -> bool {
+    v.get("error").is_some() || v["result"]["isError"] == true
+}
+
+#[test]
+fn the_stateless_pool_shares_a_child_per_capabilities_and_fails_loudly() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::gateway::gateway_python(dir.path(), &[]);
+    rt().block_on(async {
+        let pid = |v: Value| {
+            v["result"]["structuredContent"]["result"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{v}"))
+        };
+        // The same capabilities: one child; others: another.
+        let a = pid(call_stateless(&gw.url, "pid", json!({}), json!({})).await);
+        let b = pid(call_stateless(&gw.url, "pid", json!({}), json!({})).await);
+        let c = pid(call_stateless(&gw.url, "pid", json!({}), json!({"elicitation": {}})).await);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        // A child's request to the client cannot reach a stateless client:
+        // refused at once, so the tool fails instead of waiting.
+        let v = call_stateless(
+            &gw.url,
+            "confirm",
+            json!({"token": "t1"}),
+            json!({"elicitation": {}}),
+        )
+        .await;
+        assert!(failed(&v), "{v}");
+        // A child that exits fails every call in flight on it, loudly; the
+        // next request gets a new child.
+        let waiting = tokio::spawn({
+            let url = gw.url.clone();
+            async move { call_stateless(&url, "wait", json!({"seconds": 10}), json!({})).await }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let crashed = call_stateless(&gw.url, "crash", json!({}), json!({})).await;
+        assert_eq!(
+            crashed["error"]["data"]["reason"], "child-exited",
+            "{crashed}"
+        );
+        let waited = waiting.await.unwrap();
+        assert_eq!(
+            waited["error"]["data"]["reason"], "child-exited",
+            "{waited}"
+        );
+        let d = pid(call_stateless(&gw.url, "pid", json!({}), json!({})).await);
+        assert_ne!(d, a, "a new child after the crash");
+    });
+}
