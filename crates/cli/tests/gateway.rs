@@ -314,12 +314,14 @@ fn children_of(pid: u32) -> usize {
 }
 
 #[test]
-fn a_child_nobody_initializes_is_stopped_after_the_init_grace() {
+fn a_stateless_listen_holds_no_child_and_is_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway_python(dir.path(), &["--child-init-secs", "1"]);
     rt().block_on(async {
-        // A stateless resumable listen: the gateway starts a child for its
-        // stream, and no initialize ever reaches it.
+        // A stateless listen asking for the resumable extension: a stdio
+        // child of the session era has nothing to listen with, so the
+        // gateway neither offers the extension nor starts a child for it
+        // (it used to start one that nobody initialized).
         let resp = reqwest::Client::new()
             .post(&gw.url)
             .header("content-type", "application/json")
@@ -337,24 +339,10 @@ fn a_child_nobody_initializes_is_stopped_after_the_init_grace() {
             .send()
             .await
             .unwrap();
-        assert!(
-            resp.headers().get("x-mcp-resume-listen").is_some(),
-            "a resumable listen stream: {}",
-            resp.status()
-        );
-        let gateway = gw.child.id();
-        assert_eq!(children_of(gateway), 1, "its child started");
-        // Past the grace it is stopped: such children never pile up to
-        // --max-children.
-        let mut left = 1;
-        for _ in 0..100 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            left = children_of(gateway);
-            if left == 0 {
-                break;
-            }
-        }
-        assert_eq!(left, 0, "the uninitialized child still runs");
-        drop(resp);
+        assert_eq!(resp.status(), 404);
+        assert!(resp.headers().get("x-mcp-resume-listen").is_none());
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"]["code"], -32601, "{v}");
+        assert_eq!(children_of(gw.child.id()), 0, "no child for a listen");
     });
 }

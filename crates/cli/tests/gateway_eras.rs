@@ -338,3 +338,31 @@ fn the_stateless_pool_shares_a_child_per_capabilities_and_fails_loudly() {
         assert_ne!(d, a, "a new child after the crash");
     });
 }
+
+#[test]
+fn an_idle_stateless_child_gives_way_to_a_session_at_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::gateway::gateway_python(dir.path(), &["--max-children", "1"]);
+    rt().block_on(async {
+        let v = call_stateless(&gw.url, "add", json!({"a": 2, "b": 3}), json!({})).await;
+        assert!(!failed(&v), "{v}");
+        // The one place is the pool's idle child's: a session takes it.
+        let sid = common::gateway::init(&gw.url).await;
+        let got = common::gateway::call(&gw.url, &sid, 1, "add", json!({"a": 1, "b": 1})).await;
+        assert!(got.last().unwrap().get("result").is_some(), "{got:?}");
+        // Now the session holds it: a stateless request is told to retry.
+        let (status, v) = stateless(
+            &gw.url,
+            "tools/call",
+            Some("add"),
+            json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+            json!({"sampling": {}}),
+        )
+        .await;
+        assert_eq!(
+            (status, v["error"]["data"]["reason"].as_str()),
+            (429, Some("busy")),
+            "{v}"
+        );
+    });
+}

@@ -124,14 +124,19 @@ impl Backend for StdioBackend {
         outbox: Outbox,
         restore: Option<Value>,
     ) -> Result<Box<dyn BackendSession>, BackendError> {
-        let running = self.children.fetch_add(1, Ordering::AcqRel);
-        let slot = Slot(self.children.clone());
-        if running >= self.max_children {
+        // Idle children of the stateless pool give way to a session's.
+        let slot = Slot::take(&self.children, self.max_children).or_else(|| {
+            let freed = self.pool.get().is_some_and(|p| p.evict_idle());
+            freed
+                .then(|| Slot::take(&self.children, self.max_children))
+                .flatten()
+        });
+        let Some(slot) = slot else {
             return Err(BackendError::Busy(format!(
                 "the gateway runs its maximum of {} child processes; retry later",
                 self.max_children
             )));
-        }
+        };
         let mut child = self.launch.spawn()?;
         let (stdin, stdout, stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
@@ -238,12 +243,12 @@ impl Backend for StdioBackend {
     /// shares `--max-children` with the sessions' children.
     fn stateless(&self) -> Option<&dyn StatelessHttp> {
         let pool = self.pool.get_or_init(|| {
-            Arc::new(pool::Pool::new(
+            pool::Pool::start(
                 self.launch.clone(),
                 self.children.clone(),
                 self.max_children,
                 self.init_grace,
-            ))
+            )
         });
         Some(pool)
     }
@@ -251,6 +256,17 @@ impl Backend for StdioBackend {
 
 /// Counts a running child until dropped.
 struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A place among `max` children counted by `counter`, if one is free.
+    fn take(counter: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        if counter.fetch_add(1, Ordering::AcqRel) >= max {
+            counter.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot(counter.clone()))
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {

@@ -26,9 +26,9 @@
 //! flight with -32603 (`data.reason` `child-exited`). Children idle for
 //! [`IDLE_STOP`] are stopped.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Request, Response, StatusCode};
@@ -39,15 +39,17 @@ use serde_json::{json, Value};
 
 mod child;
 
-use child::{Call, Pooled};
+use child::{Call, Handed, Pooled};
 
-use super::Launch;
+use super::{Launch, Slot};
 use crate::backend::{BackendError, StatelessFuture, StatelessHttp};
 
 /// Most children the pool keeps at once (fewer if `--max-children` is lower).
 pub(super) const POOL_MAX: usize = 8;
 /// How long a pooled child may serve nothing before it is stopped.
 pub(super) const IDLE_STOP: Duration = Duration::from_secs(300);
+/// How often children are checked for having been idle that long.
+const REAP_EVERY: Duration = Duration::from_secs(30);
 /// Most bytes of a request body read.
 const BODY_LIMIT: usize = 16 << 20;
 
@@ -77,19 +79,56 @@ impl StatelessHttp for Arc<Pool> {
 impl Pool {
     /// A pool of children started by `launch`, counted in `slots` with the
     /// sessions' children (at most `max_children` in all), each given
-    /// `init_wait` to answer `initialize`.
-    pub(super) fn new(
+    /// `init_wait` to answer `initialize`. A task stops children idle for
+    /// [`IDLE_STOP`] (checked every [`REAP_EVERY`]) until the pool is dropped.
+    pub(super) fn start(
         launch: Arc<Launch>,
         slots: Arc<AtomicUsize>,
         max_children: usize,
         init_wait: Duration,
-    ) -> Self {
-        Self {
+    ) -> Arc<Self> {
+        let pool = Arc::new(Self {
             launch,
             slots,
             max_children,
             init_wait,
             children: Mutex::default(),
+        });
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let weak = Arc::downgrade(&pool);
+            rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(REAP_EVERY).await;
+                    let Some(pool) = weak.upgrade() else { return };
+                    pool.reap(IDLE_STOP);
+                }
+            });
+        }
+        pool
+    }
+
+    /// Drops children that are gone, and stops those idle for `after`.
+    fn reap(&self, after: Duration) {
+        lock(&self.children).retain(|c| {
+            let stale = c.idle() && c.idle_for() > after;
+            if stale {
+                c.stop();
+            }
+            !(stale || c.gone())
+        });
+    }
+
+    /// Stops the pool's least recently used idle child and frees its place
+    /// among `--max-children` at once (for a session's child that found
+    /// them all taken); `false` if every pooled child is busy.
+    pub(super) fn evict_idle(&self) -> bool {
+        let mut list = lock(&self.children);
+        match lru_idle(&list) {
+            Some(i) => {
+                drop(list.remove(i).evict());
+                true
+            }
+            None => false,
         }
     }
 
@@ -122,15 +161,19 @@ impl Pool {
             .pointer("/params/_meta")
             .cloned()
             .unwrap_or_default();
-        let version = m
-            .get(meta::PROTOCOL_VERSION)
-            .and_then(Value::as_str)
-            .or_else(|| {
-                parts
-                    .headers
-                    .get(mcp_resume_proto::headers::MCP_PROTOCOL_VERSION)
-                    .and_then(|v| v.to_str().ok())
-            });
+        let in_meta = m.get(meta::PROTOCOL_VERSION).and_then(Value::as_str);
+        if in_meta.is_none() && method != "server/discover" {
+            // As rmcp's stateless service: the era's requests carry it.
+            let why =
+                "Invalid params: a stateless request carries its protocol version in params._meta";
+            return json_reply(StatusCode::BAD_REQUEST, error(&id, -32602, why, None));
+        }
+        let version = in_meta.or_else(|| {
+            parts
+                .headers
+                .get(mcp_resume_proto::headers::MCP_PROTOCOL_VERSION)
+                .and_then(|v| v.to_str().ok())
+        });
         let known = version.is_some_and(|v| STATELESS_PROTOCOL_VERSIONS.contains(&v.trim()));
         let unversioned_discover = version.is_none() && method == "server/discover";
         if !(known || unversioned_discover) {
@@ -155,7 +198,7 @@ impl Pool {
         let info = m.get(meta::CLIENT_INFO).cloned().unwrap_or_else(
             || json!({"name": "mcp-resume-gateway", "version": env!("CARGO_PKG_VERSION")}),
         );
-        let child = match self.child(&caps, &info).await {
+        let child = match self.child(caps, info).await {
             Ok(c) => c,
             Err(BackendError::Busy(why)) => {
                 return json_reply(
@@ -176,10 +219,7 @@ impl Pool {
             }
         };
         if method == "server/discover" {
-            let init = match child.init.get() {
-                Some(Ok(v)) => v.clone(),
-                _ => Value::Null,
-            };
+            let init = child.ready().await.unwrap_or_default();
             return json_reply(
                 StatusCode::OK,
                 json!({"jsonrpc": "2.0", "id": id, "result": discover(&init)}),
@@ -191,6 +231,7 @@ impl Pool {
             .iter()
             .any(|v| v.as_bytes().windows(17).any(|w| w == b"text/event-stream"));
         let call = child.start(message);
+        drop(child);
         if sse {
             sse_reply(call, id)
         } else {
@@ -198,54 +239,56 @@ impl Pool {
         }
     }
 
-    /// The child for `caps`, started and initialized if there is none.
-    async fn child(&self, caps: &Value, info: &Value) -> Result<Arc<Pooled>, BackendError> {
+    /// The child for `caps`, started (and initialized) if there is none:
+    /// in a free place among `--max-children`, else in the place of the
+    /// least recently used idle child.
+    async fn child(&self, caps: Value, info: Value) -> Result<Handed, BackendError> {
         let key = caps.to_string();
         let child = {
-            let mut list = self.children.lock().unwrap_or_else(|e| e.into_inner());
-            list.retain(|c| {
-                let keep =
-                    !(c.gone.load(Ordering::Acquire) || (c.idle() && c.idle_for() > IDLE_STOP));
-                if !keep {
-                    let _ = c.kill.try_send(());
-                }
-                keep
-            });
+            let mut list = lock(&self.children);
+            list.retain(|c| !c.gone());
             match list.iter().find(|c| c.key == key) {
-                Some(c) => c.clone(),
+                Some(c) => c.hand(),
                 None => {
-                    if list.len() >= POOL_MAX.min(self.max_children) {
-                        let lru = list
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, c)| c.idle())
-                            .max_by_key(|(_, c)| c.idle_for())
-                            .map(|(i, _)| i);
-                        let Some(i) = lru else {
-                            return Err(BackendError::Busy(format!(
-                                "the gateway's {} stateless children are all busy; retry later",
-                                list.len()
-                            )));
-                        };
-                        let _ = list.remove(i).kill.try_send(());
-                    }
-                    let c = Pooled::spawn(&self.launch, &self.slots, self.max_children, key)?;
+                    let evict = |list: &mut Vec<Arc<Pooled>>| {
+                        lru_idle(list).and_then(|i| list.remove(i).evict())
+                    };
+                    let slot = if list.len() >= POOL_MAX.min(self.max_children) {
+                        evict(&mut list)
+                    } else {
+                        Slot::take(&self.slots, self.max_children).or_else(|| evict(&mut list))
+                    };
+                    let Some(slot) = slot else {
+                        return Err(BackendError::Busy(format!(
+                            "the gateway runs its maximum of {} child processes and its {} stateless ones are busy; retry later",
+                            self.max_children,
+                            list.len()
+                        )));
+                    };
+                    let c = Pooled::spawn(&self.launch, slot, key, caps, info, self.init_wait)?;
                     list.push(c.clone());
-                    c
+                    c.hand()
                 }
             }
         };
-        *child.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        let init = child
-            .init
-            .get_or_init(|| child.initialize(caps, info, self.init_wait))
-            .await;
-        if let Err(why) = init {
-            let _ = child.kill.try_send(());
-            return Err(BackendError::Failed(why.clone()));
+        match child.ready().await {
+            Ok(_) => Ok(child),
+            Err(why) => Err(BackendError::Failed(why)),
         }
-        Ok(child)
     }
+}
+
+/// The least recently used idle child of `list`.
+fn lru_idle(list: &[Arc<Pooled>]) -> Option<usize> {
+    list.iter()
+        .enumerate()
+        .filter(|(_, c)| c.idle())
+        .max_by_key(|(_, c)| c.idle_for())
+        .map(|(i, _)| i)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The call's progress and response as an SSE body.

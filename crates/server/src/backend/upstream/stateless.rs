@@ -62,7 +62,8 @@ fn crosses(name: &str) -> bool {
 
 /// Whether upstream response header `name` crosses back to the client.
 fn returns(name: &str) -> bool {
-    matches!(name, "content-type" | "cache-control") || name.starts_with("mcp-")
+    matches!(name, "content-type" | "cache-control")
+        || (name.starts_with("mcp-") && name != mcp_resume_proto::headers::MCP_SESSION_ID)
 }
 
 impl StatelessRelay {
@@ -180,7 +181,9 @@ fn relay_body(resp: reqwest::Response, sse: bool, id: Value) -> Body {
                     "upstream-lost",
                     format!("the upstream's answer broke off before the response: {why}"),
                 );
-                let event = Bytes::from(format!("event: message\ndata: {error}\n\n"));
+                // The blank lines first end whatever event the upstream left
+                // half written, so this one is read on its own.
+                let event = Bytes::from(format!("\n\nevent: message\ndata: {error}\n\n"));
                 Some((Ok(event), st))
             }
             (None, Some(why)) => Some((Err(std::io::Error::other(why)), st)),

@@ -1,5 +1,11 @@
-//! One pooled child: its stdio, its calls in flight (renumbered, so the
-//! requests of many clients share it) and their progress.
+//! One pooled child: its stdio, its `initialize`, and its calls in flight
+//! (renumbered, so the requests of many clients share it) with their
+//! progress.
+//!
+//! A call ends exactly once: with the child's response, or with
+//! `child-exited` when the child is gone (exited, stopped, or its stdin
+//! broke: a child that cannot be written to is stopped), whenever the call
+//! started; a call never waits on a child that will not answer it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -8,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, OnceCell};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::error;
 use crate::backend::stdio::{Launch, Slot};
@@ -25,46 +31,55 @@ const CACHEABLE: &[&str] = &[
     "resources/templates/list",
     "resources/read",
 ];
+/// Progress notifications queued per call for a client that reads slower
+/// than the child sends; beyond, they are dropped (with a warning), never
+/// the response.
+const PROGRESS_QUEUE: usize = 256;
+
+/// What `initialize` gave: its result, or why there is none.
+type Init = Option<Result<Value, String>>;
 
 /// One pooled child.
 pub(super) struct Pooled {
     /// The canonical JSON of the capabilities it was initialized with.
     pub(super) key: String,
     stdin: mpsc::UnboundedSender<Value>,
-    calls: Mutex<Calls>,
+    /// Calls in flight; `None` once the child is gone.
+    calls: Mutex<Option<HashMap<u64, Waiter>>>,
     next: AtomicU64,
-    /// Its `initialize` result, or why it has none.
-    pub(super) init: OnceCell<Result<Value, String>>,
-    pub(super) last_used: Mutex<Instant>,
-    pub(super) kill: mpsc::Sender<()>,
-    /// Set once its stdout closed.
-    pub(super) gone: std::sync::atomic::AtomicBool,
+    init: watch::Receiver<Init>,
+    last_used: Mutex<Instant>,
+    /// Requests given this child that have not started their call yet: a
+    /// child handed out is not idle, so it is never stopped under them.
+    handed: AtomicUsize,
+    kill: mpsc::Sender<()>,
+    /// Its place among `--max-children`: released when it exits, or taken
+    /// over by the child started in its place.
+    slot: Mutex<Option<Slot>>,
 }
 
-/// Calls in flight on one child, by the id the child knows them by (also
-/// their `progressToken` on the child: clients' own tokens may collide).
-#[derive(Default)]
-struct Calls {
-    waiting: HashMap<u64, mpsc::UnboundedSender<Value>>,
+/// Where the child's messages for one call go.
+struct Waiter {
+    progress: mpsc::Sender<Value>,
+    response: oneshot::Sender<Value>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Pooled {
-    /// Starts a child for capabilities `key`, counted in `slots` (at most
-    /// `max_children`); it is initialized by its first user.
+    /// Starts a child in `slot` and initializes it (in a task of its own:
+    /// a request that goes away does not cancel it) with `caps` (whose JSON
+    /// is `key`) and `info`, given `init_wait` to answer.
     pub(super) fn spawn(
         launch: &Launch,
-        slots: &Arc<AtomicUsize>,
-        max_children: usize,
+        slot: Slot,
         key: String,
+        caps: Value,
+        info: Value,
+        init_wait: Duration,
     ) -> Result<Arc<Pooled>, BackendError> {
-        if slots.fetch_add(1, Ordering::AcqRel) >= max_children {
-            slots.fetch_sub(1, Ordering::AcqRel);
-            return Err(BackendError::Busy(format!(
-                "the gateway runs its maximum of {} child processes; retry later",
-                max_children
-            )));
-        }
-        let slot = Slot(slots.clone());
         let mut process = launch.spawn()?;
         let (Some(mut stdin), Some(stdout), Some(stderr)) = (
             process.stdin.take(),
@@ -75,21 +90,25 @@ impl Pooled {
         };
         let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
         let (kill, mut killed) = mpsc::channel::<()>(1);
+        let (init_tx, init) = watch::channel(None);
         let child = Arc::new(Pooled {
             key,
             stdin: tx,
-            calls: Mutex::default(),
+            calls: Mutex::new(Some(HashMap::new())),
             next: AtomicU64::new(1),
-            init: OnceCell::new(),
+            init,
             last_used: Mutex::new(Instant::now()),
-            kill,
-            gone: Default::default(),
+            handed: AtomicUsize::new(0),
+            kill: kill.clone(),
+            slot: Mutex::new(Some(slot)),
         });
         tokio::spawn(async move {
             while let Some(m) = rx.recv().await {
                 let mut line = serde_json::to_vec(&m).unwrap_or_default();
                 line.push(b'\n');
                 if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+                    tracing::warn!("a stateless child's stdin broke; it is stopped");
+                    let _ = kill.try_send(());
                     break;
                 }
             }
@@ -102,7 +121,6 @@ impl Pooled {
         });
         let reader = child.clone();
         tokio::spawn(async move {
-            let _slot = slot;
             let mut lines = BufReader::new(stdout).lines();
             loop {
                 tokio::select! {
@@ -113,41 +131,80 @@ impl Pooled {
                     _ = killed.recv() => break,
                 }
             }
-            reader.gone.store(true, Ordering::Release);
-            // Every call in flight sees its channel close: child-exited.
-            drop(std::mem::take(
-                &mut *reader.calls.lock().unwrap_or_else(|e| e.into_inner()),
-            ));
+            // Every call in flight, and any started from now on, ends with
+            // child-exited.
+            drop(lock(&reader.calls).take());
+            drop(lock(&reader.slot).take());
             let _ = process.start_kill();
             let _ = process.wait().await;
+        });
+        let init = child.clone();
+        tokio::spawn(async move {
+            let r = init.initialize(&caps, &info, init_wait).await;
+            if r.is_err() {
+                init.stop();
+            }
+            let _ = init_tx.send(Some(r));
         });
         Ok(child)
     }
 
+    /// The child's `initialize` result, once it answered.
+    pub(super) async fn ready(&self) -> Result<Value, String> {
+        let mut init = self.init.clone();
+        let seen = match init.wait_for(Option::is_some).await {
+            Ok(r) => r.clone(),
+            Err(_) => None,
+        };
+        seen.unwrap_or_else(|| Err("the child exited before it was initialized".into()))
+    }
+
+    /// Whether the child is gone (its calls end with child-exited).
+    pub(super) fn gone(&self) -> bool {
+        lock(&self.calls).is_none()
+    }
+
+    /// Whether nothing uses the child: no call in flight, none about to start.
     pub(super) fn idle(&self) -> bool {
-        self.calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .waiting
-            .is_empty()
+        self.handed.load(Ordering::Acquire) == 0
+            && lock(&self.calls).as_ref().is_none_or(HashMap::is_empty)
     }
 
     pub(super) fn idle_for(&self) -> Duration {
-        self.last_used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
+        lock(&self.last_used).elapsed()
+    }
+
+    /// Stops the child; its calls end with child-exited.
+    pub(super) fn stop(&self) {
+        let _ = self.kill.try_send(());
+    }
+
+    /// Stops the child and hands its place among `--max-children` to the
+    /// caller (`None` if it had already given it back).
+    pub(super) fn evict(&self) -> Option<Slot> {
+        self.stop();
+        lock(&self.slot).take()
+    }
+
+    /// The child for one request: not idle until the returned [`Handed`]
+    /// is dropped (after its call started).
+    pub(super) fn hand(self: &Arc<Self>) -> Handed {
+        self.handed.fetch_add(1, Ordering::AcqRel);
+        *lock(&self.last_used) = Instant::now();
+        Handed(self.clone())
     }
 
     /// Initializes the child as a 2025-11-25 session with `caps` and `info`.
-    pub(super) async fn initialize(
+    async fn initialize(
         self: &Arc<Self>,
         caps: &Value,
         info: &Value,
         wait: Duration,
     ) -> Result<Value, String> {
-        let call = self.start(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        let mut call = self.start(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
             "params": {"protocolVersion": CHILD_VERSION, "capabilities": caps, "clientInfo": info}}));
+        // MCP forbids cancelling initialize.
+        call.cancel_on_drop = false;
         let reply = match tokio::time::timeout(wait, call.answer(&Value::Null)).await {
             Ok(r) => r,
             Err(_) => {
@@ -165,11 +222,13 @@ impl Pooled {
         Ok(result.clone())
     }
 
-    /// Sends request `message` under an id of the child's, for [`Call`] to
-    /// read its progress and response.
-    pub(super) fn start(self: &Arc<Self>, mut message: Value) -> Call {
+    /// Sends request `message` under an id of the child's (its
+    /// `progressToken` too, if it has one), for [`Call`] to read its
+    /// progress and response. On a child that is gone the call ends at once.
+    fn start(self: &Arc<Self>, mut message: Value) -> Call {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (progress_tx, progress) = mpsc::channel(PROGRESS_QUEUE);
+        let (response_tx, response) = oneshot::channel();
         let mut token = None;
         if let Some(m) = message
             .pointer_mut("/params/_meta")
@@ -182,20 +241,26 @@ impl Pooled {
             }
         }
         message["id"] = json!(n);
-        self.calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .waiting
-            .insert(n, tx);
         let method = message["method"].as_str().unwrap_or_default().to_owned();
-        let _ = self.stdin.send(message);
+        if let Some(calls) = lock(&self.calls).as_mut() {
+            calls.insert(
+                n,
+                Waiter {
+                    progress: progress_tx,
+                    response: response_tx,
+                },
+            );
+            let _ = self.stdin.send(message);
+        }
         Call {
             child: self.clone(),
             method,
             n,
             token,
-            rx,
+            progress: Some(progress),
+            response,
             done: false,
+            cancel_on_drop: true,
         }
     }
 
@@ -208,7 +273,8 @@ impl Pooled {
             return;
         };
         let method = message.get("method").and_then(Value::as_str);
-        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let mut calls = lock(&self.calls);
+        let Some(calls) = calls.as_mut() else { return };
         match (method, message.get("id")) {
             (Some("ping"), Some(id)) => {
                 let _ = self
@@ -223,18 +289,48 @@ impl Pooled {
                 let token = message
                     .pointer("/params/progressToken")
                     .and_then(Value::as_u64);
-                if let Some(tx) = token.and_then(|n| calls.waiting.get(&n)) {
-                    let _ = tx.send(message);
+                if let Some(w) = token.and_then(|n| calls.get(&n)) {
+                    if w.progress.try_send(message).is_err() {
+                        tracing::warn!("a stateless call's client reads its progress too slowly; a progress notification was dropped");
+                    }
                 }
             }
-            (Some(_), None) => {}
+            (Some(m), None) => {
+                tracing::debug!(
+                    method = m,
+                    "a stateless child's notification has no stateless client to go to; dropped"
+                );
+            }
             (None, Some(id)) => {
-                if let Some(tx) = id.as_u64().and_then(|n| calls.waiting.get(&n)) {
-                    let _ = tx.send(message);
+                if let Some(w) = id.as_u64().and_then(|n| calls.remove(&n)) {
+                    let _ = w.response.send(message);
                 }
             }
             (None, None) => {}
         }
+    }
+}
+
+/// A child given to one request (see [`Pooled::hand`]).
+pub(super) struct Handed(Arc<Pooled>);
+
+impl Handed {
+    /// Starts the request's call on the child.
+    pub(super) fn start(&self, message: Value) -> Call {
+        self.0.start(message)
+    }
+}
+
+impl std::ops::Deref for Handed {
+    type Target = Pooled;
+    fn deref(&self) -> &Pooled {
+        &self.0
+    }
+}
+
+impl Drop for Handed {
+    fn drop(&mut self) {
+        self.0.handed.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -247,8 +343,11 @@ pub(super) struct Call {
     n: u64,
     /// The client's own `progressToken`, put back on the call's progress.
     token: Option<Value>,
-    rx: mpsc::UnboundedReceiver<Value>,
+    /// `None` once drained and closed.
+    progress: Option<mpsc::Receiver<Value>>,
+    response: oneshot::Receiver<Value>,
     done: bool,
+    cancel_on_drop: bool,
 }
 
 impl Call {
@@ -258,23 +357,43 @@ impl Call {
         if self.done {
             return None;
         }
-        let Some(mut m) = self.rx.recv().await else {
-            self.done = true;
-            return Some(error(
+        // Progress the child sent before its response comes first.
+        while let Some(p) = self.progress.as_mut() {
+            let got = tokio::select! {
+                biased;
+                m = p.recv() => Ok(m),
+                r = &mut self.response => Err(r.ok()),
+            };
+            match got {
+                Ok(Some(mut m)) => {
+                    if let (Some(t), Some(params)) = (&self.token, m.get_mut("params")) {
+                        params["progressToken"] = t.clone();
+                    }
+                    return Some(m);
+                }
+                Ok(None) => self.progress = None,
+                Err(r) => {
+                    self.done = true;
+                    return Some(self.finish(r, id));
+                }
+            }
+        }
+        self.done = true;
+        let r = (&mut self.response).await.ok();
+        Some(self.finish(r, id))
+    }
+
+    /// The response for the client: its id, `resultType`, freshness.
+    fn finish(&self, response: Option<Value>, id: &Value) -> Value {
+        let Some(mut m) = response else {
+            return error(
                 id,
                 -32603,
                 "the server process exited before answering",
                 Some(json!({"reason": "child-exited"})),
-            ));
+            );
         };
-        if m.get("method").is_some() {
-            if let (Some(t), Some(p)) = (&self.token, m.get_mut("params")) {
-                p["progressToken"] = t.clone();
-            }
-            return Some(m);
-        }
-        self.done = true;
-        self.forget();
+        *lock(&self.child.last_used) = Instant::now();
         m["id"] = id.clone();
         if let Some(r) = m.get_mut("result").and_then(Value::as_object_mut) {
             r.entry("resultType").or_insert_with(|| json!("complete"));
@@ -285,7 +404,7 @@ impl Call {
                 r.entry("cacheScope").or_insert_with(|| json!("private"));
             }
         }
-        Some(m)
+        m
     }
 
     /// The response, progress skipped.
@@ -298,26 +417,18 @@ impl Call {
             }
         }
     }
-
-    fn forget(&self) {
-        self.child
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .waiting
-            .remove(&self.n);
-        *self
-            .child
-            .last_used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    }
 }
 
 impl Drop for Call {
     fn drop(&mut self) {
-        if !self.done {
-            self.forget();
+        if self.done {
+            return;
+        }
+        let waiting = lock(&self.child.calls)
+            .as_mut()
+            .and_then(|c| c.remove(&self.n))
+            .is_some();
+        if waiting && self.cancel_on_drop {
             let _ = self.child.stdin.send(
                 json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": self.n, "reason": "the stateless client went away"}}),
