@@ -80,10 +80,16 @@ impl StatelessRelay {
                 )
             }
         };
-        let id = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|m| m.get("id").cloned())
-            .unwrap_or(Value::Null);
+        // The request's id, read only where an answer of the gateway's own
+        // needs it (an error, the watch on an SSE answer): the transport
+        // has parsed the body once already.
+        let sent = body.clone();
+        let id = move || {
+            serde_json::from_slice::<Value>(&sent)
+                .ok()
+                .and_then(|m| m.get("id").cloned())
+                .unwrap_or(Value::Null)
+        };
         let mut rb = self
             .http
             .post(self.url.clone())
@@ -98,7 +104,7 @@ impl StatelessRelay {
             Err(e) => {
                 return failure(
                     StatusCode::BAD_GATEWAY,
-                    &id,
+                    &id(),
                     "upstream-unreachable",
                     format!("cannot reach the upstream: {}", chain(&e)),
                 )
@@ -110,7 +116,7 @@ impl StatelessRelay {
             // already; this refusal is of the gateway's own.
             return failure(
                 StatusCode::BAD_GATEWAY,
-                &id,
+                &id(),
                 "upstream-refused",
                 format!(
                     "the upstream answered {status} to the gateway's credentials (see --upstream-header)"
@@ -127,6 +133,7 @@ impl StatelessRelay {
                 out = out.header(name.as_str(), value.as_bytes());
             }
         }
+        let id = if sse { id() } else { Value::Null };
         out.body(relay_body(resp, sse, id)).unwrap_or_else(|e| {
             failure(
                 StatusCode::BAD_GATEWAY,
