@@ -62,8 +62,11 @@ pub const SERVER_NAME: &str = "mcp-resume-conformance";
 /// factory `move || Ok(proto.clone())` gives every session its own level:
 /// one client's `logging/setLevel` never silences another's.
 pub struct Conformance {
-    tool_router: ToolRouter<Self>,
-    prompt_router: PromptRouter<Self>,
+    /// Shared by every clone: a 2026-07-28 request gets a handler of its
+    /// own, and cloning the routers themselves (every tool's schema) was a
+    /// tenth of a stateless call's time.
+    tool_router: Arc<ToolRouter<Self>>,
+    prompt_router: Arc<PromptRouter<Self>>,
     /// What every clone shares: the listen streams and the state sealer.
     shared: Arc<Shared>,
     /// The lowest level `notifications/message` goes out at (`logging/setLevel`).
@@ -120,11 +123,13 @@ impl Conformance {
 
     fn build(tasks: Option<mcp_resume_rmcp::DurableTasks>) -> Self {
         Self {
-            tool_router: Self::legacy_tools()
-                + Self::modern_tools()
-                + Self::mrtr_tools()
-                + Self::task_tools(),
-            prompt_router: Self::prompt_router(),
+            tool_router: Arc::new(
+                Self::legacy_tools()
+                    + Self::modern_tools()
+                    + Self::mrtr_tools()
+                    + Self::task_tools(),
+            ),
+            prompt_router: Arc::new(Self::prompt_router()),
             shared: Arc::new(Shared {
                 tasks,
                 ..Shared::default()
