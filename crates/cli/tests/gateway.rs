@@ -11,35 +11,24 @@ mod common;
 use std::time::Duration;
 
 use common::gateway::{
-    call, everything, gateway_python, init, pid, pid_of, python_server, sdk_client_uses_everything,
+    call, gateway_everything, gateway_python, init, pid, pid_of, python_server,
+    sdk_client_uses_everything,
 };
-use common::{post, read, read_until, rt, RedisServer, Serve};
+use common::{post, read, read_until, rt, RedisServer};
 use mcp_resume_client::{McpClient, ReaderOptions, Transport};
 use serde_json::{json, Value};
 
 #[test]
 fn server_everything_behind_the_gateway_with_the_typescript_sdk_client() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = everything();
-    let gw = Serve::gateway(
-        dir.path(),
-        "127.0.0.1:0",
-        &[],
-        &[bin.to_str().unwrap(), "stdio"],
-    );
+    let gw = gateway_everything(dir.path());
     sdk_client_uses_everything("node", "interop/node/gateway.mjs", &gw.url);
 }
 
 #[test]
 fn server_everything_behind_the_gateway_with_the_python_sdk_client() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = everything();
-    let gw = Serve::gateway(
-        dir.path(),
-        "127.0.0.1:0",
-        &[],
-        &[bin.to_str().unwrap(), "stdio"],
-    );
+    let gw = gateway_everything(dir.path());
     let python = python_server()[0].clone();
     sdk_client_uses_everything(&python, "interop/python/gateway.py", &gw.url);
 }

@@ -11,7 +11,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::gateway::{everything, python_server};
+use common::gateway::{gateway_everything, python_server};
 use common::{root, rt, Serve};
 use mcp_resume_client::{McpClient, ReaderOptions};
 use mcp_resume_testkit::SdkClient;
@@ -64,13 +64,7 @@ fn check((mut client, mode): (SdkClient, String)) {
 #[test]
 fn sdk_clients_of_both_eras_use_a_session_era_stdio_server_behind_one_gateway_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = everything();
-    let gw = Serve::gateway(
-        dir.path(),
-        "127.0.0.1:0",
-        &[],
-        &[bin.to_str().unwrap(), "stdio"],
-    );
+    let gw = gateway_everything(dir.path());
     let python = python_server()[0].clone();
     let clients = [
         tour("node", "interop/node/gateway2026.mjs", &gw.url, "modern"),

@@ -19,6 +19,12 @@ pub fn everything() -> PathBuf {
     bin
 }
 
+/// server-everything over stdio behind a gateway on a free port of 127.0.0.1.
+pub fn gateway_everything(dir: &std::path::Path) -> Serve {
+    let bin = everything();
+    Serve::gateway(dir, "127.0.0.1:0", &[], &[bin.to_str().unwrap(), "stdio"])
+}
+
 pub fn python_server() -> [String; 2] {
     let python = root().join("interop/python/.venv/bin/python");
     assert!(
