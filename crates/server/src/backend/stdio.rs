@@ -16,7 +16,7 @@
 //!
 //! A stateless-era request (2026-07-28, no session) is answered by a small
 //! pool of children initialized with the capabilities it declares
-//! ([`pool`]).
+//! (`stdio/pool.rs`).
 
 mod pool;
 
@@ -239,7 +239,7 @@ impl Backend for StdioBackend {
         true
     }
 
-    /// Stateless requests go to the pool of children ([`pool`]), which
+    /// Stateless requests go to the pool of children (`stdio/pool.rs`), which
     /// shares `--max-children` with the sessions' children.
     fn stateless(&self) -> Option<&dyn StatelessHttp> {
         let pool = self.pool.get_or_init(|| {

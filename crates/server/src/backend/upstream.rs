@@ -21,7 +21,7 @@
 //! to that is not sent to anyone.
 //!
 //! A stateless-era request (2026-07-28, no session) goes to the upstream as
-//! one, and its answer comes back as it arrives ([`stateless`]).
+//! one, and its answer comes back as it arrives (`upstream/stateless.rs`).
 
 mod stateless;
 mod stream;
@@ -173,7 +173,7 @@ impl Backend for UpstreamBackend {
     }
 
     /// A stateless request goes to the upstream as one
-    /// ([`stateless`]): an upstream that speaks only the session era
+    /// (`upstream/stateless.rs`): an upstream that speaks only the session era
     /// answers it with its own -32022, and the client initializes.
     fn stateless(&self) -> Option<&dyn StatelessHttp> {
         Some(&self.stateless)
