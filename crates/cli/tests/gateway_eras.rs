@@ -360,3 +360,54 @@ fn an_idle_stateless_child_gives_way_to_a_session_at_the_cap() {
         );
     });
 }
+
+/// A fake upstream on 127.0.0.1 that answers every request with `reply`
+/// (raw HTTP/1.1, then closes the connection), for as long as the test runs.
+fn raw_upstream(reply: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            // Read the request's head and body (small), then answer and close.
+            let mut buf = [0u8; 65536];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    url
+}
+
+#[test]
+fn an_upstream_sse_answer_that_ends_before_the_response_ends_with_an_error_event() {
+    // The upstream sends half an event, then closes.
+    let up = raw_upstream(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifi",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Serve::upstream(dir.path(), "127.0.0.1:0", &[], &up);
+    rt().block_on(async {
+        let call = json!({"name": "echo", "arguments": {}});
+        let (status, v) = stateless(&gw.url, "tools/call", Some("echo"), call, json!({})).await;
+        assert_eq!(status, 200);
+        assert_eq!(v["id"], 7, "{v}");
+        assert_eq!(v["error"]["data"]["reason"], "upstream-lost", "{v}");
+    });
+}
+
+#[test]
+fn an_upstream_that_refuses_the_gateway_s_credentials_is_a_502_not_the_client_s_401() {
+    let up = raw_upstream(
+        "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer resource_metadata=\"http://x/.well-known/oauth-protected-resource\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Serve::upstream(dir.path(), "127.0.0.1:0", &[], &up);
+    rt().block_on(async {
+        let call = json!({"name": "echo", "arguments": {}});
+        let (status, v) = stateless(&gw.url, "tools/call", Some("echo"), call, json!({})).await;
+        assert_eq!(status, 502, "{v}");
+        assert_eq!(v["error"]["data"]["reason"], "upstream-refused", "{v}");
+    });
+}
