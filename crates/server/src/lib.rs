@@ -159,6 +159,10 @@ impl McpServer {
                 &format!("{p}/session/{{id}}/events"),
                 get(http::session_events).fallback(|| async { not_allowed("GET") }),
             )
+            .route(
+                &format!("{p}/tasks/{{id}}/events"),
+                get(http::task_events).fallback(|| async { not_allowed("GET") }),
+            )
             .layer(axum::middleware::from_fn_with_state(
                 self.state.clone(),
                 http::ops::count_refusals,

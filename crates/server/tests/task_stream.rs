@@ -251,3 +251,89 @@ async fn an_emitted_event_is_queued_and_shown_only_once_committed() {
     let (events, _) = stream(&s.url, &task, Some(0), 500).await;
     assert_eq!(seqs(&events), (1..=100).collect::<Vec<_>>());
 }
+
+/// The next text frame of `ws` as JSON, or `None` after `ms` of silence.
+async fn frame(ws: &mut common::Ws, ms: u64) -> Option<Result<Value, (u16, String)>> {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        let msg = tokio::time::timeout(Duration::from_millis(ms), ws.next())
+            .await
+            .ok()??;
+        match msg.ok()? {
+            Message::Text(t) => return Some(Ok(serde_json::from_str(t.as_str()).unwrap())),
+            Message::Close(c) => {
+                let c = c.map(|c| (u16::from(c.code), c.reason.to_string()));
+                return Some(Err(c.unwrap_or((1005, String::new()))));
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_task_stream_upgraded_to_a_websocket_holds_live_events_until_the_cursor_ack() {
+    use futures_util::SinkExt;
+    let (s, store) = server_on(Arc::new(MemoryLog::default())).await;
+    let (go, wait) = oneshot::channel();
+    let task = counting(&store, Caller::default(), 5, wait).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let url = format!("{}/tasks/{task}/events", s.url.replacen("http", "ws", 1));
+    // After seq 1: the 101 echoes the latest seq, 5 (working, then 5 counts).
+    let (mut ws, c) = common::ws_upgrade(&url, Some(1)).await;
+    assert_eq!(c, 5);
+    let mut seen = Vec::new();
+    for _ in 2..=5 {
+        let f = frame(&mut ws, 2_000).await.unwrap().unwrap();
+        assert_eq!(f["type"], "event");
+        assert_eq!(f["seq"], f["message"]["params"]["seq"], "{f}");
+        assert_eq!(f["message"]["method"], "notifications/tasks/event");
+        seen.push(f["seq"].as_u64().unwrap());
+    }
+    assert_eq!(seen, [2, 3, 4, 5]);
+    // The terminal event comes live, above C: held until the ack.
+    go.send(()).unwrap();
+    assert!(
+        frame(&mut ws, 500).await.is_none(),
+        "a live event before the ack"
+    );
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        json!({"type": "cursor-ack", "cursor": c})
+            .to_string()
+            .into(),
+    ))
+    .await
+    .unwrap();
+    let f = frame(&mut ws, 2_000).await.unwrap().unwrap();
+    assert_eq!(f["seq"], 6);
+    assert_eq!(
+        f["message"]["params"]["type"],
+        "dev.mcp-resume/task/completed"
+    );
+    let end = frame(&mut ws, 2_000).await.unwrap().unwrap_err();
+    assert_eq!(end.0, 1000, "{end:?}");
+    // A plain GET with Last-Event-ID reads it as SSE, the seq as the event id.
+    let resp = reqwest::Client::new()
+        .get(format!("{}/tasks/{task}/events", s.url))
+        .header("accept", "text/event-stream")
+        .header("last-event-id", "4")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let ids: Vec<String> = common::read_sse(resp, usize::MAX, 2_000)
+        .await
+        .into_iter()
+        .filter_map(|e| e.id)
+        .collect();
+    assert_eq!(ids, ["5", "6"]);
+    // A cursor below the floor or past the head is refused before any upgrade.
+    let r = reqwest::Client::new()
+        .get(format!("{}/tasks/{task}/events", s.url))
+        .header("last-event-id", "99")
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["data"]["reason"], "after-ahead", "{v}");
+}

@@ -170,6 +170,13 @@ pub(crate) async fn live_session(
     Ok(Some(rec))
 }
 
+impl CursorQuery {
+    /// The `last_event_id` parameter as given.
+    pub(crate) fn raw(&self) -> Option<&str> {
+        self.last_event_id.as_deref()
+    }
+}
+
 /// The `last_event_id` query, parsed after the guard so that an anonymous
 /// caller learns nothing, and refused with the JSON body of every other error.
 pub(crate) fn query(

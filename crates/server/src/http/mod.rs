@@ -8,6 +8,7 @@ mod pin_guard;
 mod post;
 pub(crate) mod relay;
 mod stateless;
+mod task_events;
 pub(crate) use crate::route::streams::{open_call_stream, open_stream};
 pub(crate) mod subs;
 mod ws;
@@ -29,6 +30,7 @@ pub use guard::CursorQuery;
 use guard::{accepts, session_header};
 pub(crate) use guard::{cursor, guard, live_session, query, Principal};
 pub use post::post;
+pub use task_events::task_events;
 
 /// `GET P`: the session stream over SSE, or a request stream with `Last-Event-ID: R/n`.
 pub async fn get(

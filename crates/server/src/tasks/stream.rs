@@ -45,6 +45,14 @@ pub(crate) struct Opened {
     done: bool,
 }
 
+impl Opened {
+    /// Where the reader starts and the commit point it was admitted at, in
+    /// log seqs (the wire's plus one): for the WebSocket's gate.
+    pub(crate) fn positions(&self) -> (Seq, Seq) {
+        (self.cursor, self.head)
+    }
+}
+
 /// Checks a `tasks/stream` request and takes the commit point of the
 /// task's events; a refusal is the HTTP status and JSON-RPC error.
 pub(crate) async fn open(
