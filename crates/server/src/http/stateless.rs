@@ -201,15 +201,7 @@ async fn task_stream(
         Ok(o) => o,
         Err((status, reply)) => return error(status, reply),
     };
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    state.spawn(tasks::stream::pump(
-        store.clone(),
-        opened,
-        tx,
-        state.shutdown.clone(),
-        state.config.keepalive,
-    ));
-    crate::sse::channel_response(rx)
+    super::task_events::sse(state, store.clone(), opened)
 }
 
 fn error(status: StatusCode, body: Value) -> Response {

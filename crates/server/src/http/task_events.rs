@@ -31,7 +31,6 @@ use serde_json::{json, Value};
 
 use super::guard::{guard, query};
 use super::CursorQuery;
-use crate::auth::offered_protocols;
 use crate::error::ApiError;
 use crate::route::state::AppState;
 use crate::tasks::{self, Caller, TaskStore};
@@ -78,28 +77,9 @@ pub async fn task_events(
             Err((status, reply)) => return Ok((status, axum::Json(reply)).into_response()),
         };
     if !upgrade {
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
-        state.spawn(tasks::stream::pump(
-            store,
-            opened,
-            tx,
-            state.shutdown.clone(),
-            state.config.keepalive,
-        ));
-        return Ok(crate::sse::channel_response(rx));
+        return Ok(sse(&state, store, opened));
     }
-    let headers = &parts.headers;
-    let version_ok = headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .is_some_and(|v| v == "13");
-    if !version_ok
-        || !offered_protocols(headers).any(|p| p == SUBPROTOCOL)
-        || !state.config.websocket
-    {
-        return Err(ApiError::UpgradeRequired);
-    }
-    let cursor_frame =
-        offered_protocols(headers).any(|p| p == mcp_resume_proto::CURSOR_FRAME_SUBPROTOCOL);
+    let cursor_frame = super::ws::safe_upgrade_offered(&state, &parts.headers)?;
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
         .map_err(|e| ApiError::bad("invalid-upgrade", e.body_text()))?
@@ -124,6 +104,19 @@ pub async fn task_events(
         HeaderValue::from(committed.saturating_sub(1)),
     );
     Ok(resp)
+}
+
+/// The stream of `opened` as an SSE response, pumped by a task of the server's.
+pub(super) fn sse(state: &AppState, store: TaskStore, opened: tasks::stream::Opened) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    state.spawn(tasks::stream::pump(
+        store,
+        opened,
+        tx,
+        state.shutdown.clone(),
+        state.config.keepalive,
+    ));
+    crate::sse::channel_response(rx)
 }
 
 /// One upgraded task stream.
@@ -211,10 +204,7 @@ impl TaskSocket {
                 msg = self.socket.recv() => match msg {
                     Some(Ok(Message::Text(text))) => match ClientFrame::parse(text.as_str()) {
                         Ok(ClientFrame::CursorAck { cursor }) => {
-                            if let Err(e) = self.gate.ack(cursor + 1) {
-                                return Closing(close::CURSOR_MISMATCH, e.to_string());
-                            }
-                            if let Err(c) = self.release().await {
+                            if let Err(c) = self.ack(cursor).await {
                                 return c;
                             }
                         }
@@ -250,8 +240,12 @@ impl TaskSocket {
         }
     }
 
-    /// After the ack: what was held, in order.
-    async fn release(&mut self) -> Result<(), Closing> {
+    /// Takes the client's `cursor-ack` of `cursor` (a wire seq), then sends
+    /// what was held, in order.
+    async fn ack(&mut self, cursor: u64) -> Result<(), Closing> {
+        self.gate
+            .ack(cursor + 1)
+            .map_err(|e| Closing(close::CURSOR_MISMATCH, e.to_string()))?;
         while let Some((seq, frame)) = self.held.pop_front() {
             match self.gate.offer(seq) {
                 Ok(GateVerdict::Send) => self.send(frame).await?,
@@ -281,10 +275,7 @@ impl TaskSocket {
                     msg = self.socket.recv() => match msg {
                         Some(Ok(Message::Text(text))) => match ClientFrame::parse(text.as_str()) {
                             Ok(ClientFrame::CursorAck { cursor }) => {
-                                if let Err(e) = self.gate.ack(cursor + 1) {
-                                    return Closing(close::CURSOR_MISMATCH, e.to_string());
-                                }
-                                if let Err(c) = self.release().await {
+                                if let Err(c) = self.ack(cursor).await {
                                     return c;
                                 }
                             }

@@ -40,6 +40,26 @@ fn header_has_token(headers: &HeaderMap, name: header::HeaderName, token: &str) 
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
+/// Step 2 of the decision, for every cursor-safe upgrade (a session's or a
+/// task's stream): WebSocket version 13, our subprotocol offered, WebSockets
+/// on; else 426 and nothing changes. `Ok(true)` when the client also offered
+/// the cursor frame (it cannot read the 101's headers).
+pub(super) fn safe_upgrade_offered(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<bool, ApiError> {
+    let version_ok = headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_some_and(|v| v == "13");
+    if !version_ok
+        || !offered_protocols(headers).any(|p| p == SUBPROTOCOL)
+        || !state.config.websocket
+    {
+        return Err(ApiError::UpgradeRequired);
+    }
+    Ok(offered_protocols(headers).any(|p| p == mcp_resume_proto::CURSOR_FRAME_SUBPROTOCOL))
+}
+
 /// Steps 1 to 5 of the decision; on success the 101, with the socket task spawned.
 pub(crate) async fn upgrade(
     state: AppState,
@@ -58,17 +78,7 @@ pub(crate) async fn upgrade(
         return Err(ApiError::bad("invalid-upgrade", "a WebSocket upgrade needs GET, Connection: Upgrade, Upgrade: websocket and Sec-WebSocket-Key"));
     }
     // 2. Version 13 and our subprotocol, else 426 and nothing changes.
-    let version_ok = headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .is_some_and(|v| v == "13");
-    if !version_ok
-        || !offered_protocols(headers).any(|p| p == SUBPROTOCOL)
-        || !state.config.websocket
-    {
-        return Err(ApiError::UpgradeRequired);
-    }
-    let cursor_frame =
-        offered_protocols(headers).any(|p| p == mcp_resume_proto::CURSOR_FRAME_SUBPROTOCOL);
+    let cursor_frame = safe_upgrade_offered(&state, headers)?;
     // 3. The session and the cursor.
     let prior = session_cursor(headers, q)?;
     live_session(&state, &id, headers, &principal, false).await?;

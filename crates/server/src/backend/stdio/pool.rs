@@ -342,21 +342,14 @@ pub(super) fn error(
     message: impl Into<String>,
     data: Option<Value>,
 ) -> Value {
-    let mut e = json!({"code": code, "message": message.into()});
-    if let Some(d) = data {
-        e["data"] = d;
+    match data {
+        Some(d) => crate::jsonrpc::error_with_data(id, code, message, d),
+        None => crate::jsonrpc::error(id, code, message),
     }
-    json!({"jsonrpc": "2.0", "id": id, "error": e})
 }
 
 fn json_reply(status: StatusCode, body: Value) -> Response<Body> {
-    let mut resp = Response::new(Body::from(body.to_string()));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
+    axum::response::IntoResponse::into_response((status, axum::Json(body)))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@
 //! upstream.
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
+use axum::http::{Request, Response, StatusCode};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use mcp_resume_proto::sse::SseParser;
@@ -211,22 +211,18 @@ fn answers(parser: &mut SseParser, chunk: &[u8], id: &Value) -> bool {
 
 /// A JSON-RPC error (-32603) for request `id`, with `data.reason`.
 fn error(id: &Value, reason: &str, message: String) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {
-        "code": -32603, "message": message, "data": {"reason": reason}}})
+    crate::jsonrpc::error_with_data(
+        id,
+        crate::jsonrpc::INTERNAL_ERROR,
+        message,
+        json!({"reason": reason}),
+    )
 }
 
 /// `status` with a JSON-RPC error body for `id`.
 fn failure(status: StatusCode, id: &Value, reason: &str, message: String) -> Response<Body> {
     tracing::warn!(%id, reason, "stateless request through the gateway: {message}");
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    let mut resp = Response::new(Body::from(error(id, reason, message).to_string()));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    resp
+    axum::response::IntoResponse::into_response((status, axum::Json(error(id, reason, message))))
 }
 
 #[cfg(test)]
