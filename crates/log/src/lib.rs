@@ -36,7 +36,7 @@ pub use memory::MemoryLog;
 #[cfg(feature = "redis")]
 pub use redis::RedisLog;
 pub use subscription::Subscription;
-pub use types::{Bounds, Event, PinId, Retention, Seq, SessionInfo, StreamKey};
+pub use types::{Bounds, Event, Pass, PinId, Retention, Seq, SessionInfo, StreamKey, BUCKETS};
 
 /// A per-session, ordered log of server-to-client messages.
 ///
@@ -265,13 +265,11 @@ pub trait Maintenance: Send + Sync + 'static {
     /// `Truncated`), ends sessions idle for longer than `idle`, and forgets
     /// sessions that ended at least `tombstone_ttl` ago, so ended sessions do
     /// not cost memory and storage forever. Until then an ended id is never
-    /// re-created; after, it is unknown (`NoSession`, as before). Returns the
-    /// ids it ended.
-    async fn maintain(
-        &self,
-        idle: Duration,
-        tombstone_ttl: Duration,
-    ) -> Result<Vec<String>, LogError>;
+    /// re-created; after, it is unknown (`NoSession`, as before). Returns
+    /// what it ended and which sessions the server should sweep for
+    /// orphaned calls ([`Pass`]). On a log shared by instances each pass
+    /// covers only the [`BUCKETS`] this instance holds the lease of.
+    async fn maintain(&self, idle: Duration, tombstone_ttl: Duration) -> Result<Pass, LogError>;
 
     /// Ends every subscription and makes committed state durable; for shutdown.
     async fn close(&self) -> Result<(), LogError>;

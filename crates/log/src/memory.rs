@@ -10,8 +10,8 @@ use bytes::Bytes;
 use crate::hub::{Cached, Hub, SessionState};
 use crate::types::now_ms;
 use crate::{
-    Bounds, Event, EventLog, Leases, LogError, Maintenance, PinId, Retention, Seq, SessionInfo,
-    SessionRecords, StreamKey, Subscription,
+    Bounds, Event, EventLog, Leases, LogError, Maintenance, Pass, PinId, Retention, Seq,
+    SessionInfo, SessionRecords, StreamKey, Subscription, BUCKETS,
 };
 
 /// A log that lives and dies with the process; for tests and throwaway servers.
@@ -224,11 +224,7 @@ impl Leases for MemoryLog {
 
 #[async_trait]
 impl Maintenance for MemoryLog {
-    async fn maintain(
-        &self,
-        idle: Duration,
-        tombstone_ttl: Duration,
-    ) -> Result<Vec<String>, LogError> {
+    async fn maintain(&self, idle: Duration, tombstone_ttl: Duration) -> Result<Pass, LogError> {
         let cutoff = now_ms().saturating_sub(self.hub.retention.max_age.as_millis() as u64);
         let cache_limit = self.hub.cache_limit();
         for (_, cell) in self.hub.live_cells() {
@@ -250,7 +246,11 @@ impl Maintenance for MemoryLog {
             let _ = self.end_session(id).await;
         }
         self.hub.forget(&self.hub.expired_tombstones(tombstone_ttl));
-        Ok(idle_ids)
+        Ok(Pass {
+            ended: idle_ids,
+            sweep: self.hub.first_sweep(),
+            buckets: BUCKETS,
+        })
     }
 
     async fn close(&self) -> Result<(), LogError> {

@@ -154,3 +154,26 @@ pub(crate) fn new_instance_id() -> String {
     }
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// How many buckets the sessions fall into for maintenance: a log shared by
+/// instances (Redis) leases each bucket to one live instance, which alone
+/// trims, expires and sweeps the sessions in it, so maintenance per instance
+/// falls as instances are added. A log of one process maintains all of them.
+pub const BUCKETS: u16 = 64;
+
+/// What one maintenance pass ([`crate::Maintenance::maintain`]) did, and what
+/// it leaves to the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// The sessions it ended for being idle.
+    pub ended: Vec<String>,
+    /// Live sessions whose calls may have lost their handler since the last
+    /// pass, for the server to end those calls as orphans: on the first pass
+    /// every session this instance maintains (a restart); on a shared log
+    /// also the sessions of buckets it took over, and those of all its
+    /// buckets after another instance went away.
+    pub sweep: Vec<String>,
+    /// How many of the [`BUCKETS`] this instance maintains now: all of them
+    /// on a log of one process, none while its leases are in doubt.
+    pub buckets: u16,
+}

@@ -36,6 +36,7 @@ pub mod demo;
 mod error;
 mod http;
 mod jsonrpc;
+mod maintenance;
 mod mcp;
 mod metrics;
 mod retry;
@@ -212,43 +213,10 @@ impl McpServer {
         }
     }
 
-    /// Runs retention and idle expiry until shutdown.
+    /// Runs retention, idle expiry and the orphan sweep until shutdown
+    /// (the first pass at once): the module `maintenance`.
     pub fn spawn_maintenance(&self) -> tokio::task::JoinHandle<()> {
-        let state = self.state.clone();
-        tokio::spawn(async move {
-            // Calls whose handler died with an earlier process end first.
-            match route::orphans::sweep(&state).await {
-                Ok(0) => {}
-                Ok(n) => {
-                    tracing::info!(count = n, "ended calls whose handler died with its process")
-                }
-                Err(e) => tracing::warn!(error = %e, "could not sweep for orphaned calls"),
-            }
-            let mut shutdown = state.shutdown.clone();
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(state.config.maintenance_interval) => {}
-                    _ = crate::route::state::stopped(&mut shutdown) => return,
-                }
-                let ended = match state
-                    .log
-                    .maintain(state.config.session_ttl, state.config.tombstone_ttl)
-                    .await
-                {
-                    Ok(ended) => {
-                        if !ended.is_empty() {
-                            tracing::info!(count = ended.len(), "idle sessions ended");
-                        }
-                        ended
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "maintenance failed");
-                        Vec::new()
-                    }
-                };
-                state.routes.sweep(&state, &ended).await;
-            }
-        })
+        tokio::spawn(maintenance::run(self.state.clone()))
     }
 
     /// Serves until `signal` completes, then stops accepting, closes sockets

@@ -51,6 +51,12 @@ pub struct Metrics {
     pub(crate) upgrades: Family<OutcomeLabel, Counter>,
     /// Requests refused (every 4xx and 5xx) by status.
     pub(crate) refusals: Family<StatusLabel, Counter<u64, AtomicU64>>,
+    /// The maintenance buckets this instance held at its last pass.
+    maintenance_buckets: Gauge,
+    /// How long each maintenance pass took.
+    maintenance_duration: Histogram,
+    /// Sessions maintenance ended for being idle.
+    sessions_expired: Counter,
 }
 
 impl Default for Metrics {
@@ -75,6 +81,27 @@ impl Default for Metrics {
             let _ = upgrades.get_or_create(&OutcomeLabel { outcome });
         }
         let refusals = Family::default();
+        let maintenance_buckets = Gauge::default();
+        // 1 ms .. ~65 s, doubling.
+        let maintenance_duration = Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 17),
+        );
+        let sessions_expired = Counter::default();
+        registry.register(
+            "maintenance_buckets",
+            "Session buckets (of 64) this instance maintains: on a shared log each bucket is leased to one live instance",
+            maintenance_buckets.clone(),
+        );
+        registry.register(
+            "maintenance_pass_duration_seconds",
+            "Time one maintenance pass (retention, idle expiry, tombstones) took",
+            maintenance_duration.clone(),
+        );
+        registry.register(
+            "sessions_expired",
+            "Sessions this instance's maintenance ended for being idle",
+            sessions_expired.clone(),
+        );
         registry.register("sessions_live", "Live sessions", sessions_live.clone());
         registry.register(
             "log_damaged_streams",
@@ -115,6 +142,9 @@ impl Default for Metrics {
             readers,
             upgrades,
             refusals,
+            maintenance_buckets,
+            maintenance_duration,
+            sessions_expired,
         }
     }
 }
@@ -124,6 +154,14 @@ impl Metrics {
     pub(crate) fn committed(&self, events: usize, took: Duration) {
         self.events_committed.inc_by(events as u64);
         self.commit_duration.observe(took.as_secs_f64());
+    }
+
+    /// Records one maintenance pass: the buckets it covered, the sessions
+    /// it ended, how long it took.
+    pub(crate) fn maintained(&self, buckets: u16, ended: usize, took: Duration) {
+        self.maintenance_buckets.set(i64::from(buckets));
+        self.sessions_expired.inc_by(ended as u64);
+        self.maintenance_duration.observe(took.as_secs_f64());
     }
 
     /// Counts an open reader until the guard drops.

@@ -9,15 +9,11 @@ use super::commit::Op;
 use super::DiskLog;
 use crate::hub::lock;
 use crate::types::now_ms;
-use crate::{LogError, Maintenance, SessionRecords, StreamKey};
+use crate::{LogError, Maintenance, Pass, SessionRecords, StreamKey, BUCKETS};
 
 #[async_trait]
 impl Maintenance for DiskLog {
-    async fn maintain(
-        &self,
-        idle: Duration,
-        tombstone_ttl: Duration,
-    ) -> Result<Vec<String>, LogError> {
+    async fn maintain(&self, idle: Duration, tombstone_ttl: Duration) -> Result<Pass, LogError> {
         let cutoff = now_ms().saturating_sub(self.hub.retention.max_age.as_millis() as u64);
         for (id, cell) in self.hub.live_cells() {
             let keys: Vec<StreamKey> = lock(&cell)
@@ -61,7 +57,11 @@ impl Maintenance for DiskLog {
             })
             .await?;
         }
-        Ok(idle_ids)
+        Ok(Pass {
+            ended: idle_ids,
+            sweep: self.hub.first_sweep(),
+            buckets: BUCKETS,
+        })
     }
 
     async fn close(&self) -> Result<(), LogError> {

@@ -43,6 +43,8 @@ pub(crate) struct Hub {
     cache_limit: usize,
     next_pin: AtomicU64,
     live: std::sync::atomic::AtomicUsize,
+    /// Whether a maintenance pass already handed the live sessions over for the orphan sweep.
+    swept: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) type Cell = Arc<Mutex<SessionState>>;
@@ -62,6 +64,7 @@ impl Hub {
             cache_limit,
             next_pin: AtomicU64::new(1),
             live: std::sync::atomic::AtomicUsize::new(0),
+            swept: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -243,6 +246,15 @@ impl Hub {
     }
 
     /// Every live session's cell, for housekeeping.
+    /// The live sessions on the first call (the first maintenance pass after
+    /// opening: calls of an earlier process may be orphaned), nothing after.
+    pub fn first_sweep(&self) -> Vec<String> {
+        if self.swept.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Vec::new();
+        }
+        self.live_cells().into_iter().map(|(id, _)| id).collect()
+    }
+
     pub fn live_cells(&self) -> Vec<(String, Cell)> {
         self.sessions
             .read()

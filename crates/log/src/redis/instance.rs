@@ -112,11 +112,18 @@ impl Heartbeat {
         Ok(Self { id, liveness, task })
     }
 
-    /// Stops refreshing and deletes the key: this instance is dead at once.
+    /// Stops refreshing and deletes the key: this instance is dead at once,
+    /// and its maintenance buckets go to the others at their next pass.
     pub async fn stop(&self, conn: &mut Conn) -> Result<(), LogError> {
         self.task.abort();
         redis::cmd("DEL")
             .arg(key(&self.id))
+            .query_async::<()>(conn)
+            .await
+            .map_err(unavailable)?;
+        redis::cmd("SREM")
+            .arg(super::buckets::INSTANCES)
+            .arg(&self.id)
             .query_async::<()>(conn)
             .await
             .map_err(unavailable)
@@ -129,14 +136,21 @@ impl Drop for Heartbeat {
     }
 }
 
-/// Sets (or refreshes) the heartbeat key with its TTL.
+/// Sets (or refreshes) the heartbeat key with its TTL, and registers the
+/// instance among those that divide maintenance ([`super::buckets`]; again
+/// each time, as another instance unregisters one it saw dead).
 async fn beat(conn: &mut Conn, id: &str) -> redis::RedisResult<()> {
     redis::cmd("SET")
         .arg(key(id))
         .arg(1)
         .arg("PX")
         .arg(TTL.as_millis() as u64)
-        .query_async(conn)
+        .query_async::<()>(conn)
+        .await?;
+    redis::cmd("SADD")
+        .arg(super::buckets::INSTANCES)
+        .arg(id)
+        .query_async::<()>(conn)
         .await
 }
 

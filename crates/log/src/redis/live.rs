@@ -18,15 +18,18 @@ use redis::Cmd;
 use super::{conn, unavailable, RedisLog};
 use crate::LogError;
 
-/// Buckets of the live set and of the ended index on a cluster: enough to
-/// spread them over the masters, few enough to count with one round of commands.
-pub(super) const BUCKETS: u16 = 64;
+// The buckets of the live set and of the ended index on a cluster: enough
+// to spread them over the masters, few enough to count with one round of
+// commands; the same buckets divide maintenance among instances
+// ([`super::buckets`]).
+use crate::BUCKETS;
 /// The live set on one server.
 pub(super) const LIVE: &str = "mcpr:sessions";
 /// The ended index on one server: ended ids scored by when they ended (ms).
 pub(super) const ENDED: &str = "mcpr:ended";
 
-fn bucket(id: &str) -> u16 {
+/// The bucket of session `id`.
+pub(super) fn bucket(id: &str) -> u16 {
     conn::slot(id.as_bytes()) % BUCKETS
 }
 
@@ -126,6 +129,33 @@ impl RedisLog {
             .map(|k| {
                 let mut c = Cmd::new();
                 c.arg("SMEMBERS").arg(k);
+                c
+            })
+            .collect();
+        let ids: Vec<Vec<String>> = self.conn.each(cmds).await.map_err(unavailable)?;
+        Ok(ids.into_iter().flatten().collect())
+    }
+
+    /// The ids the live set(s) list in the buckets of `mask`: on a cluster
+    /// only those buckets' sets are read.
+    pub(super) async fn live_ids_in(
+        &self,
+        mask: super::buckets::Mask,
+    ) -> Result<Vec<String>, LogError> {
+        use super::buckets::Share;
+        if mask == 0 {
+            return Ok(Vec::new());
+        }
+        if !self.cluster() {
+            let mut ids = self.live_ids().await?;
+            ids.retain(|id| Share::has(mask, bucket(id)));
+            return Ok(ids);
+        }
+        let cmds = (0..BUCKETS)
+            .filter(|b| Share::has(mask, *b))
+            .map(|b| {
+                let mut c = Cmd::new();
+                c.arg("SMEMBERS").arg(format!("{LIVE}:{{b{b}}}"));
                 c
             })
             .collect();

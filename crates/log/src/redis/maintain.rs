@@ -1,8 +1,10 @@
 //! Housekeeping on Redis: age retention, idle expiry, and forgetting
-//! tombstones once their TTL has passed.
+//! tombstones once their TTL has passed, each instance in the buckets it
+//! holds ([`super::buckets`]).
 
 use std::time::Duration;
 
+use super::buckets::Share;
 use super::live::ended_keys;
 use super::{prefix, unavailable, RedisLog};
 use crate::types::now_ms;
@@ -12,14 +14,24 @@ use crate::{LogError, SessionRecords, StreamKey};
 const FORGET_BATCH: usize = 512;
 
 impl RedisLog {
-    /// Age retention on every live session's streams, and the end of the idle ones.
-    pub(super) async fn trim_and_end_idle(&self, idle: Duration) -> Result<Vec<String>, LogError> {
+    /// Age retention on the streams of the live sessions in the buckets of
+    /// `share`, and the end of the idle ones; it stops where the leases
+    /// stop being certainly this handle's.
+    pub(super) async fn trim_and_end_idle(
+        &self,
+        share: &Share,
+        idle: Duration,
+    ) -> Result<Vec<String>, LogError> {
         let mut conn = self.conn.clone();
-        let ids = self.live_ids().await?;
+        let ids = self.live_ids_in(share.held).await?;
         let now = now_ms();
         let cutoff = now.saturating_sub(self.retention.max_age.as_millis() as u64);
         let mut ended = Vec::new();
         for id in ids {
+            if !self.still_holds(share) {
+                tracing::warn!("maintenance pass stopped: this instance's leases are in doubt");
+                break;
+            }
             let p = prefix(&id);
             let (a, e): (Option<u64>, Option<String>) = redis::cmd("HMGET")
                 .arg(format!("{p}:s"))
@@ -68,11 +80,27 @@ impl RedisLog {
 
     /// Deletes the tombstones of sessions that ended at least `ttl` ago;
     /// their ids become unknown. Tombstones of older versions, which have no
-    /// end time, are given one first ([`super::adopt`]).
-    pub(super) async fn forget_tombstones(&self, ttl: Duration) -> Result<(), LogError> {
+    /// end time, are given one first ([`super::adopt`]). On a cluster each
+    /// instance forgets in the ended indexes of its buckets; on one server,
+    /// where there is one ended index, the holder of bucket 0 does it.
+    pub(super) async fn forget_tombstones(
+        &self,
+        share: &Share,
+        ttl: Duration,
+    ) -> Result<(), LogError> {
+        let cluster = self.cluster();
+        if !cluster && !Share::has(share.held, 0) {
+            return Ok(());
+        }
         self.adopt_unlisted_tombstones().await?;
         let cutoff = now_ms().saturating_sub(ttl.as_millis() as u64);
-        for ended in ended_keys(self.cluster()) {
+        for (b, ended) in ended_keys(cluster).into_iter().enumerate() {
+            if cluster && !Share::has(share.held, b as u16) {
+                continue;
+            }
+            if !self.still_holds(share) {
+                break;
+            }
             self.forget_in(&ended, cutoff).await?;
         }
         Ok(())

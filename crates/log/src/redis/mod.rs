@@ -13,7 +13,8 @@
 //! is one table in `README.md` beside this file, and the scripts that write
 //! them are `lua/*.lua` ([`scripts`]). [`adopt`] lists the tombstones older
 //! versions left unlisted; [`live`] splits the indexes into 64 buckets on a
-//! cluster; [`instance`] keeps the heartbeat.
+//! cluster; [`instance`] keeps the heartbeat; [`buckets`] divides
+//! maintenance among the instances.
 //!
 //! On a Redis Cluster (`redis-cluster://`) every key of a session shares the
 //! slot of its hash tag, so each script still runs atomically on that slot's
@@ -33,6 +34,7 @@ use conn::Conn;
 use crate::types::now_ms;
 mod adopt;
 mod append;
+mod buckets;
 mod conn;
 mod durability;
 mod heal;
@@ -48,8 +50,8 @@ mod tail;
 use scripts::Scripts;
 
 use crate::{
-    Bounds, Event, EventLog, Leases, LogError, Maintenance, PinId, Retention, Seq, SessionInfo,
-    SessionRecords, StreamKey, Subscription,
+    Bounds, Event, EventLog, Leases, LogError, Maintenance, Pass, PinId, Retention, Seq,
+    SessionInfo, SessionRecords, StreamKey, Subscription,
 };
 
 /// How long a connection attempt to Redis may take.
@@ -77,6 +79,8 @@ pub struct RedisLog {
     heartbeat: instance::Heartbeat,
     /// Where maintenance's sweep for tombstones without an end time goes on.
     sweep: adopt::Sweep,
+    /// The maintenance buckets this handle held at its last pass.
+    held: buckets::Held,
 }
 
 impl RedisLog {
@@ -476,14 +480,16 @@ impl Leases for RedisLog {
 
 #[async_trait]
 impl Maintenance for RedisLog {
-    async fn maintain(
-        &self,
-        idle: Duration,
-        tombstone_ttl: Duration,
-    ) -> Result<Vec<String>, LogError> {
-        let ended = self.trim_and_end_idle(idle).await?;
-        self.forget_tombstones(tombstone_ttl).await?;
-        Ok(ended)
+    async fn maintain(&self, idle: Duration, tombstone_ttl: Duration) -> Result<Pass, LogError> {
+        let share = self.share().await?;
+        let ended = self.trim_and_end_idle(&share, idle).await?;
+        self.forget_tombstones(&share, tombstone_ttl).await?;
+        let sweep = self.live_ids_in(share.sweep).await?;
+        Ok(Pass {
+            ended,
+            sweep,
+            buckets: share.held.count_ones() as u16,
+        })
     }
 
     async fn close(&self) -> Result<(), LogError> {

@@ -93,6 +93,7 @@ impl RedisLog {
             scripts: Arc::new(scripts),
             faults: Default::default(),
             sweep: Default::default(),
+            held: Default::default(),
         })
     }
 }

@@ -19,6 +19,7 @@ pub(super) const REQUEST_META: &str = include_str!("lua/request_meta.lua");
 pub(super) const BOUNDS: &str = include_str!("lua/bounds.lua");
 pub(super) const CLAIM: &str = include_str!("lua/claim.lua");
 pub(super) const RETIRE: &str = include_str!("lua/retire.lua");
+pub(super) const BUCKET_LEASES: &str = include_str!("lua/buckets.lua");
 
 /// Every script, loaded once per log (the library sends `EVALSHA` and falls back to `EVAL`).
 pub(super) struct Scripts {
@@ -35,6 +36,7 @@ pub(super) struct Scripts {
     pub adopt: Script,
     pub claim: Script,
     pub retire: Script,
+    pub buckets: Script,
 }
 
 impl Scripts {
@@ -54,6 +56,7 @@ impl Scripts {
             adopt: Script::new(ADOPT),
             claim: Script::new(CLAIM),
             retire: Script::new(RETIRE),
+            buckets: Script::new(BUCKET_LEASES),
         }
     }
 }

@@ -214,6 +214,7 @@ fn age_retention_and_idle_expiry() {
                 .maintain(Duration::from_secs(60), Duration::from_secs(3600))
                 .await
                 .unwrap()
+                .ended
                 .is_empty());
             assert_eq!(log.bounds("a", S).await.unwrap().floor, 4, "{}", b.name);
             log.create_session("b", Bytes::new()).await.unwrap();
@@ -224,7 +225,8 @@ fn age_retention_and_idle_expiry() {
             let ended = log
                 .maintain(Duration::from_secs(1), Duration::from_secs(3600))
                 .await
-                .unwrap();
+                .unwrap()
+                .ended;
             assert_eq!(ended, vec!["b".to_string()]);
             assert!(matches!(
                 log.session("b").await,
@@ -256,6 +258,7 @@ fn a_read_that_fails_during_maintenance_trims_nothing() {
                 .maintain(Duration::from_secs(60), Duration::from_secs(3600))
                 .await
                 .unwrap()
+                .ended
                 .is_empty());
             b.fail_reads(0);
             assert_eq!(

@@ -6,7 +6,8 @@
 //! response, and whose instance is no longer alive, is an orphan: it gets a
 //! JSON-RPC error response for its call (the server restarted while the call
 //! ran, so the client may retry), committed like any event. Orphans are ended
-//! once at start-up (every stream of a disk log left from before) and lazily
+//! by the maintenance sweep (at start-up every stream of a disk log left from
+//! before; on Redis the buckets an instance takes over) and lazily
 //! when a client resumes one (an instance of a shared Redis log that died),
 //! each under one key per call, so instances racing to end it commit one
 //! error.
@@ -99,18 +100,19 @@ fn orphan_key(session: &str, r: u64) -> u64 {
     h
 }
 
-/// Ends every orphaned call of every live session; run once at start-up.
-/// It visits the request streams that hold something
-/// ([`mcp_resume_log::EventLog::live_request_streams`]), not every stream a
-/// session ever opened, and holds no lock but one stream's slot at a time.
-/// While the log is unavailable it waits and goes on from the session it
-/// was at (until the server stops); a session it cannot read for another
-/// reason is logged and passed over.
-pub(crate) async fn sweep(state: &AppState) -> Result<usize, LogError> {
-    let sessions = retrying(state, None, || state.log.session_ids()).await?;
+/// Ends every orphaned call of `sessions`: those a maintenance pass handed
+/// over (every live session at start-up on a log of one process; on Redis
+/// the sessions of the buckets this instance maintains, when it takes them
+/// or another instance went away). It visits the request streams that hold
+/// something ([`mcp_resume_log::EventLog::live_request_streams`]), not every
+/// stream a session ever opened, and holds no lock but one stream's slot at
+/// a time. While the log is unavailable it waits and goes on from the
+/// session it was at (until the server stops); a session it cannot read
+/// for another reason is logged and passed over.
+pub(crate) async fn sweep(state: &AppState, sessions: &[String]) -> Result<usize, LogError> {
     let mut ended = 0;
     for session in sessions {
-        match retrying(state, None, || sweep_session(state, &session)).await {
+        match retrying(state, None, || sweep_session(state, session)).await {
             Ok(n) => ended += n,
             Err(e) if crate::route::reply::retryable(&e) => return Err(e), // stopping
             Err(e) => {

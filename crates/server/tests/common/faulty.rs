@@ -230,7 +230,7 @@ impl Maintenance for FaultyLog {
         &self,
         idle: Duration,
         tombstone_ttl: Duration,
-    ) -> Result<Vec<String>, LogError> {
+    ) -> Result<mcp_resume_log::Pass, LogError> {
         self.inner.maintain(idle, tombstone_ttl).await
     }
 
