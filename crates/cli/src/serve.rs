@@ -74,6 +74,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 0)]
     redis_replicas: usize,
 
+    /// With a redis-cluster:// store: the longest interval, in seconds,
+    /// between the safety reads of the streams this instance follows. Reads
+    /// are pushed by wake-ups; the safety read finds a lost one. It starts at
+    /// 1 s and doubles while wake-ups keep arriving, so an idle followed
+    /// stream costs one Redis command per this interval, and a lost wake-up
+    /// delays events by at most this long.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    redis_safety_read_secs: u64,
+
     /// Directory of the default disk log (the log lives in `log/` inside it).
     /// Default: $XDG_DATA_HOME/mcp-resume, else ~/.local/share/mcp-resume.
     #[arg(long, env = "MCP_RESUME_DATA_DIR", hide_env_values = true)]
@@ -212,6 +221,7 @@ async fn open_log(
             let log = RedisLog::connect(s, retention, args.redis_replicas)
                 .await
                 .map_err(|e| format!("connecting to {s}: {e}"))?;
+            log.set_safety_read_max(Duration::from_secs(args.redis_safety_read_secs));
             match log.durability().await {
                 (_, Some(warning)) => {
                     tracing::warn!("{s}: {warning} (README, Running on Redis)")

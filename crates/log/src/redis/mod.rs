@@ -400,7 +400,7 @@ impl SessionRecords for RedisLog {
         let at = now_ms();
         let mut inv = self.scripts.end.key(format!("{p}:s"));
         if !self.cluster() {
-            inv.key(live::LIVE).key(live::ENDED);
+            inv.key(live::LIVE).key(live::ENDED).key(tail::ENDINGS);
         }
         let r: i64 = inv
             .arg(&p)
@@ -413,6 +413,13 @@ impl SessionRecords for RedisLog {
             return Err(LogError::NoSession(id.to_owned()));
         }
         self.list_ended(id, at).await?;
+        if self.cluster() {
+            // Lost with a crash right here: readers elsewhere then end at
+            // their tail's backstop check instead of at once.
+            let _: Result<String, _> = tail::end_notice(id)
+                .query_async(&mut self.conn.clone())
+                .await;
+        }
         self.wait_replicas(id).await
     }
 

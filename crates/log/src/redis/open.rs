@@ -11,6 +11,16 @@ use super::{instance, tail, unavailable, RedisLog, CONNECT_TIMEOUT, RESPONSE_TIM
 use crate::{LogError, Retention};
 
 impl RedisLog {
+    /// Sets the longest interval between the safety reads of followed
+    /// streams on a Redis Cluster (default 30 s, at least 1 s): the interval
+    /// starts at 1 s and doubles while wake-ups keep arriving, so an idle
+    /// followed stream costs one command per this interval; it is also the
+    /// longest a lost wake-up can delay events. No effect on one server,
+    /// whose tail blocks on its streams.
+    pub fn set_safety_read_max(&self, max: std::time::Duration) {
+        self.tails.set_safety_read_max(max);
+    }
+
     /// Connects to `url`: `redis://HOST:PORT/DB` (one server) or
     /// `redis-cluster://HOST:PORT[,HOST:PORT...]` (a Redis Cluster, any of
     /// its nodes as seeds). `replicas` is how many replicas must acknowledge

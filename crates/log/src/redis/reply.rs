@@ -93,3 +93,29 @@ pub(super) fn last_id(entries: &Value) -> Option<String> {
         _ => None,
     }
 }
+
+/// The non-empty values of `field` in a stream's entries (`[[id, [k, v,
+/// ...]], ...]`), sorted, each once: the streams a wake-up names, the
+/// sessions an end notice names.
+pub(super) fn field_values(entries: &Value, field: &[u8]) -> Vec<String> {
+    let Value::Array(items) = entries else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for item in items {
+        if let Value::Array(pair) = item {
+            if let Some(Value::Array(fields)) = pair.get(1) {
+                for kv in fields.chunks(2) {
+                    if let [Value::BulkString(k), Value::BulkString(v)] = kv {
+                        if k == field && !v.is_empty() {
+                            out.push(String::from_utf8_lossy(v).into_owned());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}

@@ -15,12 +15,14 @@
 //! reads with non-blocking single-key reads instead ([`poll`]): the streams
 //! a commit woke ([`bell`]: the committing instance adds the stream's key to
 //! the wake stream of each instance registered as its follower), and every
-//! followed stream once per safety period, sent concurrently (the cluster
-//! connection pipelines those bound for one node).
+//! followed stream once per safety period (growing while wake-ups arrive
+//! in order), sent concurrently (the cluster connection pipelines those
+//! bound for one node). Session ends are pushed to every instance
+//! ([`endings`]), with a check every [`END_BACKSTOP`] behind them.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -30,9 +32,11 @@ use crate::subscription::{EndReason, Feed};
 use crate::{Event, Seq, Subscription};
 
 mod bell;
+mod endings;
 mod poll;
 
 pub(super) use bell::ring;
+pub(super) use endings::{notice as end_notice, ENDINGS};
 
 /// Shards per instance: each is one blocking connection when in use.
 const SHARDS: usize = 16;
@@ -42,8 +46,9 @@ const BLOCK_MS: u64 = 500;
 const MAX_HOLD_POLL: Duration = Duration::from_millis(100);
 /// How long a wake stream outlives its last use.
 const WAKE_TTL_MS: u64 = 600_000;
-/// How often the sessions of followed streams are checked for having ended.
-const END_CHECK: Duration = Duration::from_secs(1);
+/// How often the sessions of followed streams are checked for having
+/// ended, a backstop: ends are pushed ([`endings`]), this finds a lost notice.
+const END_BACKSTOP: Duration = Duration::from_secs(30);
 
 struct Sub {
     feed: Feed,
@@ -118,6 +123,8 @@ struct Shard {
     closed: Arc<AtomicBool>,
     /// Appends are committed only after `WAIT` (replicas): deliver up to `c`, not to what is in the stream.
     strict: bool,
+    /// The longest interval between safety reads on a cluster ([`poll`]), in ms.
+    safety_max_ms: Arc<AtomicU64>,
     state: Mutex<ShardState>,
 }
 
@@ -126,8 +133,11 @@ pub(super) struct Tails {
     shards: Vec<Arc<Shard>>,
     /// On a cluster: this instance's wake stream.
     bell: Option<Arc<bell::Bell>>,
+    /// The reader of session end notices.
+    endings: endings::Endings,
     conn: Conn,
     closed: Arc<AtomicBool>,
+    safety_max_ms: Arc<AtomicU64>,
 }
 
 impl Drop for Tails {
@@ -135,6 +145,7 @@ impl Drop for Tails {
         if let Some(b) = &self.bell {
             b.stop();
         }
+        self.endings.stop();
     }
 }
 
@@ -159,7 +170,13 @@ impl Tails {
         let mut nonce = [0u8; 8];
         let _ = getrandom::fill(&mut nonce);
         let nonce = u64::from_le_bytes(nonce);
+        let source = match (&client, &cluster) {
+            (_, Some(c)) => endings::Source::Cluster(c.clone()),
+            (Some(c), None) => endings::Source::Server(c.clone()),
+            (None, None) => unreachable!("a tail reads one server or a cluster"),
+        };
         let bell = cluster.map(|c| Arc::new(bell::Bell::new(c, nonce)));
+        let safety_max_ms = Arc::new(AtomicU64::new(poll::SAFETY_MAX.as_millis() as u64));
         let shards = (0..SHARDS)
             .map(|i| {
                 Arc::new(Shard {
@@ -170,6 +187,7 @@ impl Tails {
                     capacity,
                     closed: closed.clone(),
                     strict,
+                    safety_max_ms: safety_max_ms.clone(),
                     state: Mutex::new(ShardState::default()),
                 })
             })
@@ -177,9 +195,19 @@ impl Tails {
         Self {
             shards,
             bell,
+            endings: endings::Endings::new(source),
             conn,
             closed,
+            safety_max_ms,
         }
+    }
+
+    /// Sets the longest interval between the safety reads of followed
+    /// streams on a cluster ([`poll`]): the bound on the delay a lost
+    /// wake-up causes once the interval has grown to it.
+    pub fn set_safety_read_max(&self, max: Duration) {
+        let ms = max.max(poll::SAFETY_MIN).as_millis() as u64;
+        self.safety_max_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Follows `key` (the events of `session`) for a new subscriber whose
@@ -193,6 +221,8 @@ impl Tails {
         head: Seq,
     ) -> (Seq, Subscription) {
         let shard = &self.shards[shard_index(session, self.shards.len())];
+        // Before the first read: an end after it is not missed.
+        self.endings.start(&self.shards, &self.closed).await;
         if let Some(bell) = &self.bell {
             // Registered before the first read: no wake-up after it is missed.
             if !shard.lock().streams.contains_key(&key) {
@@ -266,6 +296,20 @@ impl Shard {
             .arg(WAKE_TTL_MS)
             .query_async(&mut self.conn.clone())
             .await;
+    }
+
+    /// Ends the readers of every stream of `session` (it ended) and stops
+    /// following them.
+    fn end_session(&self, session: &str) {
+        let mut st = self.lock();
+        st.streams.retain(|_, f| {
+            if f.session == session {
+                f.end_all(EndReason::SessionEnded);
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Ends every subscriber of the shard and stops following anything.
@@ -352,7 +396,7 @@ impl Shard {
             } else {
                 held_for = Duration::from_millis(1);
             }
-            if checked.elapsed() >= END_CHECK {
+            if checked.elapsed() >= END_BACKSTOP {
                 checked = Instant::now();
                 self.end_ended_sessions().await;
             }

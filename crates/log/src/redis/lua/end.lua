@@ -4,6 +4,9 @@
 local session = KEYS[1]
 local live_set = KEYS[2]
 local ended_index = KEYS[3]
+-- One server only (on a cluster the caller adds the notice): the stream of
+-- end notices every instance reads (`tail/endings.rs`).
+local endings = KEYS[4]
 local prefix = ARGV[1]
 local id = ARGV[2]
 local ended_ms = ARGV[3]
@@ -29,5 +32,8 @@ redis.call('HDEL', session, 'm', 'a', 'r', 'o', 'x')
 if live_set then
   redis.call('SREM', live_set, id)
   redis.call('ZADD', ended_index, ended_ms, id)
+end
+if endings then
+  redis.call('XADD', endings, 'MAXLEN', '~', 10000, '*', 's', id)
 end
 return 0

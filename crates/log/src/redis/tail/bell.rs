@@ -1,6 +1,6 @@
 //! Wake-ups for the polling tail on a cluster, so that an idle followed
-//! stream costs a safety read per [`super::poll::SAFETY_POLL`] instead of a
-//! read per round.
+//! stream costs a safety read per safety interval ([`super::poll`], 1 s
+//! growing to 30 s) instead of a read per round.
 //!
 //! Each instance has one wake stream, `mcpr:wake:{NONCE}`. A shard that
 //! starts following a stream registers `WAKE|STREAM` in the session's
@@ -192,7 +192,7 @@ impl Bell {
                 if let Some(id) = super::reply::last_id(entries) {
                     last = id;
                 }
-                for stream in streams_named(entries) {
+                for stream in super::reply::field_values(entries, b"k") {
                     let Some(session) = session_of(&stream) else {
                         continue;
                     };
@@ -217,30 +217,6 @@ fn session_of(stream: &str) -> Option<&str> {
         .strip_prefix("mcpr:{")?
         .split_once("}:")
         .map(|(s, _)| s)
-}
-
-/// The stream keys named by wake entries (`k` fields).
-fn streams_named(entries: &Value) -> Vec<String> {
-    let Value::Array(items) = entries else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for item in items {
-        if let Value::Array(pair) = item {
-            if let Some(Value::Array(fields)) = pair.get(1) {
-                for kv in fields.chunks(2) {
-                    if let [Value::BulkString(k), Value::BulkString(v)] = kv {
-                        if k == b"k" && !v.is_empty() {
-                            out.push(String::from_utf8_lossy(v).into_owned());
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out.sort();
-    out.dedup();
-    out
 }
 
 /// After a commit on `stream` (of the session whose keys start with

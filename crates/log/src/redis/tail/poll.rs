@@ -1,6 +1,12 @@
 //! The tail on a cluster: non-blocking reads of the streams that were woken
-//! ([`bell`](super::bell)), plus a safety read of every followed stream per
-//! [`SAFETY_POLL`], instead of one blocking `XREAD`, which cannot span slots.
+//! ([`bell`](super::bell)), plus a safety read of every followed stream,
+//! instead of one blocking `XREAD`, which cannot span slots.
+//!
+//! The safety read adapts: its interval starts at [`SAFETY_MIN`] and
+//! doubles after each safety read that found nothing the wake-ups had not
+//! already brought, up to the setting (`RedisLog::set_safety_read_max`,
+//! [`SAFETY_MAX`] by default); a safety read that finds events no wake-up
+//! announced (one was lost) starts it again from [`SAFETY_MIN`].
 //!
 //! A read is one `XRANGE key (last+1)-0 + COUNT 512` per stream, all sent at
 //! once; the cluster connection routes each to its slot's master (following
@@ -8,25 +14,29 @@
 //! one round trip per node, not per stream. A stream is read again at once
 //! when it was woken (an append was committed), is new, or filled its
 //! `COUNT`. The cost: an idle followed stream is one cheap command per
-//! [`SAFETY_POLL`] per instance following it (docs/capacity.md); a lost
-//! wake-up delays its events by at most [`SAFETY_POLL`], never skips them.
+//! safety interval per instance following it (docs/capacity.md); a lost
+//! wake-up delays its events by at most the interval, never skips them.
 //!
 //! A stream whose read fails (its slot's master is failing over) ends its
 //! readers loudly (`Unavailable`); they resume from their cursors, and the
 //! streams on healthy masters go on.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisResult, Value};
 
-use super::{reply, Shard, END_CHECK, MAX_HOLD_POLL};
+use super::{reply, Shard, END_BACKSTOP, MAX_HOLD_POLL};
 use crate::subscription::EndReason;
 use crate::{Event, Seq};
 
-/// How often every followed stream is read whether woken or not: the bound
-/// on the delay a lost wake-up causes.
-pub(super) const SAFETY_POLL: Duration = Duration::from_millis(1000);
+/// The first interval between safety reads of every followed stream,
+/// woken or not, and the one after a safety read found a lost wake-up.
+pub(super) const SAFETY_MIN: Duration = Duration::from_millis(1000);
+/// The longest interval by default: the bound on the delay a lost wake-up
+/// causes on a stream whose wake-ups have kept arriving.
+pub(super) const SAFETY_MAX: Duration = Duration::from_secs(30);
 /// Entries read per stream per round.
 const COUNT: usize = 512;
 
@@ -35,14 +45,17 @@ impl Shard {
     pub(super) async fn poll(self: Arc<Self>) {
         let mut checked = Instant::now();
         let mut next_full = Instant::now();
+        let mut safety = SAFETY_MIN;
         let mut held_for = Duration::from_millis(1);
         loop {
             let Some(all) = self.followed() else { return };
+            // A full round: every stream, and which of them a wake-up named.
+            let mut woken = None;
             let keys: Vec<(String, Seq)> = {
                 let mut st = self.lock();
                 let dirty = std::mem::take(&mut st.dirty);
                 if Instant::now() >= next_full {
-                    next_full = Instant::now() + SAFETY_POLL;
+                    woken = Some(dirty);
                     all
                 } else {
                     all.into_iter().filter(|(k, _)| dirty.contains(k)).collect()
@@ -101,6 +114,18 @@ impl Shard {
                 self.end_streams(&failed, EndReason::Unavailable);
             }
             let read: Vec<String> = batches.iter().map(|(k, _)| k.clone()).collect();
+            if let Some(woken) = &woken {
+                // Events on a stream nobody woke: a wake-up was lost (or the
+                // stream is new); keep the safety reads close until they stop.
+                let lost = read.iter().any(|k| !woken.contains(k));
+                let max = Duration::from_millis(self.safety_max_ms.load(Ordering::Relaxed));
+                safety = if lost {
+                    SAFETY_MIN
+                } else {
+                    (safety * 2).min(max)
+                };
+                next_full = Instant::now() + safety;
+            }
             let held = match self.hand_on(batches).await {
                 Ok(held) => held,
                 Err(e) => {
@@ -120,7 +145,7 @@ impl Shard {
             if !again.is_empty() {
                 self.lock().dirty.extend(again);
             }
-            if checked.elapsed() >= END_CHECK {
+            if checked.elapsed() >= END_BACKSTOP {
                 checked = Instant::now();
                 self.end_ended_sessions().await;
             }

@@ -1,0 +1,366 @@
+//! `scale` (issue 28): many live sessions on `serve`, each with an open GET
+//! stream, then events at a steady rate to random sessions; every event
+//! must reach its session's reader exactly once.
+//!
+//! Sessions and their GET streams share HTTP/2 connections (h2c, 100
+//! streams each), so descriptors are not the limit. Events are
+//! `tools/call emit {count: 1}`, which appends one notification to the
+//! session stream the GET reads. Reported: RSS per session, delivery
+//! latency (POST sent to the event read), CPU per 1,000 events, and on
+//! Redis its memory and commands/s; the maintenance pass time each
+//! instance reports (`mcp_resume_maintenance_pass_duration_seconds`).
+//! The last line names `lost N` and `duplicates N`.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::json;
+
+use crate::servers::{self, Server};
+use crate::workloads::{session_with, Session};
+
+/// One session's reader: what it was sent and what it got.
+#[derive(Default)]
+struct Tally {
+    sent: Mutex<VecDeque<Instant>>,
+    got: AtomicU64,
+    duplicates: AtomicU64,
+}
+
+/// What every reader shares.
+#[derive(Default)]
+struct Totals {
+    latencies_us: Mutex<Vec<u64>>,
+}
+
+/// CPU seconds (user + system) of a process so far.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| f.get(*i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+/// The seq at the end of an SSE id (`5`, `0/5`, ...).
+fn seq_of(id: &str) -> Option<u64> {
+    let digits: String = id
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    digits.parse().ok()
+}
+
+/// Reads one session's GET stream until it ends, tallying its events.
+async fn read(resp: reqwest::Response, tally: Arc<Tally>, totals: Arc<Totals>) {
+    let mut body = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut last = 0u64;
+    while let Some(Ok(chunk)) = body.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            if !block.contains("notifications/message") {
+                continue; // a priming event, a keep-alive comment
+            }
+            let seq = block
+                .lines()
+                .find_map(|l| l.strip_prefix("id:"))
+                .and_then(|id| seq_of(id.trim()));
+            if let Some(seq) = seq {
+                if seq <= last {
+                    tally.duplicates.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                last = seq;
+            }
+            tally.got.fetch_add(1, Ordering::Relaxed);
+            let sent = tally.sent.lock().unwrap().pop_front();
+            if let Some(t) = sent {
+                totals
+                    .latencies_us
+                    .lock()
+                    .unwrap()
+                    .push(t.elapsed().as_micros() as u64);
+            }
+        }
+    }
+}
+
+/// A sample (sum of a counter or gauge) from an instance's scrape.
+async fn scrape(url: &str, name: &str) -> f64 {
+    let base = url.trim_end_matches("/mcp");
+    let Ok(r) = reqwest::get(format!("{base}/metrics")).await else {
+        return f64::NAN;
+    };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn redis_info(port: u16, section: &str) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "INFO", section])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    out
+}
+
+fn redis_commands(port: u16) -> u64 {
+    redis_info(port, "commandstats")
+        .lines()
+        .filter_map(|l| l.split("calls=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn redis_memory(port: u16) -> u64 {
+    redis_info(port, "memory")
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs the scale run: on the disk log (one instance), or with
+/// `instances` on one Redis of its own.
+pub async fn run(
+    sessions: usize,
+    duration: Duration,
+    rate: u64,
+    redis: bool,
+    instances: usize,
+    out: Option<PathBuf>,
+) {
+    let bin = servers::our_binary();
+    let redis_server = redis.then(mcp_resume_testkit::RedisServer::start);
+    let store: Vec<String> = match &redis_server {
+        Some(r) => vec!["--store".into(), r.url.clone()],
+        None => Vec::new(),
+    };
+    let n = if redis { instances.max(1) } else { 1 };
+    let extra: Vec<&str> = store.iter().map(String::as_str).collect();
+    let servers: Vec<Server> = (0..n).map(|_| servers::ours(&bin, &extra)).collect();
+    let where_ = match &redis_server {
+        Some(_) => format!("{n} instances on one Redis"),
+        None => "one instance, disk log".to_owned(),
+    };
+    println!("scale: {sessions} sessions, {where_}, HTTP/2 (100 streams per connection)");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before: Vec<u64> = servers.iter().map(Server::rss_kib).collect();
+    let redis_mem_before = redis_server
+        .as_ref()
+        .map(|r| redis_memory(r.port))
+        .unwrap_or(0);
+
+    // Sessions and their GET streams, 100 per HTTP/2 connection.
+    let clients: Vec<reqwest::Client> = (0..sessions.div_ceil(100))
+        .map(|_| {
+            reqwest::Client::builder()
+                .http2_prior_knowledge()
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let totals = Arc::new(Totals::default());
+    let mut held: Vec<(Arc<Session>, Arc<Tally>)> = Vec::with_capacity(sessions);
+    let started = Instant::now();
+    let idx: Vec<usize> = (0..sessions).collect();
+    for chunk in idx.chunks(200) {
+        let tasks: Vec<_> = chunk
+            .iter()
+            .map(|i| {
+                let http = clients[i / 100].clone();
+                let url = servers[i % n].url.clone();
+                let totals = totals.clone();
+                tokio::spawn(async move {
+                    let s = Arc::new(session_with(http, &url).await);
+                    let tally = Arc::new(Tally::default());
+                    let resp = s.get(None).await;
+                    assert!(resp.status().is_success(), "GET: {}", resp.status());
+                    tokio::spawn(read(resp, tally.clone(), totals));
+                    (s, tally)
+                })
+            })
+            .collect();
+        for t in tasks {
+            held.push(t.await.unwrap());
+        }
+    }
+    let setup = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_after: Vec<u64> = servers.iter().map(Server::rss_kib).collect();
+    let rss_per = rss_after
+        .iter()
+        .zip(&rss_before)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .sum::<u64>() as f64
+        * 1024.0
+        / sessions as f64;
+    println!(
+        "{sessions} sessions with a GET stream each in {setup:.1?}; {:.2} KiB RSS per session",
+        rss_per / 1024.0
+    );
+
+    // Events at `rate`/s to random sessions.
+    let cpu0: f64 = servers.iter().map(|s| cpu_secs(s.pid())).sum();
+    let cmds0 = redis_server
+        .as_ref()
+        .map(|r| redis_commands(r.port))
+        .unwrap_or(0);
+    let sent = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let limit = Arc::new(tokio::sync::Semaphore::new(512));
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    let t0 = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let per_tick = (rate / 100).max(1);
+    let mut id = 1u64;
+    while t0.elapsed() < duration {
+        tick.tick().await;
+        for _ in 0..per_tick {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let (s, tally) = held[(rng % sessions as u64) as usize].clone();
+            let permit = limit.clone().acquire_owned().await.unwrap();
+            let (sent, refused) = (sent.clone(), refused.clone());
+            id += 1;
+            let call = id;
+            tokio::spawn(async move {
+                tally.sent.lock().unwrap().push_back(Instant::now());
+                let r = s.call(call, "emit", json!({"count": 1})).await;
+                if r.contains("\"error\"") || r.contains("isError\":true") {
+                    tally.sent.lock().unwrap().pop_back();
+                    refused.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+                drop(permit);
+            });
+        }
+    }
+    let _ = limit.acquire_many(512).await;
+    let load_secs = t0.elapsed().as_secs_f64();
+    // What is still on its way.
+    let sent = sent.load(Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let got = |held: &[(Arc<Session>, Arc<Tally>)]| -> u64 {
+        held.iter()
+            .map(|(_, t)| t.got.load(Ordering::Relaxed))
+            .sum()
+    };
+    while got(&held) < sent && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cpu = servers.iter().map(|s| cpu_secs(s.pid())).sum::<f64>() - cpu0;
+    let redis_cmds = redis_server
+        .as_ref()
+        .map(|r| (redis_commands(r.port) - cmds0) as f64 / load_secs);
+    let redis_mem = redis_server
+        .as_ref()
+        .map(|r| redis_memory(r.port) - redis_mem_before);
+    let received = got(&held);
+    let duplicates: u64 = held
+        .iter()
+        .map(|(_, t)| t.duplicates.load(Ordering::Relaxed))
+        .sum();
+    let lost = sent.saturating_sub(received);
+    let mut lat = std::mem::take(&mut *totals.latencies_us.lock().unwrap());
+    lat.sort_unstable();
+    let p = |q: f64| {
+        lat.get(((lat.len() as f64 - 1.0) * q) as usize)
+            .map(|u| *u as f64 / 1000.0)
+            .unwrap_or(f64::NAN)
+    };
+    let mut passes = Vec::new();
+    for s in &servers {
+        let sum = scrape(&s.url, "mcp_resume_maintenance_pass_duration_seconds_sum").await;
+        let count = scrape(&s.url, "mcp_resume_maintenance_pass_duration_seconds_count").await;
+        let buckets = scrape(&s.url, "mcp_resume_maintenance_buckets").await;
+        passes.push(format!(
+            "{:.1} ms mean over {count} passes, {buckets} buckets",
+            sum / count * 1e3
+        ));
+    }
+
+    let mut md = String::new();
+    let mut line = |l: String| {
+        println!("{l}");
+        let _ = writeln!(md, "{l}");
+    };
+    line(format!("### {sessions} sessions, {where_}"));
+    line(String::new());
+    line(format!(
+        "`mcp-resume-load scale --sessions {sessions} --duration {} --rate {rate}{}`",
+        duration.as_secs(),
+        if redis {
+            format!(" --redis --instances {n}")
+        } else {
+            String::new()
+        }
+    ));
+    line(String::new());
+    line("| figure | value |".into());
+    line("| --- | ---: |".into());
+    line(format!(
+        "| sessions, each with an open GET stream (HTTP/2, 100 per connection) | {sessions} |"
+    ));
+    line(format!(
+        "| time to open them all | {:.1} s |",
+        setup.as_secs_f64()
+    ));
+    line(format!(
+        "| RSS per session (all instances) | {:.2} KiB |",
+        rss_per / 1024.0
+    ));
+    line(format!(
+        "| events sent ({rate}/s asked, {load_secs:.0} s) | {sent} ({:.0}/s) |",
+        sent as f64 / load_secs
+    ));
+    line(format!(
+        "| emits refused | {} |",
+        refused.load(Ordering::Relaxed)
+    ));
+    line(format!("| events delivered | {received} |"));
+    line(format!(
+        "| delivery latency (POST sent to event read), p50 / p99 | {:.2} / {:.2} ms |",
+        p(0.5),
+        p(0.99)
+    ));
+    line(format!(
+        "| server CPU per 1,000 events (all instances) | {:.0} ms |",
+        cpu * 1e3 / (sent.max(1) as f64 / 1000.0)
+    ));
+    if let (Some(c), Some(m)) = (redis_cmds, redis_mem) {
+        line(format!("| Redis commands/s during the load | {c:.0} |"));
+        line(format!("| Redis memory (used_memory growth from the start) | {:.1} MiB ({:.0} B per session) |", m as f64 / 1048576.0, m as f64 / sessions as f64));
+    }
+    for (i, p) in passes.iter().enumerate() {
+        line(format!("| maintenance pass, instance {} | {p} |", i + 1));
+    }
+    line(String::new());
+    line(format!("scale: sessions {sessions}, sent {sent}, delivered {received}, lost {lost}, duplicates {duplicates}"));
+    if let Some(path) = out {
+        let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+        text.push_str(&md);
+        text.push('\n');
+        std::fs::write(&path, text).unwrap();
+    }
+    drop(held);
+}

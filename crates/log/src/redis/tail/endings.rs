@@ -1,0 +1,190 @@
+//! Session ends pushed to every instance's readers, so that no instance
+//! asks Redis each second whether the sessions it follows still live.
+//!
+//! Ending a session adds its id to the stream `mcpr:endings` (on one server
+//! inside the end script, atomically with the end; on a cluster, where the
+//! stream is in another slot, by a command right after it). Each instance
+//! reads that stream with one blocking `XREAD` on a connection of its own,
+//! from the entry that was last when it began, and ends its readers of the
+//! sessions named there at once (`SessionEnded`). An idle instance costs one
+//! command per [`BLOCK_MS`], whatever the number of streams it follows.
+//!
+//! A lost notice (an instance that died between the end and the notice on a
+//! cluster, a notice trimmed from the stream before a partitioned instance
+//! read it) only delays the end of those readers until the tail's backstop
+//! check ([`super::END_BACKSTOP`]); an id that ended is never re-created
+//! while its tombstone lives, so a late notice cannot end a newer session.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::super::reply;
+use super::Shard;
+
+/// The stream of ended session ids (field `s`).
+pub(in crate::redis) const ENDINGS: &str = "mcpr:endings";
+/// Notices the stream keeps: enough for a burst of ends between two reads.
+const MAXLEN: usize = 10_000;
+/// How long one blocking read waits; also the bound on noticing a close.
+const BLOCK_MS: u64 = 5000;
+
+/// The command that announces the end of session `id` (a cluster; the end
+/// script does it on one server).
+pub(in crate::redis) fn notice(id: &str) -> redis::Cmd {
+    let mut c = redis::cmd("XADD");
+    c.arg(ENDINGS)
+        .arg("MAXLEN")
+        .arg("~")
+        .arg(MAXLEN)
+        .arg("*")
+        .arg("s")
+        .arg(id);
+    c
+}
+
+/// Where the blocking connection of the reader of notices comes from.
+#[derive(Clone)]
+pub(super) enum Source {
+    Server(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+/// A blocking connection of either kind.
+enum Blocking {
+    Server(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Source {
+    async fn connect(&self) -> redis::RedisResult<Blocking> {
+        match self {
+            Source::Server(c) => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(super::super::CONNECT_TIMEOUT)
+                    .set_response_timeout(Duration::from_millis(BLOCK_MS + 5000));
+                Ok(Blocking::Server(
+                    c.get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                ))
+            }
+            Source::Cluster(c) => Ok(Blocking::Cluster(c.get_async_connection().await?)),
+        }
+    }
+}
+
+impl Blocking {
+    async fn query(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
+        match self {
+            Blocking::Server(c) => cmd.query_async(c).await,
+            Blocking::Cluster(c) => cmd.query_async(c).await,
+        }
+    }
+}
+
+/// This instance's reader of notices: started with the first followed stream.
+pub(super) struct Endings {
+    source: Source,
+    started: tokio::sync::OnceCell<()>,
+    stopped: Arc<AtomicBool>,
+}
+
+impl Endings {
+    pub fn new(source: Source) -> Self {
+        Self {
+            source,
+            started: tokio::sync::OnceCell::new(),
+            stopped: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Starts reading notices if not yet; returns once the position to read
+    /// from is fixed, so no end after this call is missed.
+    pub async fn start(&self, shards: &[Arc<Shard>], closed: &Arc<AtomicBool>) {
+        self.started
+            .get_or_init(|| async {
+                let mut conn = self.source.connect().await.ok();
+                let last = match conn.as_mut() {
+                    Some(c) => newest(c).await,
+                    None => None,
+                };
+                let (source, shards, closed, stopped) = (
+                    self.source.clone(),
+                    shards.to_vec(),
+                    closed.clone(),
+                    self.stopped.clone(),
+                );
+                tokio::spawn(run(source, conn, last, shards, closed, stopped));
+            })
+            .await;
+    }
+
+    /// Ends the reading task (within one blocking read).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The id of the newest notice (`0-0` when there is none), or `None` when
+/// Redis did not answer.
+async fn newest(conn: &mut Blocking) -> Option<String> {
+    let mut cmd = redis::cmd("XREVRANGE");
+    cmd.arg(ENDINGS).arg("+").arg("-").arg("COUNT").arg(1);
+    let v = conn.query(&cmd).await.ok()?;
+    Some(reply::last_id(&v).unwrap_or_else(|| "0-0".to_owned()))
+}
+
+async fn run(
+    source: Source,
+    mut conn: Option<Blocking>,
+    mut last: Option<String>,
+    shards: Vec<Arc<Shard>>,
+    closed: Arc<AtomicBool>,
+    stopped: Arc<AtomicBool>,
+) {
+    while !closed.load(Ordering::Relaxed) && !stopped.load(Ordering::Relaxed) {
+        if conn.is_none() {
+            conn = source.connect().await.ok();
+        }
+        let Some(c) = conn.as_mut() else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let Some(from) = last.clone() else {
+            // Redis was away when this began: from what is newest now (the
+            // backstop check finds the ends in between).
+            last = newest(c).await;
+            if last.is_none() {
+                conn = None;
+            }
+            continue;
+        };
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT")
+            .arg(512)
+            .arg("BLOCK")
+            .arg(BLOCK_MS)
+            .arg("STREAMS")
+            .arg(ENDINGS)
+            .arg(&from);
+        let reply = match c.query(&cmd).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "session end notices unreadable; reconnecting");
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        for (_, entries) in reply::by_key(&reply) {
+            if let Some(id) = reply::last_id(entries) {
+                last = Some(id);
+            }
+            for session in reply::field_values(entries, b"s") {
+                shards[super::shard_index(&session, shards.len())].end_session(&session);
+            }
+        }
+    }
+}
