@@ -220,27 +220,7 @@ enum Cmd {
     /// every event delivered to its reader exactly once (the last line names
     /// `lost` and `duplicates`), with RSS per session, delivery latency, CPU
     /// per 1,000 events, Redis memory and commands/s, maintenance pass time.
-    /// Raise the descriptor limit first (`ulimit -n 200000`).
-    Scale {
-        /// Live sessions, each with a GET stream.
-        #[arg(long, default_value_t = 10_000)]
-        sessions: usize,
-        /// Seconds of events.
-        #[arg(long, default_value_t = 60)]
-        duration: u64,
-        /// Events per second, each to a random session.
-        #[arg(long, default_value_t = 1_000)]
-        rate: u64,
-        /// On a Redis of its own instead of the disk log.
-        #[arg(long)]
-        redis: bool,
-        /// Instances on that Redis (sessions spread round-robin).
-        #[arg(long, default_value_t = 2)]
-        instances: usize,
-        /// Append the report to this file.
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
+    Scale(scale::Args),
     /// Upgrade time to first live frame, safe vs legacy; events/s over WebSocket vs SSE.
     Upgrade {
         /// Upgrades per mode.
@@ -303,24 +283,7 @@ async fn run(cli: Cli) {
             rounds,
             out,
         } => task_events::run(events, paced, rounds, out).await,
-        Cmd::Scale {
-            sessions,
-            duration,
-            rate,
-            redis,
-            instances,
-            out,
-        } => {
-            scale::run(
-                sessions,
-                Duration::from_secs(duration),
-                rate,
-                redis,
-                instances,
-                out,
-            )
-            .await
-        }
+        Cmd::Scale(args) => scale::run(args).await,
         Cmd::Stateless {
             rounds,
             duration,

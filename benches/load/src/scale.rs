@@ -112,41 +112,51 @@ async fn scrape(url: &str, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn redis_info(port: u16, section: &str) -> String {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "INFO", section])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    out
-}
-
-fn redis_commands(port: u16) -> u64 {
-    redis_info(port, "commandstats")
-        .lines()
-        .filter_map(|l| l.split("calls=").nth(1))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
-}
-
-fn redis_memory(port: u16) -> u64 {
-    redis_info(port, "memory")
+fn redis_memory(redis: &mcp_resume_testkit::RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "memory"])
         .lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }
 
+/// What `mcp-resume-load scale` takes. Raise the descriptor limit first
+/// (`ulimit -n 200000`).
+#[derive(clap::Args)]
+pub struct Args {
+    /// Live sessions, each with a GET stream.
+    #[arg(long, default_value_t = 10_000)]
+    sessions: usize,
+    /// Seconds of events.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Events per second, each to a random session.
+    #[arg(long, default_value_t = 1_000)]
+    rate: u64,
+    /// On a Redis of its own instead of the disk log.
+    #[arg(long)]
+    redis: bool,
+    /// Instances on that Redis (sessions spread round-robin).
+    #[arg(long, default_value_t = 2)]
+    instances: usize,
+    /// Append the report to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
 /// Runs the scale run: on the disk log (one instance), or with
 /// `instances` on one Redis of its own.
-pub async fn run(
-    sessions: usize,
-    duration: Duration,
-    rate: u64,
-    redis: bool,
-    instances: usize,
-    out: Option<PathBuf>,
-) {
+pub async fn run(args: Args) {
+    let Args {
+        sessions,
+        duration,
+        rate,
+        redis,
+        instances,
+        out,
+    } = args;
+    let duration = Duration::from_secs(duration);
     let bin = servers::our_binary();
     let redis_server = redis.then(mcp_resume_testkit::RedisServer::start);
     let store: Vec<String> = match &redis_server {
@@ -163,10 +173,7 @@ pub async fn run(
     println!("scale: {sessions} sessions, {where_}, HTTP/2 (100 streams per connection)");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before: Vec<u64> = servers.iter().map(Server::rss_kib).collect();
-    let redis_mem_before = redis_server
-        .as_ref()
-        .map(|r| redis_memory(r.port))
-        .unwrap_or(0);
+    let redis_mem_before = redis_server.as_ref().map(redis_memory).unwrap_or(0);
 
     // Sessions and their GET streams, 100 per HTTP/2 connection.
     let clients: Vec<reqwest::Client> = (0..sessions.div_ceil(100))
@@ -219,10 +226,7 @@ pub async fn run(
 
     // Events at `rate`/s to random sessions.
     let cpu0: f64 = servers.iter().map(|s| cpu_secs(s.pid())).sum();
-    let cmds0 = redis_server
-        .as_ref()
-        .map(|r| redis_commands(r.port))
-        .unwrap_or(0);
+    let cmds0 = redis_server.as_ref().map(|r| r.commands_run()).unwrap_or(0);
     let sent = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let limit = Arc::new(tokio::sync::Semaphore::new(512));
@@ -271,10 +275,10 @@ pub async fn run(
     let cpu = servers.iter().map(|s| cpu_secs(s.pid())).sum::<f64>() - cpu0;
     let redis_cmds = redis_server
         .as_ref()
-        .map(|r| (redis_commands(r.port) - cmds0) as f64 / load_secs);
+        .map(|r| (r.commands_run() - cmds0) as f64 / load_secs);
     let redis_mem = redis_server
         .as_ref()
-        .map(|r| redis_memory(r.port) - redis_mem_before);
+        .map(|r| redis_memory(r) - redis_mem_before);
     let received = got(&held);
     let duplicates: u64 = held
         .iter()

@@ -22,13 +22,6 @@ struct Target {
     commands: Box<dyn Fn() -> u64>,
 }
 
-fn commandstats(text: &str) -> u64 {
-    text.lines()
-        .filter_map(|l| l.split("calls=").nth(1))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 async fn measure(t: &Target, streams: usize, warm: Duration, window: Duration) {
     let a = RedisLog::connect(&t.url, Retention::default(), 0)
         .await
@@ -81,35 +74,23 @@ fn main() {
     let warm = Duration::from_secs(*args.get(1).unwrap_or(&40));
     let window = Duration::from_secs(*args.get(2).unwrap_or(&60));
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let server = RedisServer::start();
-    let cluster = RedisCluster::start(3, 0);
-    let port = server.port;
-    let masters = cluster.masters();
-    let cluster_url = cluster.url.clone();
-    let cluster = std::sync::Arc::new(cluster);
+    let server = std::sync::Arc::new(RedisServer::start());
+    let cluster = std::sync::Arc::new(RedisCluster::start(3, 0));
     let targets = [
         Target {
             name: "one server",
             url: server.url.clone(),
-            commands: Box::new(move || {
-                let out = std::process::Command::new("redis-cli")
-                    .args(["-p", &port.to_string(), "INFO", "commandstats"])
-                    .output()
-                    .unwrap();
-                commandstats(&String::from_utf8_lossy(&out.stdout))
-            }),
+            commands: {
+                let server = server.clone();
+                Box::new(move || server.commands_run())
+            },
         },
         Target {
             name: "cluster (3 masters)",
-            url: cluster_url,
+            url: cluster.url.clone(),
             commands: {
                 let cluster = cluster.clone();
-                Box::new(move || {
-                    masters
-                        .iter()
-                        .map(|p| commandstats(&cluster.cli(*p, &["INFO", "commandstats"])))
-                        .sum()
-                })
+                Box::new(move || cluster.commands_run())
             },
         },
     ];

@@ -71,6 +71,14 @@ impl RedisCluster {
         c
     }
 
+    /// Every command its masters have run so far (`INFO commandstats`, summed).
+    pub fn commands_run(&self) -> u64 {
+        self.masters()
+            .into_iter()
+            .map(|p| crate::calls(&self.cli(p, &["INFO", "commandstats"])))
+            .sum()
+    }
+
     /// `redis-cli -p PORT ARGS...`, its output.
     pub fn cli(&self, port: u16, args: &[&str]) -> String {
         let out = Command::new("redis-cli")

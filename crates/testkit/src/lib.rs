@@ -118,11 +118,7 @@ impl RedisServer {
 
     /// Every command it has run so far (`INFO commandstats`, summed).
     pub fn commands_run(&self) -> u64 {
-        self.cli(&["INFO", "commandstats"])
-            .lines()
-            .filter_map(|l| l.split("calls=").nth(1))
-            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-            .sum()
+        calls(&self.cli(&["INFO", "commandstats"]))
     }
 
     /// The commands it ran in each of the next `seconds` seconds, sorted:
@@ -156,4 +152,13 @@ pub fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a tokio runtime")
+}
+
+/// The calls an `INFO commandstats` reply counts, summed.
+fn calls(commandstats: &str) -> u64 {
+    commandstats
+        .lines()
+        .filter_map(|l| l.split("calls=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
 }
