@@ -32,6 +32,10 @@ struct Tally {
     duplicates: AtomicU64,
 }
 
+/// How long one `emit` call may take before it is counted as unanswered
+/// (the run never waits forever on a call).
+const CALL_DEADLINE: Duration = Duration::from_secs(30);
+
 /// What every reader shares.
 #[derive(Default)]
 struct Totals {
@@ -235,6 +239,8 @@ pub async fn run(args: Args) {
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     let per_tick = (rate / 100).max(1);
     let mut id = 1u64;
+    let unanswered = Arc::new(AtomicU64::new(0));
+    let mut last_progress = Instant::now();
     while t0.elapsed() < duration {
         tick.tick().await;
         for _ in 0..per_tick {
@@ -243,22 +249,46 @@ pub async fn run(args: Args) {
             rng ^= rng << 17;
             let (s, tally) = held[(rng % sessions as u64) as usize].clone();
             let permit = limit.clone().acquire_owned().await.unwrap();
-            let (sent, refused) = (sent.clone(), refused.clone());
+            let (sent, refused, unanswered) = (sent.clone(), refused.clone(), unanswered.clone());
             id += 1;
             let call = id;
             tokio::spawn(async move {
                 tally.sent.lock().unwrap().push_back(Instant::now());
-                let r = s.call(call, "emit", json!({"count": 1})).await;
-                if r.contains("\"error\"") || r.contains("isError\":true") {
-                    tally.sent.lock().unwrap().pop_back();
-                    refused.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    sent.fetch_add(1, Ordering::Relaxed);
+                let call = s.call(call, "emit", json!({"count": 1}));
+                match tokio::time::timeout(CALL_DEADLINE, call).await {
+                    Ok(r) if r.contains("\"error\"") || r.contains("isError\":true") => {
+                        tally.sent.lock().unwrap().pop_back();
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(_) => {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Its event may still come: counted as sent, so it is
+                    // either delivered or lost, never unseen.
+                    Err(_) => {
+                        sent.fetch_add(1, Ordering::Relaxed);
+                        unanswered.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 drop(permit);
             });
         }
+        if last_progress.elapsed() >= Duration::from_secs(10) {
+            last_progress = Instant::now();
+            let got: u64 = held
+                .iter()
+                .map(|(_, t)| t.got.load(Ordering::Relaxed))
+                .sum();
+            eprintln!(
+                "scale: {:.0} s: sent {}, delivered {got}, unanswered {}, in flight {}",
+                t0.elapsed().as_secs_f64(),
+                sent.load(Ordering::Relaxed),
+                unanswered.load(Ordering::Relaxed),
+                512 - limit.available_permits()
+            );
+        }
     }
+    // Every call ends within its deadline, so this wait is bounded too.
     let _ = limit.acquire_many(512).await;
     let load_secs = t0.elapsed().as_secs_f64();
     // What is still on its way.
@@ -340,6 +370,11 @@ pub async fn run(args: Args) {
     line(format!(
         "| emits refused | {} |",
         refused.load(Ordering::Relaxed)
+    ));
+    line(format!(
+        "| emits unanswered within {} s | {} |",
+        CALL_DEADLINE.as_secs(),
+        unanswered.load(Ordering::Relaxed)
     ));
     line(format!("| events delivered | {received} |"));
     line(format!(

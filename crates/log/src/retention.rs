@@ -56,6 +56,10 @@ pub(crate) async fn first_young(
 ) -> Result<Seq, LogError> {
     let mut after = b.floor.saturating_sub(1);
     let mut retries = 0;
+    // The first seq of a lost range stepped over and not yet shown old: lost
+    // events have no commit time, so they go only once a later event is
+    // seen to be old (committed after them, so they are older still).
+    let mut lost_from: Option<Seq> = None;
     while after < b.head {
         let evs = match log.read_events(id, stream, after, 1024).await {
             Ok(evs) => evs,
@@ -66,23 +70,30 @@ pub(crate) async fn first_young(
                 after = floor - 1;
                 continue;
             }
-            // Damaged storage lost these: nothing there to keep, step past them.
+            // Damaged storage lost these: step past them, but keep them
+            // (and so their `data-lost` answer) until something after them
+            // is seen to be old.
             Err(LogError::DataLost { to, .. }) if to > after => {
+                lost_from.get_or_insert(after + 1);
                 after = to;
                 continue;
             }
             Err(e) => return Err(e),
         };
-        if let Some(e) = evs.iter().find(|e| e.at_ms >= cutoff_ms) {
-            return Ok(e.seq);
+        let young = evs.iter().position(|e| e.at_ms >= cutoff_ms);
+        if young != Some(0) && !evs.is_empty() {
+            lost_from = None;
+        }
+        if let Some(i) = young {
+            return Ok(lost_from.unwrap_or(evs[i].seq));
         }
         match evs.last() {
             Some(last) => after = last.seq,
             // Nothing after `after`: only what was seen may go.
-            None => return Ok(after + 1),
+            None => return Ok(lost_from.unwrap_or(after + 1)),
         }
     }
-    Ok(after + 1)
+    Ok(lost_from.unwrap_or(after + 1))
 }
 
 /// Makes a backend's reads fail on purpose, so tests can prove that

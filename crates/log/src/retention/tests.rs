@@ -123,3 +123,82 @@ fn only_events_seen_old_are_trimmed() {
         assert_eq!(first_young(&log, "a", S, b, 0).await.unwrap(), 1);
     });
 }
+
+/// Events `1..=head` committed at `at_ms[seq - 1]`, of which `lost` are gone
+/// (read as a disk log with a lost range reads).
+struct Damaged {
+    at_ms: Vec<u64>,
+    lost: (Seq, Seq),
+}
+
+#[async_trait]
+impl ReadEvents for Damaged {
+    async fn read_events(
+        &self,
+        _: &str,
+        _: StreamKey,
+        after: Seq,
+        max: usize,
+    ) -> Result<Vec<Event>, LogError> {
+        let (from, to) = self.lost;
+        let head = self.at_ms.len() as Seq;
+        if after + 1 >= from && after < to {
+            return Err(LogError::DataLost {
+                cursor: after,
+                from,
+                to,
+                head,
+                floor: 1,
+            });
+        }
+        let upper = if after < from { from - 1 } else { head };
+        Ok((after + 1..=upper)
+            .take(max)
+            .map(|seq| Event {
+                seq,
+                at_ms: self.at_ms[seq as usize - 1],
+                message: msg(seq),
+            })
+            .collect())
+    }
+}
+
+/// Lost events have no commit time: they stay (and readers that need them
+/// keep getting `data-lost`, never `truncated`) until an event after them is
+/// seen to be old.
+#[test]
+fn lost_events_go_only_once_a_later_event_is_seen_old() {
+    rt().block_on(async {
+        // 1..=3 at t=10, 4..=6 lost, 7 at t=20, 8 at t=30.
+        let d = Damaged {
+            at_ms: vec![10, 10, 10, 0, 0, 0, 20, 30],
+            lost: (4, 6),
+        };
+        let b = crate::Bounds::new(8, 1);
+        assert_eq!(
+            first_young(&d, "a", S, b, 15).await.unwrap(),
+            4,
+            "7 young: the lost range stays"
+        );
+        assert_eq!(
+            first_young(&d, "a", S, b, 25).await.unwrap(),
+            8,
+            "7 old: the lost range before it goes"
+        );
+        assert_eq!(first_young(&d, "a", S, b, 99).await.unwrap(), 9);
+        assert_eq!(first_young(&d, "a", S, b, 5).await.unwrap(), 1);
+        // Lost up to the head: nothing after it can be seen old, so it stays.
+        let d = Damaged {
+            at_ms: vec![10, 10, 0, 0],
+            lost: (3, 4),
+        };
+        let b = crate::Bounds::new(4, 1);
+        assert_eq!(first_young(&d, "a", S, b, 99).await.unwrap(), 3);
+        // All of it lost.
+        let d = Damaged {
+            at_ms: vec![0; 4],
+            lost: (1, 4),
+        };
+        assert_eq!(first_young(&d, "a", S, b, 99).await.unwrap(), 1);
+    });
+}
