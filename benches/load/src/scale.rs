@@ -42,6 +42,13 @@ struct Totals {
     latencies_us: Mutex<Vec<u64>>,
 }
 
+/// Events the readers have read so far, all sessions together.
+fn delivered(held: &[(Arc<Session>, Arc<Tally>)]) -> u64 {
+    held.iter()
+        .map(|(_, t)| t.got.load(Ordering::Relaxed))
+        .sum()
+}
+
 /// CPU seconds (user + system) of a process so far.
 fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -275,10 +282,7 @@ pub async fn run(args: Args) {
         }
         if last_progress.elapsed() >= Duration::from_secs(10) {
             last_progress = Instant::now();
-            let got: u64 = held
-                .iter()
-                .map(|(_, t)| t.got.load(Ordering::Relaxed))
-                .sum();
+            let got = delivered(&held);
             eprintln!(
                 "scale: {:.0} s: sent {}, delivered {got}, unanswered {}, in flight {}",
                 t0.elapsed().as_secs_f64(),
@@ -294,12 +298,7 @@ pub async fn run(args: Args) {
     // What is still on its way.
     let sent = sent.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let got = |held: &[(Arc<Session>, Arc<Tally>)]| -> u64 {
-        held.iter()
-            .map(|(_, t)| t.got.load(Ordering::Relaxed))
-            .sum()
-    };
-    while got(&held) < sent && Instant::now() < deadline {
+    while delivered(&held) < sent && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let cpu = servers.iter().map(|s| cpu_secs(s.pid())).sum::<f64>() - cpu0;
@@ -309,7 +308,7 @@ pub async fn run(args: Args) {
     let redis_mem = redis_server
         .as_ref()
         .map(|r| redis_memory(r) - redis_mem_before);
-    let received = got(&held);
+    let received = delivered(&held);
     let duplicates: u64 = held
         .iter()
         .map(|(_, t)| t.duplicates.load(Ordering::Relaxed))

@@ -43,6 +43,18 @@ pub(super) use endings::{notice as end_notice, ENDINGS};
 const SHARDS: usize = 16;
 /// How long one `XREAD` blocks; also the bound on noticing `close`.
 const BLOCK_MS: u64 = 500;
+
+/// `XREAD COUNT 512 BLOCK block_ms STREAMS`: how every blocking read of the
+/// tail begins (its keys, then their ids, follow).
+fn xread_blocking(block_ms: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("XREAD");
+    cmd.arg("COUNT")
+        .arg(512)
+        .arg("BLOCK")
+        .arg(block_ms)
+        .arg("STREAMS");
+    cmd
+}
 /// The longest pause between looks at a stream whose newest events are not committed yet.
 const MAX_HOLD_POLL: Duration = Duration::from_millis(100);
 /// How long a wake stream outlives its last use.
@@ -345,6 +357,32 @@ impl Shard {
                 .map(|(k, f)| (k.clone(), f.last))
                 .collect(),
         )
+    }
+
+    /// [`Self::hand_on`] for the read loops: while something read waits for
+    /// the replicas, sleeps `held_for` (doubling up to [`MAX_HOLD_POLL`])
+    /// instead of spinning on Redis. `None` when Redis was lost: every
+    /// reader has been ended.
+    async fn hand_on_backing_off(
+        &self,
+        batches: Vec<(String, Vec<Event>)>,
+        held_for: &mut Duration,
+    ) -> Option<bool> {
+        let held = match self.hand_on(batches).await {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(error = %e, "Redis tail lost; ending its readers");
+                self.end_everything(EndReason::Unavailable);
+                return None;
+            }
+        };
+        if held {
+            tokio::time::sleep(*held_for).await;
+            *held_for = (*held_for * 2).min(MAX_HOLD_POLL);
+        } else {
+            *held_for = Duration::from_millis(1);
+        }
+        Some(held)
     }
 
     /// Delivers what was read, up to each stream's committed head; `true`

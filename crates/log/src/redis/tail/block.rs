@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::reply;
-use super::{Shard, BLOCK_MS, END_BACKSTOP, MAX_HOLD_POLL};
+use super::{xread_blocking, Shard, BLOCK_MS, END_BACKSTOP};
 use crate::subscription::EndReason;
 
 impl Shard {
@@ -34,13 +34,8 @@ impl Shard {
         let mut held_for = Duration::from_millis(1);
         loop {
             let Some(keys) = self.followed() else { return };
-            let mut cmd = redis::cmd("XREAD");
-            cmd.arg("COUNT")
-                .arg(512)
-                .arg("BLOCK")
-                .arg(BLOCK_MS)
-                .arg("STREAMS")
-                .arg(&self.wake);
+            let mut cmd = xread_blocking(BLOCK_MS);
+            cmd.arg(&self.wake);
             for (k, _) in &keys {
                 cmd.arg(k);
             }
@@ -71,21 +66,15 @@ impl Shard {
                     }
                 }
             }
-            let held = match self.hand_on(batches).await {
-                Ok(held) => held,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Redis tail lost; ending its readers");
-                    return self.end_everything(EndReason::Unavailable);
-                }
-            };
-            if held {
-                // Appended but not yet acknowledged by the replicas: look again
-                // shortly, backing off while it lasts (replicas away, an
-                // append's WAIT failed) instead of spinning on Redis.
-                tokio::time::sleep(held_for).await;
-                held_for = (held_for * 2).min(MAX_HOLD_POLL);
-            } else {
-                held_for = Duration::from_millis(1);
+            // Appended but not yet acknowledged by the replicas: looked at
+            // again shortly, backing off while it lasts (replicas away, an
+            // append's WAIT failed).
+            if self
+                .hand_on_backing_off(batches, &mut held_for)
+                .await
+                .is_none()
+            {
+                return;
             }
             if checked.elapsed() >= END_BACKSTOP {
                 checked = Instant::now();

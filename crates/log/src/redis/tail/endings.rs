@@ -161,14 +161,8 @@ async fn run(
             }
             continue;
         };
-        let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT")
-            .arg(512)
-            .arg("BLOCK")
-            .arg(BLOCK_MS)
-            .arg("STREAMS")
-            .arg(ENDINGS)
-            .arg(&from);
+        let mut cmd = super::xread_blocking(BLOCK_MS);
+        cmd.arg(ENDINGS).arg(&from);
         let reply = match c.query(&cmd).await {
             Ok(v) => v,
             Err(e) => {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisResult, Value};
 
-use super::{reply, Shard, END_BACKSTOP, MAX_HOLD_POLL};
+use super::{reply, Shard, END_BACKSTOP};
 use crate::subscription::EndReason;
 use crate::{Event, Seq};
 
@@ -126,21 +126,12 @@ impl Shard {
                 };
                 next_full = Instant::now() + safety;
             }
-            let held = match self.hand_on(batches).await {
-                Ok(held) => held,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Redis tail lost; ending its readers");
-                    return self.end_everything(EndReason::Unavailable);
-                }
-            };
-            if held {
-                // As for one server: not acknowledged by the replicas yet;
-                // the commit wakes them, this is the backstop.
-                tokio::time::sleep(held_for).await;
-                held_for = (held_for * 2).min(MAX_HOLD_POLL);
-                again.extend(read);
-            } else {
-                held_for = Duration::from_millis(1);
+            // As for one server: not acknowledged by the replicas yet; the
+            // commit wakes them, this is the backstop.
+            match self.hand_on_backing_off(batches, &mut held_for).await {
+                None => return,
+                Some(true) => again.extend(read),
+                Some(false) => {}
             }
             if !again.is_empty() {
                 self.lock().dirty.extend(again);
