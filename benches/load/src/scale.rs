@@ -123,6 +123,26 @@ async fn scrape(url: &str, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The commands that ran most between two `INFO commandstats` readings,
+/// as `evalsha 812/s, xread 400/s, ...` (the eight busiest).
+fn busiest_commands(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+    secs: f64,
+) -> String {
+    let mut ran: Vec<(u64, &str)> = after
+        .iter()
+        .map(|(name, n)| (n - before.get(name).copied().unwrap_or(0), name.as_str()))
+        .filter(|(n, _)| *n > 0)
+        .collect();
+    ran.sort_unstable_by(|a, b| b.cmp(a));
+    ran.iter()
+        .take(8)
+        .map(|(n, name)| format!("{name} {:.0}/s", *n as f64 / secs))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn redis_memory(redis: &mcp_resume_testkit::RedisServer) -> u64 {
     redis
         .cli(&["INFO", "memory"])
@@ -238,6 +258,7 @@ pub async fn run(args: Args) {
     // Events at `rate`/s to random sessions.
     let cpu0: f64 = servers.iter().map(|s| cpu_secs(s.pid())).sum();
     let cmds0 = redis_server.as_ref().map(|r| r.commands_run()).unwrap_or(0);
+    let by_name0 = redis_server.as_ref().map(|r| r.commands_by_name());
     let sent = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let limit = Arc::new(tokio::sync::Semaphore::new(512));
@@ -308,6 +329,10 @@ pub async fn run(args: Args) {
     let redis_mem = redis_server
         .as_ref()
         .map(|r| redis_memory(r) - redis_mem_before);
+    let redis_top = redis_server
+        .as_ref()
+        .zip(by_name0)
+        .map(|(r, before)| busiest_commands(&before, &r.commands_by_name(), load_secs));
     let received = delivered(&held);
     let duplicates: u64 = held
         .iter()
@@ -388,6 +413,9 @@ pub async fn run(args: Args) {
     if let (Some(c), Some(m)) = (redis_cmds, redis_mem) {
         line(format!("| Redis commands/s during the load | {c:.0} |"));
         line(format!("| Redis memory (used_memory growth from the start) | {:.1} MiB ({:.0} B per session) |", m as f64 / 1048576.0, m as f64 / sessions as f64));
+    }
+    if let Some(top) = &redis_top {
+        line(format!("| Redis commands/s by command (the busiest) | {top} |"));
     }
     for (i, p) in passes.iter().enumerate() {
         line(format!("| maintenance pass, instance {} | {p} |", i + 1));

@@ -121,6 +121,12 @@ impl RedisServer {
         calls(&self.cli(&["INFO", "commandstats"]))
     }
 
+    /// The calls of each command so far, by name (`INFO commandstats`):
+    /// two of these subtracted say where a load's commands went.
+    pub fn commands_by_name(&self) -> std::collections::BTreeMap<String, u64> {
+        calls_by_name(&self.cli(&["INFO", "commandstats"]))
+    }
+
     /// The commands it ran in each of the next `seconds` seconds, sorted:
     /// the median is a steady cost that a rare burst (a maintenance pass)
     /// does not move.
@@ -156,9 +162,18 @@ pub fn rt() -> tokio::runtime::Runtime {
 
 /// The calls an `INFO commandstats` reply counts, summed.
 fn calls(commandstats: &str) -> u64 {
+    calls_by_name(commandstats).values().sum()
+}
+
+/// The calls an `INFO commandstats` reply counts, per command
+/// (`cmdstat_evalsha:calls=12,...` -> `evalsha: 12`).
+fn calls_by_name(commandstats: &str) -> std::collections::BTreeMap<String, u64> {
     commandstats
         .lines()
-        .filter_map(|l| l.split("calls=").nth(1))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
 }
