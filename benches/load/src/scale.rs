@@ -415,7 +415,9 @@ pub async fn run(args: Args) {
         line(format!("| Redis memory (used_memory growth from the start) | {:.1} MiB ({:.0} B per session) |", m as f64 / 1048576.0, m as f64 / sessions as f64));
     }
     if let Some(top) = &redis_top {
-        line(format!("| Redis commands/s by command (the busiest) | {top} |"));
+        line(format!(
+            "| Redis commands/s by command (the busiest) | {top} |"
+        ));
     }
     for (i, p) in passes.iter().enumerate() {
         line(format!("| maintenance pass, instance {} | {p} |", i + 1));
