@@ -11,7 +11,7 @@
 //! instance reports (`mcp_resume_maintenance_pass_duration_seconds`).
 //! The last line names `lost N` and `duplicates N`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,19 +123,28 @@ async fn scrape(url: &str, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The commands that ran most between two `INFO commandstats` readings,
-/// as `evalsha 812/s, xread 400/s, ...` (the eight busiest).
-fn busiest_commands(
-    before: &std::collections::BTreeMap<String, u64>,
-    after: &std::collections::BTreeMap<String, u64>,
-    secs: f64,
-) -> String {
-    let mut ran: Vec<(u64, &str)> = after
+/// The calls of each command between two `INFO commandstats` readings,
+/// the most first.
+fn commands_ran(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> Vec<(u64, String)> {
+    let mut ran: Vec<(u64, String)> = after
         .iter()
-        .map(|(name, n)| (n - before.get(name).copied().unwrap_or(0), name.as_str()))
+        .map(|(name, n)| {
+            (
+                n.saturating_sub(before.get(name).copied().unwrap_or(0)),
+                name.clone(),
+            )
+        })
         .filter(|(n, _)| *n > 0)
         .collect();
     ran.sort_unstable_by(|a, b| b.cmp(a));
+    ran
+}
+
+/// The eight busiest of `ran` over `secs`, as `evalsha 812/s, xadd 400/s, ...`.
+fn busiest(ran: &[(u64, String)], secs: f64) -> String {
     ran.iter()
         .take(8)
         .map(|(n, name)| format!("{name} {:.0}/s", *n as f64 / secs))
@@ -257,8 +266,7 @@ pub async fn run(args: Args) {
 
     // Events at `rate`/s to random sessions.
     let cpu0: f64 = servers.iter().map(|s| cpu_secs(s.pid())).sum();
-    let cmds0 = redis_server.as_ref().map(|r| r.commands_run()).unwrap_or(0);
-    let by_name0 = redis_server.as_ref().map(|r| r.commands_by_name());
+    let cmds0 = redis_server.as_ref().map(|r| r.commands_by_name());
     let sent = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let limit = Arc::new(tokio::sync::Semaphore::new(512));
@@ -323,16 +331,18 @@ pub async fn run(args: Args) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let cpu = servers.iter().map(|s| cpu_secs(s.pid())).sum::<f64>() - cpu0;
-    let redis_cmds = redis_server
+    // One reading after the load: the total and the busiest come from it.
+    let redis_ran = redis_server
         .as_ref()
-        .map(|r| (r.commands_run() - cmds0) as f64 / load_secs);
+        .zip(cmds0)
+        .map(|(r, before)| commands_ran(&before, &r.commands_by_name()));
+    let redis_cmds = redis_ran
+        .as_ref()
+        .map(|ran| ran.iter().map(|(n, _)| n).sum::<u64>() as f64 / load_secs);
     let redis_mem = redis_server
         .as_ref()
         .map(|r| redis_memory(r) - redis_mem_before);
-    let redis_top = redis_server
-        .as_ref()
-        .zip(by_name0)
-        .map(|(r, before)| busiest_commands(&before, &r.commands_by_name(), load_secs));
+    let redis_top = redis_ran.map(|ran| busiest(&ran, load_secs));
     let received = delivered(&held);
     let duplicates: u64 = held
         .iter()
