@@ -143,6 +143,8 @@ pub struct ServeArgs {
     retention_secs: u64,
 
     /// Sessions idle longer than this many seconds end (later use gets 404).
+    /// An open GET stream or WebSocket is use: it marks its session in the
+    /// log every quarter of this (or every heartbeat, when that is longer).
     #[arg(long, default_value_t = 1800)]
     session_ttl_secs: u64,
 

@@ -197,7 +197,7 @@ async fn pump(
     let mut touched = tokio::time::Instant::now();
     loop {
         // An open reader is activity: its session does not idle out under it.
-        touch_every(&state, &id, state.config.keepalive, &mut touched).await;
+        touch_every(&state, &id, state.config.reader_touch_every(), &mut touched).await;
         let next = tokio::select! {
             ev = sub.next() => ev,
             _ = tokio::time::sleep(state.config.keepalive) => {
@@ -263,7 +263,8 @@ fn log_code(e: &LogError) -> &'static str {
 
 /// Marks session `id` as used when `every` has passed since `touched`: an
 /// open reader (SSE or WebSocket, of a session or a listen stream) keeps its
-/// session from idle expiry, at one touch per `every` whatever the traffic.
+/// session from idle expiry, at one touch per `every` whatever the traffic
+/// (`every` is [`crate::ServerConfig::reader_touch_every`]).
 pub(crate) async fn touch_every(
     state: &AppState,
     id: &str,

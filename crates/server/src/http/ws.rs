@@ -282,9 +282,10 @@ impl Conn {
         let keepalive = self.state.config.keepalive;
         let mut silence = tokio::time::Instant::now() + keepalive;
         let mut pending_heartbeat: Option<Seq> = None;
+        let touch_every = self.state.config.reader_touch_every();
         let mut touched = tokio::time::Instant::now();
         loop {
-            crate::sse::touch_every(&self.state, &self.id, keepalive, &mut touched).await;
+            crate::sse::touch_every(&self.state, &self.id, touch_every, &mut touched).await;
             let open = self.gate.is_open();
             tokio::select! {
                 frame = self.socket.recv() => match frame {
