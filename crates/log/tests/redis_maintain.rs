@@ -1,0 +1,78 @@
+//! A maintenance pass on Redis reads the state of many sessions per round
+//! trip, and the streams of a session only once it is old enough to hold an
+//! event past the age limit (the other contract tests show those trimmed): at 100,000 sessions a pass that made a handful
+//! of round trips per session took longer than its interval
+//! (benches/results/scale.md).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{msg, RedisServer};
+use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
+use mcp_resume_log::{RedisLog, Retention, StreamKey};
+
+const SESSIONS: usize = 1_000;
+
+fn ran(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+#[test]
+fn a_pass_over_young_sessions_reads_their_state_and_nothing_else() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        for s in 0..SESSIONS {
+            let id = format!("s{s}");
+            log.create_session(&id, bytes::Bytes::new()).await.unwrap();
+            log.append(&id, StreamKey::Session, (1..=3).map(msg).collect())
+                .await
+                .unwrap();
+            let r = log
+                .open_request_stream(&id, bytes::Bytes::new())
+                .await
+                .unwrap();
+            log.append(&id, StreamKey::Request(r), vec![msg(1)])
+                .await
+                .unwrap();
+        }
+        let (idle, tombstones) = (Duration::from_secs(600), Duration::from_secs(3600));
+        // The first pass leases the buckets; the second is the steady state.
+        log.maintain(idle, tombstones).await.unwrap();
+        let before = redis.commands_by_name();
+        let pass = log.maintain(idle, tombstones).await.unwrap();
+        let ran = ran(&before, &redis.commands_by_name());
+        assert_eq!(pass.buckets, 64, "one instance holds every bucket");
+        assert!(pass.ended.is_empty());
+        let n = |c: &str| ran.get(c).copied().unwrap_or(0);
+        // One `HMGET` per session (pipelined, WALK_BATCH a round trip); no
+        // request index, no bounds script, no read of a stream. The bounded
+        // sweep for older releases' tombstones (`SCAN`, one script a step,
+        // whose `HGET`s Redis counts by name) is the rest.
+        assert!(
+            n("hmget") <= SESSIONS as u64,
+            "more than one HMGET a session: {ran:?}"
+        );
+        assert!(
+            n("smembers") <= 4,
+            "a session's request index was read: {ran:?}"
+        );
+        assert!(n("evalsha") <= 20, "scripts ran per session: {ran:?}");
+        for read in ["xrange", "xrevrange", "xread"] {
+            assert!(
+                !ran.contains_key(read),
+                "a young session's streams were read ({read}): {ran:?}"
+            );
+        }
+        // Nothing was trimmed that should stay.
+        assert_eq!(log.bounds("s0", StreamKey::Session).await.unwrap().floor, 1);
+    });
+}
