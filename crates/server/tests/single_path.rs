@@ -3,7 +3,8 @@
 //! What that path must keep: a call whose client hangs up leaves nothing in
 //! flight, a session an earlier release created without its `initialize`
 //! params is still served, and a tool's notifications reach the log before
-//! its answer reaches the client.
+//! its answer reaches the client; a call whose session ends while it runs
+//! is answered with an error, not left waiting.
 
 mod common;
 
@@ -25,6 +26,15 @@ fn tools() -> ToolRegistry {
             |_ctx, _args| async move {
                 tokio::time::sleep(Duration::from_secs(3)).await;
                 Ok(text_result("slow"))
+            },
+        )
+        .tool(
+            "hang",
+            "never answers",
+            json!({"type": "object"}),
+            |_ctx, _args| async move {
+                std::future::pending::<()>().await;
+                Ok(text_result("never"))
             },
         )
         .tool(
@@ -145,4 +155,48 @@ async fn a_tools_notifications_are_committed_before_its_answer_is_seen() {
             "the answer came before its notifications were committed"
         );
     }
+}
+
+/// A session ended (`DELETE`) while one of its calls runs: the handler is
+/// cancelled with the session's backend, and the call still ends, loudly
+/// (-32603, `backend-stopped`), instead of holding its POST open forever
+/// (the POST held the route, so nothing else would answer it).
+#[tokio::test]
+async fn a_call_whose_session_ends_under_it_is_answered_with_an_error() {
+    let (s, sid) = started().await;
+    let post = {
+        let (url, sid) = (s.url.clone(), sid.clone());
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-session-id", &sid)
+                .body(call(9, "hang").to_string())
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deleted = reqwest::Client::new()
+        .delete(&s.url)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    let answer = tokio::time::timeout(Duration::from_secs(10), post)
+        .await
+        .expect("the call was left waiting after its session ended")
+        .unwrap();
+    assert_eq!(answer["id"], 9, "{answer}");
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["reason"], "backend-stopped",
+        "{answer}"
+    );
 }

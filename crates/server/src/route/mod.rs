@@ -100,10 +100,15 @@ impl Routes {
     }
 
     /// The route of `session` on this instance, if it has one.
+    ///
+    /// Marked used under the map's lock, so that maintenance, which parks a
+    /// route under the same lock only when it is still unused
+    /// ([`Routes::park_if_unused`]), never parks one a request just took.
     pub(crate) fn get(&self, session: &str) -> Option<Arc<SessionRoute>> {
-        let r = self.lock().get(session).cloned()?;
-        *r.used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        Some(r)
+        let map = self.lock();
+        let r = map.get(session)?;
+        r.mark_used();
+        Some(r.clone())
     }
 
     /// The route of `session` on this instance, without counting it as used.
@@ -129,6 +134,7 @@ impl Routes {
     ) -> Result<Arc<SessionRoute>, BackendError> {
         let mut map = self.lock();
         if let Some(r) = map.get(session) {
+            r.mark_used();
             return Ok(r.clone());
         }
         if lease.is_some() {
@@ -261,16 +267,37 @@ impl Routes {
             })
             .collect();
         for (id, idle, unused) in routes {
-            let parked = idle && park_after.is_some_and(|after| unused >= after);
-            let ended = !parked
-                && unused >= stale_after
+            if let Some(after) = park_after.filter(|after| idle && unused >= *after) {
+                self.park_if_unused(&id, after);
+                continue;
+            }
+            let ended = unused >= stale_after
                 && matches!(
                     state.log.session(&id).await,
                     Err(LogError::NoSession(_) | LogError::SessionEnded)
                 );
-            if ended || parked {
+            if ended {
                 self.close(&id);
             }
+        }
+    }
+
+    /// Parks (closes) the route of `session` if it is still unused for
+    /// `after` and has nothing in flight, checked under the map's lock: a
+    /// request that took the route since the sweep looked marked it used
+    /// under that lock ([`Routes::get`]), and a call it delivers to a closed
+    /// backend would be cancelled with nothing left to answer it.
+    fn park_if_unused(&self, session: &str, after: std::time::Duration) {
+        let mut map = self.lock();
+        let Some(r) = map.get(session) else {
+            return;
+        };
+        let unused = r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+        if unused < after || !r.lock_table().idle() || r.backend.busy() {
+            return;
+        }
+        if let Some(r) = map.remove(session) {
+            r.backend.close();
         }
     }
 }
@@ -301,6 +328,11 @@ impl SessionRoute {
     /// be used, and what its backend sends is no longer committed.
     pub(crate) fn lease_lost(&self, log: &dyn mcp_resume_log::Log) -> bool {
         lapsed(self.epoch, log)
+    }
+
+    /// Counts the route as used now (parking waits for it to be unused).
+    fn mark_used(&self) {
+        *self.used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
     pub(crate) fn lock_table(&self) -> MutexGuard<'_, Table> {

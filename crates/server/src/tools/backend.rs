@@ -161,13 +161,23 @@ impl BackendSession for ToolsSession {
         };
         let first = method == "initialize" && !self.initialized.swap(true, Ordering::AcqRel);
         Ok(Some(Box::pin(async move {
+            // A listen is answered only when it ends, with its session.
+            let answers = method != "subscriptions/listen";
             let work = AssertUnwindSafe(answer(&ctx, &id, &method, params, first)).catch_unwind();
             let reply = tokio::select! {
                 r = work => r.unwrap_or_else(|_| {
                     tracing::error!(session = %ctx.session, %id, "a tool's handler failed without answering");
                     Some(jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried"))
                 }),
-                _ = ctx.cancel.cancelled() => None,
+                // The session's backend closed (its session ended): the call
+                // still ends, loudly. Its route answers it as long as a
+                // request holds the route, so no POST waits forever.
+                _ = ctx.cancel.cancelled() => answers.then(|| jsonrpc::error_with_data(
+                    &id,
+                    jsonrpc::INTERNAL_ERROR,
+                    "the session's backend stopped while this call ran; it may be retried",
+                    json!({"reason": "backend-stopped"}),
+                )),
             };
             if let Some(message) = reply {
                 // An error means the route has ended: it answers what is in flight.
