@@ -183,6 +183,10 @@ pub struct Args {
     /// Append the report to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// An argument for each `serve` (repeat it), e.g.
+    /// `--serve-arg=--session-ttl-secs=60` to compare a setting in one build.
+    #[arg(long = "serve-arg", allow_hyphen_values = true)]
+    serve_args: Vec<String>,
 }
 
 /// Runs the scale run: on the disk log (one instance), or with
@@ -195,6 +199,7 @@ pub async fn run(args: Args) {
         redis,
         instances,
         out,
+        serve_args,
     } = args;
     let duration = Duration::from_secs(duration);
     let bin = servers::our_binary();
@@ -204,13 +209,22 @@ pub async fn run(args: Args) {
         None => Vec::new(),
     };
     let n = if redis { instances.max(1) } else { 1 };
-    let extra: Vec<&str> = store.iter().map(String::as_str).collect();
+    let extra: Vec<&str> = store
+        .iter()
+        .chain(&serve_args)
+        .map(String::as_str)
+        .collect();
     let servers: Vec<Server> = (0..n).map(|_| servers::ours(&bin, &extra)).collect();
     let where_ = match &redis_server {
         Some(_) => format!("{n} instances on one Redis"),
         None => "one instance, disk log".to_owned(),
     };
-    println!("scale: {sessions} sessions, {where_}, HTTP/2 (100 streams per connection)");
+    let settings = if serve_args.is_empty() {
+        String::new()
+    } else {
+        format!("; serve {}", serve_args.join(" "))
+    };
+    println!("scale: {sessions} sessions, {where_}, HTTP/2 (100 streams per connection){settings}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before: Vec<u64> = servers.iter().map(Server::rss_kib).collect();
     let redis_mem_before = redis_server.as_ref().map(redis_memory).unwrap_or(0);
