@@ -197,7 +197,14 @@ async fn pump(
     let mut touched = tokio::time::Instant::now();
     loop {
         // An open reader is activity: its session does not idle out under it.
-        touch_every(&state, &id, state.config.reader_touch_every(), &mut touched).await;
+        touch_every(
+            &state,
+            &id,
+            state.config.reader_touch_every(),
+            state.config.keepalive,
+            &mut touched,
+        )
+        .await;
         let next = tokio::select! {
             ev = sub.next() => ev,
             _ = tokio::time::sleep(state.config.keepalive) => {
@@ -264,11 +271,13 @@ fn log_code(e: &LogError) -> &'static str {
 /// Marks session `id` as used when `every` has passed since `touched`: an
 /// open reader (SSE or WebSocket, of a session or a listen stream) keeps its
 /// session from idle expiry, at one touch per `every` whatever the traffic
-/// (`every` is [`crate::ServerConfig::reader_touch_every`]).
+/// (`every` is [`crate::ServerConfig::reader_touch_every`]). A touch that
+/// fails is tried again `retry` later (the keepalive), not a whole `every`.
 pub(crate) async fn touch_every(
     state: &AppState,
     id: &str,
     every: std::time::Duration,
+    retry: std::time::Duration,
     touched: &mut tokio::time::Instant,
 ) {
     if touched.elapsed() < every {
@@ -277,5 +286,8 @@ pub(crate) async fn touch_every(
     *touched = tokio::time::Instant::now();
     if let Err(e) = state.log.touch(id).await {
         tracing::debug!(session = %id, error = %e, "an open reader could not keep its session alive");
+        if let Some(sooner) = touched.checked_sub(every.saturating_sub(retry)) {
+            *touched = sooner;
+        }
     }
 }

@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,9 @@ use mcp_resume_log::{Log, MemoryLog, StreamKey};
 use mcp_resume_server::tools::{text_result, ToolRegistry};
 use mcp_resume_server::ServerConfig;
 use serde_json::{json, Value};
+
+/// How many `hang` calls have started (in any test of this binary).
+static HANGING: AtomicUsize = AtomicUsize::new(0);
 
 fn tools() -> ToolRegistry {
     ToolRegistry::new()
@@ -33,6 +37,7 @@ fn tools() -> ToolRegistry {
             "never answers",
             json!({"type": "object"}),
             |_ctx, _args| async move {
+                HANGING.fetch_add(1, Ordering::SeqCst);
                 std::future::pending::<()>().await;
                 Ok(text_result("never"))
             },
@@ -164,6 +169,7 @@ async fn a_tools_notifications_are_committed_before_its_answer_is_seen() {
 #[tokio::test]
 async fn a_call_whose_session_ends_under_it_is_answered_with_an_error() {
     let (s, sid) = started().await;
+    let hanging = HANGING.load(Ordering::SeqCst);
     let post = {
         let (url, sid) = (s.url.clone(), sid.clone());
         tokio::spawn(async move {
@@ -181,7 +187,13 @@ async fn a_call_whose_session_ends_under_it_is_answered_with_an_error() {
                 .unwrap()
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The session ends while the call runs, not before it arrives.
+    for _ in 0..100 {
+        if HANGING.load(Ordering::SeqCst) > hanging {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let deleted = reqwest::Client::new()
         .delete(&s.url)
         .header("mcp-session-id", &sid)

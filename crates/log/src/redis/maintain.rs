@@ -59,7 +59,9 @@ impl RedisLog {
                     self.reconcile(id, e.as_deref()).await?;
                     continue;
                 }
-                if a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64) {
+                if a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64)
+                    && self.still_idle(id, idle).await?
+                {
                     if self.end_session(id).await.is_ok() {
                         ended.push(id.clone());
                     }
@@ -76,6 +78,19 @@ impl RedisLog {
             }
         }
         Ok(ended)
+    }
+
+    /// Whether session `id` is still idle for longer than `idle`, read again
+    /// just before it is ended: its state was read with a batch, and a
+    /// client that came back since must not lose its session.
+    async fn still_idle(&self, id: &str, idle: Duration) -> Result<bool, LogError> {
+        let a: Option<u64> = redis::cmd("HGET")
+            .arg(format!("{}:s", prefix(id)))
+            .arg("a")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(a.is_some_and(|a| now_ms().saturating_sub(a) > idle.as_millis() as u64))
     }
 
     /// Age retention on each stream of session `id` that holds something:

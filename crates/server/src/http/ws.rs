@@ -285,7 +285,8 @@ impl Conn {
         let touch_every = self.state.config.reader_touch_every();
         let mut touched = tokio::time::Instant::now();
         loop {
-            crate::sse::touch_every(&self.state, &self.id, touch_every, &mut touched).await;
+            crate::sse::touch_every(&self.state, &self.id, touch_every, keepalive, &mut touched)
+                .await;
             let open = self.gate.is_open();
             tokio::select! {
                 frame = self.socket.recv() => match frame {

@@ -293,7 +293,9 @@ impl Routes {
             return;
         };
         let unused = r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
-        if unused < after || !r.lock_table().idle() || r.backend.busy() {
+        // A route under a lease is not parked: forwarded calls reach it
+        // through its inbox, which takes it without marking it used.
+        if unused < after || r.epoch.is_some() || !r.lock_table().idle() || r.backend.busy() {
             return;
         }
         if let Some(r) = map.remove(session) {
