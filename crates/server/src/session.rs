@@ -76,6 +76,36 @@ impl SessionRecord {
     }
 }
 
+/// What every request checks of a [`SessionRecord`] (who created the
+/// session, its revision, whether it is a task), decoded without building
+/// the rest: the client's `initialize` params, decoded into a `Value` on
+/// every request, were a tenth of the instructions of a `tools/call`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct SessionHead {
+    /// [`SessionRecord::protocol_version`].
+    #[serde(rename = "v")]
+    pub protocol_version: String,
+    /// [`SessionRecord::principal`].
+    #[serde(rename = "p", default)]
+    pub principal: Option<String>,
+    /// Whether [`SessionRecord::task`] is set (its content is skipped).
+    #[serde(rename = "t", default)]
+    task: Option<serde::de::IgnoredAny>,
+}
+
+impl SessionHead {
+    /// Decodes from the log; an unreadable record reads as the default, as
+    /// [`SessionRecord::decode`] does.
+    pub(crate) fn decode(b: &[u8]) -> Self {
+        serde_json::from_slice(b).unwrap_or_default()
+    }
+
+    /// Whether the record is a durable task's, not an MCP session's.
+    pub(crate) fn is_task(&self) -> bool {
+        self.task.is_some()
+    }
+}
+
 /// What the server keeps of a task in its session record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {

@@ -152,22 +152,55 @@ pub(crate) async fn live_session(
     if !need_record && version.is_none() && principal.is_none() {
         return Ok(None);
     }
+    if !need_record {
+        let head = crate::session::SessionHead::decode(&state.log.session(id).await?.meta);
+        fits(
+            id,
+            principal,
+            version,
+            &head.principal,
+            head.is_task(),
+            &head.protocol_version,
+        )?;
+        return Ok(None);
+    }
     let rec = state.record(id).await?;
-    if rec.principal != *principal || rec.task.is_some() {
+    fits(
+        id,
+        principal,
+        version,
+        &rec.principal,
+        rec.task.is_some(),
+        &rec.protocol_version,
+    )?;
+    Ok(Some(rec))
+}
+
+/// Whether a request of `principal` naming revision `version` (if any) fits
+/// session `id`, created by `owner` on revision `negotiated`: 404 for
+/// another principal or a task's id, 400 for another revision.
+fn fits(
+    id: &str,
+    principal: &Principal,
+    version: Option<&str>,
+    owner: &Option<String>,
+    is_task: bool,
+    negotiated: &str,
+) -> Result<(), ApiError> {
+    if owner != principal || is_task {
         return Err(ApiError::NoSession(id.to_owned()));
     }
     if let Some(v) = version {
-        if v != rec.protocol_version {
+        if v != negotiated {
             return Err(ApiError::bad(
                 "protocol-version-mismatch",
                 format!(
-                    "MCP-Protocol-Version {v:?} differs from the session's negotiated {:?}",
-                    rec.protocol_version
+                    "MCP-Protocol-Version {v:?} differs from the session's negotiated {negotiated:?}"
                 ),
             ));
         }
     }
-    Ok(Some(rec))
+    Ok(())
 }
 
 impl CursorQuery {
