@@ -1,5 +1,9 @@
 //! A tracing span per request, carrying the method, the path and the session
-//! id, so every log line a request causes says which session it was.
+//! id, so every log line a request causes says which session it was; at
+//! debug level (`RUST_LOG=mcp_resume_server=debug`, or `debug`): with the fmt
+//! subscriber an enabled span formats its fields as it is made, a tenth of
+//! the instructions of a `tools/call` answered as JSON. The warnings and
+//! errors of the request paths name their session themselves.
 
 use axum::http::Request;
 use mcp_resume_proto::headers as h;
@@ -17,7 +21,7 @@ impl<B> MakeSpan<B> for RequestSpan {
             .get(h::MCP_SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        tracing::info_span!(
+        tracing::debug_span!(
             "request",
             method = %req.method(),
             path = req.uri().path(),
