@@ -112,7 +112,7 @@ impl McpServer {
                 shutdown.clone(),
             ))),
         };
-        let state = AppState {
+        let state = AppState::new(route::state::ServerState {
             log,
             config,
             shutdown,
@@ -123,7 +123,7 @@ impl McpServer {
             backend,
             routes: Default::default(),
             task_store: None,
-        };
+        });
         Self { state, stop }
     }
 
@@ -132,7 +132,7 @@ impl McpServer {
     /// any instance; handlers create tasks with the same store
     /// ([`tasks::TaskStore::spawn`]). Build it on this server's log.
     pub fn with_tasks(mut self, store: tasks::TaskStore) -> Self {
-        self.state.task_store = Some(store);
+        self.state.make_mut().task_store = Some(store);
         self
     }
 

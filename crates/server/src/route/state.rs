@@ -15,10 +15,37 @@ use crate::ServerConfig;
 /// How many slots [`AppState::orphan_locks`] has.
 pub(crate) const ORPHAN_SLOTS: usize = 64;
 
-/// Shared state of one server: the log every connection reads, the
-/// sessions' backend and routes, the settings and the shutdown signal.
+/// Shared state of one server ([`ServerState`]) behind one `Arc`: every
+/// request clones it a few times (axum's `State`, each layer's), and a clone
+/// of the fields themselves was a dozen atomic counts each time.
 #[derive(Clone)]
-pub(crate) struct AppState {
+pub(crate) struct AppState(Arc<ServerState>);
+
+impl AppState {
+    /// Shares `state`.
+    pub(crate) fn new(state: ServerState) -> Self {
+        Self(Arc::new(state))
+    }
+
+    /// The state to change before the server runs (a copy if it is shared
+    /// already).
+    pub(crate) fn make_mut(&mut self) -> &mut ServerState {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = ServerState;
+
+    fn deref(&self) -> &ServerState {
+        &self.0
+    }
+}
+
+/// What one server shares: the log every connection reads, the sessions'
+/// backend and routes, the settings and the shutdown signal.
+#[derive(Clone)]
+pub(crate) struct ServerState {
     /// The session log; the only source of what clients receive.
     pub(crate) log: Arc<dyn Log>,
     /// Settings.
