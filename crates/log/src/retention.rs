@@ -54,6 +54,19 @@ pub(crate) async fn first_young(
     b: Bounds,
     cutoff_ms: u64,
 ) -> Result<Seq, LogError> {
+    Ok(first_young_at(log, id, stream, b, cutoff_ms).await?.0)
+}
+
+/// [`first_young`], and when that event was committed, if it was read (not
+/// when the stream holds nothing young, nor when a lost range comes first):
+/// nothing in the stream grows old before that time plus the age limit.
+pub(crate) async fn first_young_at(
+    log: &dyn ReadEvents,
+    id: &str,
+    stream: StreamKey,
+    b: Bounds,
+    cutoff_ms: u64,
+) -> Result<(Seq, Option<u64>), LogError> {
     let mut after = b.floor.saturating_sub(1);
     let mut retries = 0;
     // The first seq of a lost range stepped over and not yet shown old: lost
@@ -85,15 +98,18 @@ pub(crate) async fn first_young(
             lost_from = None;
         }
         if let Some(i) = young {
-            return Ok(lost_from.unwrap_or(evs[i].seq));
+            return Ok(match lost_from {
+                Some(lost) => (lost, None),
+                None => (evs[i].seq, Some(evs[i].at_ms)),
+            });
         }
         match evs.last() {
             Some(last) => after = last.seq,
             // Nothing after `after`: only what was seen may go.
-            None => return Ok(lost_from.unwrap_or(after + 1)),
+            None => return Ok((lost_from.unwrap_or(after + 1), None)),
         }
     }
-    Ok(lost_from.unwrap_or(after + 1))
+    Ok((lost_from.unwrap_or(after + 1), None))
 }
 
 /// Makes a backend's reads fail on purpose, so tests can prove that

@@ -76,3 +76,61 @@ fn a_pass_over_young_sessions_reads_their_state_and_nothing_else() {
         assert_eq!(log.bounds("s0", StreamKey::Session).await.unwrap().floor, 1);
     });
 }
+
+/// A session older than the age limit has its streams walked once, and
+/// again only once the oldest event that walk left can have grown old: not
+/// on every pass (at 100,000 long-lived sessions that was a walk of every
+/// stream every 30 s). What grows old is still trimmed.
+#[test]
+fn an_old_session_is_walked_again_only_when_its_oldest_event_can_be_old() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let mut retention = Retention::default();
+        retention.max_age = Duration::from_millis(1500);
+        let log = RedisLog::connect(&redis.url, retention, 0).await.unwrap();
+        for s in 0..100 {
+            log.create_session(&format!("s{s}"), bytes::Bytes::new())
+                .await
+                .unwrap();
+        }
+        let (idle, tombstones) = (Duration::from_secs(600), Duration::from_secs(3600));
+        // Leases the buckets; the sessions are young, so nothing is walked.
+        log.maintain(idle, tombstones).await.unwrap();
+        // Every session is older than the age limit, its events are young.
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        for s in 0..100 {
+            log.append(&format!("s{s}"), StreamKey::Session, vec![msg(1), msg(2)])
+                .await
+                .unwrap();
+        }
+        let before = redis.commands_by_name();
+        log.maintain(idle, tombstones).await.unwrap();
+        let first = ran(&before, &redis.commands_by_name());
+        assert!(
+            first.get("xrange").copied().unwrap_or(0) >= 100,
+            "the first pass walks every old session: {first:?}"
+        );
+        assert_eq!(log.bounds("s0", StreamKey::Session).await.unwrap().floor, 1);
+
+        let before = redis.commands_by_name();
+        log.maintain(idle, tombstones).await.unwrap();
+        let second = ran(&before, &redis.commands_by_name());
+        for read in ["xrange", "xrevrange", "xread"] {
+            assert!(
+                !second.contains_key(read),
+                "a pass walked sessions whose oldest event cannot be old yet ({read}): {second:?}"
+            );
+        }
+
+        // Once the events can be old, the next pass trims them.
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        log.maintain(idle, tombstones).await.unwrap();
+        for s in [0, 57, 99] {
+            let b = log
+                .bounds(&format!("s{s}"), StreamKey::Session)
+                .await
+                .unwrap();
+            assert_eq!(b.floor, 3, "s{s}: its two events are past the age limit");
+        }
+    });
+}

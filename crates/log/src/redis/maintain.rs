@@ -2,6 +2,8 @@
 //! tombstones once their TTL has passed, each instance in the buckets it
 //! holds ([`super::buckets`]).
 
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::buckets::Share;
@@ -16,6 +18,37 @@ const FORGET_BATCH: usize = 512;
 /// Sessions whose state one round trip of a maintenance pass reads.
 const WALK_BATCH: usize = 256;
 
+/// When each session may next hold an event past the age limit (Unix ms):
+/// the oldest event a walk of its streams left, plus the age limit (or the
+/// walk's own time plus the age limit, when it left nothing: whatever comes
+/// later is younger). A session is walked again only once that time has
+/// come, so a session older than the age limit does not cost a walk every
+/// pass. Kept in this process for the sessions of the buckets it holds.
+#[derive(Default)]
+pub(super) struct Due(Mutex<HashMap<String, u64>>);
+
+impl Due {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether session `id` cannot hold an old event yet at `now`.
+    fn not_yet(&self, id: &str, now: u64) -> bool {
+        self.lock().get(id).is_some_and(|due| now < *due)
+    }
+
+    fn set(&self, id: &str, due: u64) {
+        self.lock().insert(id.to_owned(), due);
+    }
+
+    /// Forgets the sessions no longer among `live` (ended, or in buckets
+    /// another instance holds now).
+    fn keep(&self, live: &[String]) {
+        let live: HashSet<&str> = live.iter().map(String::as_str).collect();
+        self.lock().retain(|id, _| live.contains(id.as_str()));
+    }
+}
+
 impl RedisLog {
     /// Age retention on the streams of the live sessions in the buckets of
     /// `share`, and the end of the idle ones; it stops where the leases
@@ -23,7 +56,8 @@ impl RedisLog {
     ///
     /// The state of [`WALK_BATCH`] sessions is read in one round trip, and
     /// the streams of a session are read only when it was created before the
-    /// age cutoff: a younger session holds nothing old enough to trim. At
+    /// age cutoff (a younger session holds nothing old enough to trim) and
+    /// its [`Due`] time has come. At
     /// 100,000 sessions a pass was one round trip after another per session
     /// (about 2 ms each on a busy machine: 107 s a pass over 50,000,
     /// benches/results/scale.md).
@@ -68,15 +102,17 @@ impl RedisLog {
                     continue;
                 }
                 // Every event of a session came after its creation.
-                if created.is_some_and(|c| c >= cutoff) {
+                if created.is_some_and(|c| c >= cutoff) || self.due.not_yet(id, now) {
                     continue;
                 }
-                match self.trim_old(id, cutoff).await {
-                    Ok(()) | Err(LogError::NoSession(_)) => {}
+                match self.trim_old(id, now, cutoff).await {
+                    Ok(due) => self.due.set(id, due),
+                    Err(LogError::NoSession(_)) => {}
                     Err(e) => return Err(e),
                 }
             }
         }
+        self.due.keep(&ids);
         Ok(ended)
     }
 
@@ -94,8 +130,12 @@ impl RedisLog {
     }
 
     /// Age retention on each stream of session `id` that holds something:
-    /// its floor moves past the events committed before `cutoff`.
-    async fn trim_old(&self, id: &str, cutoff: u64) -> Result<(), LogError> {
+    /// its floor moves past the events committed before `cutoff`. Returns
+    /// when the session may next hold an event past the age limit ([`Due`]):
+    /// `now` again (the next pass) for a stream it could not read.
+    async fn trim_old(&self, id: &str, now: u64, cutoff: u64) -> Result<u64, LogError> {
+        let max_age = now.saturating_sub(cutoff);
+        let mut due = now.saturating_add(max_age);
         // The streams that hold something, not every one ever opened.
         let requests = self.indexed_request_streams(id).await?;
         for n in std::iter::once(0).chain(requests) {
@@ -103,19 +143,28 @@ impl RedisLog {
             let Ok(b) = self.bounds_of(id, stream).await else {
                 continue;
             };
-            let floor = match crate::retention::first_young(self, id, stream, b, cutoff).await {
-                Ok(floor) => floor,
-                Err(e) => {
-                    tracing::warn!(session = %id, stream = n, error = %e,
-                        "age retention skipped a stream it could not read");
-                    continue;
-                }
-            };
+            let (floor, at) =
+                match crate::retention::first_young_at(self, id, stream, b, cutoff).await {
+                    Ok(found) => found,
+                    Err(e) => {
+                        tracing::warn!(session = %id, stream = n, error = %e,
+                            "age retention skipped a stream it could not read");
+                        due = now;
+                        continue;
+                    }
+                };
             if floor > b.floor {
                 self.trim_to(id, stream, floor).await?;
             }
+            match at {
+                Some(at) => due = due.min(at.saturating_add(max_age)),
+                // Young events it did not read the time of (a lost range
+                // comes first): looked at again next pass.
+                None if floor <= b.head => due = now,
+                None => {}
+            }
         }
-        Ok(())
+        Ok(due)
     }
 
     /// Deletes the tombstones of sessions that ended at least `ttl` ago;

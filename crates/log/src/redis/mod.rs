@@ -82,6 +82,9 @@ pub struct RedisLog {
     sweep: adopt::Sweep,
     /// The maintenance buckets this handle held at its last pass.
     held: buckets::Held,
+    /// When each session this handle maintains may next hold an event past
+    /// the age limit ([`maintain`]).
+    due: maintain::Due,
 }
 
 impl RedisLog {

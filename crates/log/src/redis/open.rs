@@ -104,6 +104,7 @@ impl RedisLog {
             faults: Default::default(),
             sweep: Default::default(),
             held: Default::default(),
+            due: Default::default(),
         })
     }
 }
