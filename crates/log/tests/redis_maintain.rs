@@ -86,9 +86,9 @@ fn an_old_session_is_walked_again_only_when_its_oldest_event_can_be_old() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
         let mut retention = Retention::default();
-        retention.max_age = Duration::from_millis(1500);
+        retention.max_age = Duration::from_secs(3);
         let log = RedisLog::connect(&redis.url, retention, 0).await.unwrap();
-        for s in 0..100 {
+        for s in 0..20 {
             log.create_session(&format!("s{s}"), bytes::Bytes::new())
                 .await
                 .unwrap();
@@ -97,8 +97,8 @@ fn an_old_session_is_walked_again_only_when_its_oldest_event_can_be_old() {
         // Leases the buckets; the sessions are young, so nothing is walked.
         log.maintain(idle, tombstones).await.unwrap();
         // Every session is older than the age limit, its events are young.
-        tokio::time::sleep(Duration::from_millis(1600)).await;
-        for s in 0..100 {
+        tokio::time::sleep(Duration::from_millis(3100)).await;
+        for s in 0..20 {
             log.append(&format!("s{s}"), StreamKey::Session, vec![msg(1), msg(2)])
                 .await
                 .unwrap();
@@ -107,11 +107,13 @@ fn an_old_session_is_walked_again_only_when_its_oldest_event_can_be_old() {
         log.maintain(idle, tombstones).await.unwrap();
         let first = ran(&before, &redis.commands_by_name());
         assert!(
-            first.get("xrange").copied().unwrap_or(0) >= 100,
+            first.get("xrange").copied().unwrap_or(0) >= 20,
             "the first pass walks every old session: {first:?}"
         );
         assert_eq!(log.bounds("s0", StreamKey::Session).await.unwrap().floor, 1);
 
+        // Well within the age limit of the appends (a loaded machine's
+        // margin), the next pass reads no stream.
         let before = redis.commands_by_name();
         log.maintain(idle, tombstones).await.unwrap();
         let second = ran(&before, &redis.commands_by_name());
@@ -123,9 +125,9 @@ fn an_old_session_is_walked_again_only_when_its_oldest_event_can_be_old() {
         }
 
         // Once the events can be old, the next pass trims them.
-        tokio::time::sleep(Duration::from_millis(1600)).await;
+        tokio::time::sleep(Duration::from_millis(3100)).await;
         log.maintain(idle, tombstones).await.unwrap();
-        for s in [0, 57, 99] {
+        for s in [0, 7, 19] {
             let b = log
                 .bounds(&format!("s{s}"), StreamKey::Session)
                 .await

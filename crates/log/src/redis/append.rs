@@ -22,7 +22,7 @@ impl RedisLog {
         floor: Seq,
         key: Option<u64>,
         owner: Option<&str>,
-    ) -> Result<i64, LogError> {
+    ) -> Result<(i64, i64), LogError> {
         let p = prefix(id);
         let n = stream.number();
         let mut inv = self.scripts.append.key(format!("{p}:s"));
@@ -52,7 +52,7 @@ impl RedisLog {
                 stream: n,
             }),
             [-4] => Err(LogError::LeaseLost(id.to_owned())),
-            [h, _] => Ok(*h),
+            [h, f] => Ok((*h, *f)),
             _ => Err(LogError::Corrupt(format!("unexpected append reply {r:?}"))),
         }
     }
@@ -70,7 +70,7 @@ impl RedisLog {
         if messages.is_empty() {
             return Ok(self.bounds_of(id, stream).await?.head);
         }
-        let h = self
+        let (h, _) = self
             .run_append(id, stream, &messages, 0, key, owner)
             .await?;
         let p = prefix(id);
@@ -101,16 +101,19 @@ impl RedisLog {
         Ok(h as u64)
     }
 
-    /// Trims stream `stream` of `id` to `floor` (age retention), never past a pin.
+    /// Trims stream `stream` of `id` to `floor` (age retention), never past
+    /// a pin; whether the floor reached `floor` (`false` when a pin held it
+    /// back, or the session ended meanwhile).
     pub(super) async fn trim_to(
         &self,
         id: &str,
         stream: StreamKey,
         floor: Seq,
-    ) -> Result<(), LogError> {
+    ) -> Result<bool, LogError> {
         match self.run_append(id, stream, &[], floor, None, None).await {
+            Ok((_, reached)) => Ok(reached >= floor as i64),
             // Ended (or never opened) meanwhile: nothing to trim.
-            Ok(_) | Err(LogError::NoSession(_) | LogError::NoStream { .. }) => Ok(()),
+            Err(LogError::NoSession(_) | LogError::NoStream { .. }) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -23,7 +23,9 @@ const WALK_BATCH: usize = 256;
 /// walk's own time plus the age limit, when it left nothing: whatever comes
 /// later is younger). A session is walked again only once that time has
 /// come, so a session older than the age limit does not cost a walk every
-/// pass. Kept in this process for the sessions of the buckets it holds.
+/// pass. Kept in this process for the sessions of the buckets it holds;
+/// not used with replicas (`--redis-replicas`), where events above the
+/// committed head, which a walk does not see, may be older than what it saw.
 #[derive(Default)]
 pub(super) struct Due(Mutex<HashMap<String, u64>>);
 
@@ -102,7 +104,9 @@ impl RedisLog {
                     continue;
                 }
                 // Every event of a session came after its creation.
-                if created.is_some_and(|c| c >= cutoff) || self.due.not_yet(id, now) {
+                if created.is_some_and(|c| c >= cutoff)
+                    || (self.replicas == 0 && self.due.not_yet(id, now))
+                {
                     continue;
                 }
                 match self.trim_old(id, now, cutoff).await {
@@ -140,8 +144,13 @@ impl RedisLog {
         let requests = self.indexed_request_streams(id).await?;
         for n in std::iter::once(0).chain(requests) {
             let stream = StreamKey::from_number(n);
-            let Ok(b) = self.bounds_of(id, stream).await else {
-                continue;
+            let b = match self.bounds_of(id, stream).await {
+                Ok(b) => b,
+                Err(LogError::NoSession(_) | LogError::NoStream { .. }) => continue,
+                Err(_) => {
+                    due = now;
+                    continue;
+                }
             };
             let (floor, at) =
                 match crate::retention::first_young_at(self, id, stream, b, cutoff).await {
@@ -153,8 +162,10 @@ impl RedisLog {
                         continue;
                     }
                 };
-            if floor > b.floor {
-                self.trim_to(id, stream, floor).await?;
+            // A pin held the floor back: what it keeps may go once it is
+            // removed, which the next pass looks for.
+            if floor > b.floor && !self.trim_to(id, stream, floor).await? {
+                due = now;
             }
             match at {
                 Some(at) => due = due.min(at.saturating_add(max_age)),
