@@ -51,6 +51,12 @@ impl Due {
     }
 }
 
+/// Whether a session last active at `a` (Unix ms) is idle for longer than
+/// `idle` at `now`.
+fn idle_for(a: Option<u64>, now: u64, idle: Duration) -> bool {
+    a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64)
+}
+
 impl RedisLog {
     /// Age retention on the streams of the live sessions in the buckets of
     /// `share`, and the end of the idle ones; it stops where the leases
@@ -95,9 +101,7 @@ impl RedisLog {
                     self.reconcile(id, e.as_deref()).await?;
                     continue;
                 }
-                if a.is_some_and(|a| now.saturating_sub(a) > idle.as_millis() as u64)
-                    && self.still_idle(id, idle).await?
-                {
+                if idle_for(a, now, idle) && self.still_idle(id, idle).await? {
                     if self.end_session(id).await.is_ok() {
                         ended.push(id.clone());
                     }
@@ -130,7 +134,7 @@ impl RedisLog {
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
-        Ok(a.is_some_and(|a| now_ms().saturating_sub(a) > idle.as_millis() as u64))
+        Ok(idle_for(a, now_ms(), idle))
     }
 
     /// Age retention on each stream of session `id` that holds something:
@@ -138,7 +142,7 @@ impl RedisLog {
     /// when the session may next hold an event past the age limit ([`Due`]):
     /// `now` again (the next pass) for a stream it could not read.
     async fn trim_old(&self, id: &str, now: u64, cutoff: u64) -> Result<u64, LogError> {
-        let max_age = now.saturating_sub(cutoff);
+        let max_age = self.retention.max_age.as_millis() as u64;
         let mut due = now.saturating_add(max_age);
         // The streams that hold something, not every one ever opened.
         let requests = self.indexed_request_streams(id).await?;

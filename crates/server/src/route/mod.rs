@@ -254,21 +254,13 @@ impl Routes {
         }
         let park_after = state.backend.park_after();
         let stale_after = state.config.session_ttl;
-        let routes: Vec<(String, bool, std::time::Duration)> = self
+        let routes: Vec<(String, std::time::Duration)> = self
             .lock()
             .iter()
-            .map(|(id, r)| {
-                let unused = r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
-                (
-                    id.clone(),
-                    r.lock_table().idle() && !r.backend.busy(),
-                    unused,
-                )
-            })
+            .map(|(id, r)| (id.clone(), r.unused()))
             .collect();
-        for (id, idle, unused) in routes {
-            if let Some(after) = park_after.filter(|after| idle && unused >= *after) {
-                self.park_if_unused(&id, after);
+        for (id, unused) in routes {
+            if park_after.is_some_and(|after| unused >= after && self.park_if_unused(&id, after)) {
                 continue;
             }
             let ended = unused >= stale_after
@@ -286,21 +278,22 @@ impl Routes {
     /// `after` and has nothing in flight, checked under the map's lock: a
     /// request that took the route since the sweep looked marked it used
     /// under that lock ([`Routes::get`]), and a call it delivers to a closed
-    /// backend would be cancelled with nothing left to answer it.
-    fn park_if_unused(&self, session: &str, after: std::time::Duration) {
+    /// backend would be cancelled with nothing left to answer it. Whether
+    /// it parked it.
+    fn park_if_unused(&self, session: &str, after: std::time::Duration) -> bool {
         let mut map = self.lock();
         let Some(r) = map.get(session) else {
-            return;
+            return false;
         };
-        let unused = r.used.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
         // A route under a lease is not parked: forwarded calls reach it
         // through its inbox, which takes it without marking it used.
-        if unused < after || r.epoch.is_some() || !r.lock_table().idle() || r.backend.busy() {
-            return;
+        if r.unused() < after || r.epoch.is_some() || !r.lock_table().idle() || r.backend.busy() {
+            return false;
         }
         if let Some(r) = map.remove(session) {
             r.backend.close();
         }
+        true
     }
 }
 
@@ -335,6 +328,14 @@ impl SessionRoute {
     /// Counts the route as used now (parking waits for it to be unused).
     fn mark_used(&self) {
         *self.used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// How long since the route was last used.
+    fn unused(&self) -> std::time::Duration {
+        self.used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
     }
 
     pub(crate) fn lock_table(&self) -> MutexGuard<'_, Table> {
