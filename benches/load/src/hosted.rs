@@ -6,33 +6,11 @@
 //! alternate the order of the builds.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::servers::{ours, started, Server};
+use crate::servers::{ours, rmcp_durable};
 use crate::workloads::{delivery, echo_rps};
-
-/// `rmcp_durable --transport mcp-resume` from `dir`, on a disk log.
-fn hosted(dir: &Path) -> Server {
-    let data = tempfile::tempdir().unwrap();
-    let bin = dir.join("rmcp_durable");
-    let child = Command::new(&bin)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--transport",
-            "mcp-resume",
-            "--store",
-        ])
-        .arg(format!("disk:{}", data.path().join("log").display()))
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-    started("rmcp hosted", child, Some(data))
-}
 
 /// Runs every row for every build; prints and returns the table.
 pub async fn run(
@@ -59,7 +37,7 @@ pub async fn run(
             let dir = PathBuf::from(&rows[i].0);
             let server = match rows[i].1 {
                 "native" => ours(&dir.join("mcp-resume"), &[]),
-                _ => hosted(&dir),
+                _ => rmcp_durable("rmcp hosted", &dir.join("rmcp_durable"), "mcp-resume"),
             };
             let rps = echo_rps(&server.url, conns, duration).await;
             let eps = delivery(&server.url, events).await.per_sec;

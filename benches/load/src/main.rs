@@ -10,12 +10,14 @@
 //! ulimit -n 200000; target/release/mcp-resume-load compare --out benches/results/compare.md
 //! ```
 
+mod bare;
 mod baseline;
 mod compare;
 mod cross;
 mod forwarded;
 mod gateway;
 mod hosted;
+mod paths;
 mod scale;
 mod servers;
 mod stateless;
@@ -221,6 +223,14 @@ enum Cmd {
     /// `lost` and `duplicates`), with RSS per session, delivery latency, CPU
     /// per 1,000 events, Redis memory and commands/s, maintenance pass time.
     Scale(scale::Args),
+    /// Every deployed path side by side with the same client (bare hyper,
+    /// the TypeScript SDK, rmcp alone, native `serve`, rmcp hosted, rmcp on
+    /// our stores): echo/s and p50, notifications/s, idle KiB per session,
+    /// and issue 24's goals judged from the medians.
+    Paths(paths::Args),
+    /// The ceiling `paths` measures against: bare hyper + serde_json
+    /// answering echo on a free port; not a benchmark itself.
+    BareServer,
     /// Upgrade time to first live frame, safe vs legacy; events/s over WebSocket vs SSE.
     Upgrade {
         /// Upgrades per mode.
@@ -284,6 +294,8 @@ async fn run(cli: Cli) {
             out,
         } => task_events::run(events, paced, rounds, out).await,
         Cmd::Scale(args) => scale::run(args).await,
+        Cmd::Paths(args) => paths::run(args).await,
+        Cmd::BareServer => bare::run().await,
         Cmd::Stateless {
             rounds,
             duration,

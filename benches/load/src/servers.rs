@@ -150,6 +150,44 @@ pub fn conformance_example() -> Server {
     started("conformance example", child, Some(dir))
 }
 
+/// mcp-resume-rmcp's `rmcp_durable` example at `bin` with `--transport
+/// transport`: on a disk log of its own, but `rmcp-alone` (in memory, its
+/// log unused).
+pub fn rmcp_durable(name: &'static str, bin: &Path, transport: &str) -> Server {
+    let data = tempfile::tempdir().unwrap();
+    let store = if transport == "rmcp-alone" {
+        "memory".to_owned()
+    } else {
+        format!("disk:{}", data.path().join("log").display())
+    };
+    let child = Command::new(bin)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--transport",
+            transport,
+            "--store",
+        ])
+        .arg(store)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+    started(name, child, Some(data))
+}
+
+/// This tool's own `bare-server`: hyper + serde_json, the ceiling.
+pub fn bare() -> Server {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .arg("bare-server")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn mcp-resume-load bare-server");
+    started("bare hyper", child, None)
+}
+
 /// The TypeScript SDK server of `benches/peers/node`.
 pub fn node(root: &Path) -> Server {
     let child = Command::new("node")

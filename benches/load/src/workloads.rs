@@ -1,7 +1,5 @@
 //! The workloads, each against any Streamable HTTP MCP server.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -92,7 +90,17 @@ impl Session {
 
 /// (a) `tools/call echo` round trips per second over `conns` connections.
 pub async fn echo_rps(url: &str, conns: usize, duration: Duration) -> f64 {
-    let done = Arc::new(AtomicU64::new(0));
+    echo(url, conns, duration).await.rps
+}
+
+/// What (a) measured: round trips per second and the median round trip.
+pub struct Echo {
+    pub rps: f64,
+    pub p50_ms: f64,
+}
+
+/// (a) with the time of every answered call kept, for its median.
+pub async fn echo(url: &str, conns: usize, duration: Duration) -> Echo {
     let mut sessions = Vec::new();
     for _ in 0..conns {
         sessions.push(session(url).await);
@@ -101,22 +109,28 @@ pub async fn echo_rps(url: &str, conns: usize, duration: Duration) -> f64 {
     let deadline = start + duration;
     let mut tasks = Vec::new();
     for s in sessions {
-        let done = done.clone();
         tasks.push(tokio::spawn(async move {
+            let mut took = Vec::new();
             let mut i = 1;
             while Instant::now() < deadline {
+                let t = Instant::now();
                 let body = s.call(i, "echo", json!({"text": "hello"})).await;
                 if body.contains("hello") && body.contains("result") {
-                    done.fetch_add(1, Ordering::Relaxed);
+                    took.push(t.elapsed().as_secs_f64() * 1000.0);
                 }
                 i += 1;
             }
+            took
         }));
     }
+    let mut took = Vec::new();
     for t in tasks {
-        let _ = t.await;
+        took.extend(t.await.unwrap_or_default());
     }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let rps = took.len() as f64 / start.elapsed().as_secs_f64();
+    took.sort_by(|a, b| a.total_cmp(b));
+    let p50_ms = took.get(took.len() / 2).copied().unwrap_or(f64::NAN);
+    Echo { rps, p50_ms }
 }
 
 /// One received notification of `emit`: its SSE id and its `i`.

@@ -6,9 +6,12 @@
 //! With `--transport mcp-resume` the same handler runs on mcp-resume's own
 //! transport instead (`McpServer::with_backend` + `RmcpBackend`): the way to
 //! compare the two transports, and the cost of hosting rmcp, on one handler.
+//! With `--transport rmcp-alone` it is rmcp without durability (its
+//! in-memory `LocalSessionManager`, no event store, `--store` unused): the
+//! baseline the first two are measured against (`mcp-resume-load paths`).
 //!
 //! ```sh
-//! rmcp_durable --listen 127.0.0.1:0 --store memory|disk:DIR|redis://HOST:PORT/DB [--transport rmcp|mcp-resume]
+//! rmcp_durable --listen 127.0.0.1:0 --store memory|disk:DIR|redis://HOST:PORT/DB [--transport rmcp|mcp-resume|rmcp-alone]
 //! ```
 
 // The demo's `emit` sends `notifications/message`, which rmcp 3.11 marks
@@ -31,7 +34,9 @@ use rmcp::{
         ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
     },
     service::RequestContext,
-    transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService},
+    transport::streamable_http_server::{
+        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    },
     ErrorData, RoleServer, ServerHandler,
 };
 use serde_json::{json, Value};
@@ -45,8 +50,10 @@ struct Args {
     #[command(flatten)]
     serving: example::Serving,
     /// `rmcp`: rmcp's own StreamableHttpService with the log as its stores;
-    /// `mcp-resume`: mcp-resume's transport hosting the same handler.
-    #[arg(long, default_value = "rmcp", value_parser = ["rmcp", "mcp-resume"])]
+    /// `mcp-resume`: mcp-resume's transport hosting the same handler;
+    /// `rmcp-alone`: rmcp's service in memory with no event store (nothing
+    /// durable, no resumption), as a baseline.
+    #[arg(long, default_value = "rmcp", value_parser = ["rmcp", "mcp-resume", "rmcp-alone"])]
     transport: String,
 }
 
@@ -267,14 +274,25 @@ async fn run(args: Args) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string());
     }
-    let mut config = StreamableHttpServerConfig::default();
-    config.session_store = Some(Arc::new(LogSessionStore::new(log.clone())));
-    let service = StreamableHttpService::new(
-        || Ok(Demo),
-        Arc::new(DurableSessionManager::new(log.clone())),
-        config,
-    );
-    let app = axum::Router::new().nest_service("/mcp", service);
+    let app = if args.transport == "rmcp-alone" {
+        axum::Router::new().nest_service(
+            "/mcp",
+            StreamableHttpService::new(
+                || Ok(Demo),
+                Arc::new(LocalSessionManager::default()),
+                StreamableHttpServerConfig::default(),
+            ),
+        )
+    } else {
+        let mut config = StreamableHttpServerConfig::default();
+        config.session_store = Some(Arc::new(LogSessionStore::new(log.clone())));
+        let service = StreamableHttpService::new(
+            || Ok(Demo),
+            Arc::new(DurableSessionManager::new(log.clone())),
+            config,
+        );
+        axum::Router::new().nest_service("/mcp", service)
+    };
     // TCP_NODELAY: rmcp answers a POST as SSE in small writes, and Nagle's
     // algorithm holding them for the client's delayed ACK costs ~40 ms per
     // call (docs/rmcp.md, Serving it).

@@ -1,0 +1,70 @@
+//! `mcp-resume-load paths`, short: it completes, and every row it reports
+//! was measured (issue 24 item 6 asks CI only that the report runs; the
+//! figures of a debug build on a shared machine mean nothing). It needs what
+//! scripts/test builds and installs: `mcp-resume` and the `rmcp_durable`
+//! example beside this binary, and `benches/peers/node`'s modules.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[test]
+fn paths_measures_every_row_and_judges_every_goal() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("paths.md");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume-load"))
+        .args([
+            "paths",
+            "--rounds",
+            "1",
+            "--duration",
+            "1",
+            "--conns",
+            "4",
+            "--events",
+            "200",
+            "--idle-sessions",
+            "20",
+            "--out",
+        ])
+        .arg(&out)
+        .env("RUST_BACKTRACE", "0")
+        .spawn()
+        .expect("spawn mcp-resume-load");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("mcp-resume-load paths did not finish in 240 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(status.success(), "mcp-resume-load paths: {status}");
+    let report = std::fs::read_to_string(&out).unwrap();
+    let rows: Vec<Vec<&str>> = report
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| ---"))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
+    // Header + six paths, header + eight goals.
+    assert_eq!(rows.len(), 16, "{report}");
+    for row in &rows[1..7] {
+        let rps: f64 = row[1].parse().unwrap_or_else(|_| panic!("{row:?}"));
+        assert!(rps > 0.0, "no echo answered: {row:?}");
+        let streams = !row[0].starts_with("bare");
+        for cell in &row[3..5] {
+            match cell.parse::<f64>() {
+                Ok(v) => assert!(streams && v > 0.0, "{row:?}"),
+                Err(_) => assert!(!streams && *cell == "n/a", "{row:?}"),
+            }
+        }
+    }
+    for goal in &rows[8..] {
+        assert!(
+            ["yes", "no"].contains(&goal[3]),
+            "a goal not judged: {goal:?}\n{report}"
+        );
+    }
+}
