@@ -3,17 +3,23 @@
 //! session table, no auth, CORS, metrics or tracing. `initialize` hands out
 //! a fresh session id, a notification gets 202, `tools/call` is parsed and
 //! its `text` echoed back as JSON; every other request is a JSON-RPC error.
-//! What `serve` pays per call on top of this is what its layers cost.
+//! A GET is an SSE stream that stays open and silent, so that the memory of
+//! an idle hyper connection is measured too. What `serve` pays per call or
+//! per idle session on top of this is what its own layers cost.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{body::Incoming, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::{
+    body::{Frame, Incoming},
+    Request, Response, StatusCode,
+};
 use serde_json::{json, Value};
 
-/// Serves on a free loopback port until killed; prints `listening on URL`.
+/// Serves on a free loopback port until Ctrl-C (then exits cleanly, so that
+/// a heap profiler sees the end); prints `listening on URL`.
 pub async fn run() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -23,7 +29,11 @@ pub async fn run() {
         listener.local_addr().expect("local address")
     );
     loop {
-        let Ok((tcp, _)) = listener.accept().await else {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = tokio::signal::ctrl_c() => return,
+        };
+        let Ok((tcp, _)) = accepted else {
             continue;
         };
         let _ = tcp.set_nodelay(true);
@@ -36,8 +46,19 @@ pub async fn run() {
     }
 }
 
-/// One request: the body read whole, parsed, answered.
-async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+type Body = BoxBody<Bytes, Infallible>;
+
+/// One request: a POST's body read whole, parsed, answered; a GET's stream
+/// opened and never written.
+async fn answer(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    if req.method() == hyper::Method::GET {
+        let silent = futures_util::stream::pending::<Result<Frame<Bytes>, Infallible>>();
+        let resp = Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(StreamBody::new(silent).boxed())
+            .expect("a valid response");
+        return Ok(resp);
+    }
     if req.method() != hyper::Method::POST {
         return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, None, Bytes::new()));
     }
@@ -80,7 +101,7 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
     Ok(reply(StatusCode::OK, session, bytes))
 }
 
-fn reply(status: StatusCode, session: Option<String>, body: Bytes) -> Response<Full<Bytes>> {
+fn reply(status: StatusCode, session: Option<String>, body: Bytes) -> Response<Body> {
     let mut b = Response::builder().status(status);
     if !body.is_empty() {
         b = b.header("content-type", "application/json");
@@ -88,5 +109,5 @@ fn reply(status: StatusCode, session: Option<String>, body: Bytes) -> Response<F
     if let Some(sid) = session {
         b = b.header("mcp-session-id", sid);
     }
-    b.body(Full::new(body)).expect("a valid response")
+    b.body(Full::new(body).boxed()).expect("a valid response")
 }

@@ -74,8 +74,8 @@ impl Deploy {
         }
     }
 
-    /// The bare server answers echo only: no stream, no notifications.
-    fn streams(self) -> bool {
+    /// The bare server sends no notifications (its GET stream stays silent).
+    fn notifies(self) -> bool {
         self != Deploy::Bare
     }
 
@@ -163,7 +163,7 @@ async fn measure(row: Deploy, dir: &Path, a: &Args, f: &mut Figures, round: usiz
     );
     f.rps.push(echo.rps);
     f.p50.push(echo.p50_ms);
-    if row.streams() {
+    if row.notifies() {
         let d = workloads::delivery(&server.url, a.events).await;
         assert!(
             d.delivered == a.events,
@@ -176,7 +176,7 @@ async fn measure(row: Deploy, dir: &Path, a: &Args, f: &mut Figures, round: usiz
         f.eps.push(d.per_sec);
     }
     drop(server);
-    if row.streams() && a.idle_sessions > 0 {
+    if a.idle_sessions > 0 {
         let idle = row.start(dir);
         let bytes = workloads::rss_per_idle_session(&idle, a.idle_sessions, false).await;
         let _ = write!(line, ", {:.1} KiB per idle session", bytes / 1024.0);

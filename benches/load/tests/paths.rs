@@ -53,12 +53,12 @@ fn paths_measures_every_row_and_judges_every_goal() {
     for row in &rows[1..7] {
         let rps: f64 = row[1].parse().unwrap_or_else(|_| panic!("{row:?}"));
         assert!(rps > 0.0, "no echo answered: {row:?}");
-        let streams = !row[0].starts_with("bare");
-        for cell in &row[3..5] {
-            match cell.parse::<f64>() {
-                Ok(v) => assert!(streams && v > 0.0, "{row:?}"),
-                Err(_) => assert!(!streams && *cell == "n/a", "{row:?}"),
-            }
+        let kib: f64 = row[4].parse().unwrap_or_else(|_| panic!("{row:?}"));
+        assert!(kib.is_finite(), "idle memory not measured: {row:?}");
+        let notifies = !row[0].starts_with("bare");
+        match row[3].parse::<f64>() {
+            Ok(v) => assert!(notifies && v > 0.0, "{row:?}"),
+            Err(_) => assert!(!notifies && row[3] == "n/a", "{row:?}"),
         }
     }
     for goal in &rows[8..] {

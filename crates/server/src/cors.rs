@@ -5,17 +5,39 @@
 //! The origin check itself ([`origin_allowed`]) is also the request guard's:
 //! a request from an origin that is not allowed gets 403 whatever CORS says;
 //! this layer only tells the browser what an allowed origin may do.
+//!
+//! Only requests with an `Origin` (or preflights) go through tower-http's
+//! layer: for every other request it built a header map, joined the `Vary`
+//! names into a new value and merged both into the response, about 7,600
+//! instructions of a `tools/call` echo of 93,000 (benches/results/paths.md).
+//! Those responses get the same `Vary` as a constant instead, so that a cache
+//! still never serves one to a browser's request.
 
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::http::{header, HeaderName, Method};
+use axum::http::{header, HeaderName, HeaderValue, Method, Request, Response};
+use futures_util::future::{Either, FutureExt, Map};
 use mcp_resume_proto::headers as h;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_layer::Layer as _;
+use tower_service::Service;
 
 use crate::route::state::AppState;
 
+/// What tower-http's CORS layer says responses vary by (its default).
+const VARY: HeaderValue = HeaderValue::from_static(
+    "origin, access-control-request-method, access-control-request-headers",
+);
+
 /// The CORS layer for the MCP routes of `state`'s server.
-pub(crate) fn layer(state: &AppState) -> CorsLayer {
+pub(crate) fn layer(state: &AppState) -> ForOrigins {
+    ForOrigins(Arc::new(cors(state)))
+}
+
+/// tower-http's CORS layer as this server configures it.
+fn cors(state: &AppState) -> CorsLayer {
     let config = state.config.clone();
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin, _| {
@@ -39,6 +61,68 @@ pub(crate) fn layer(state: &AppState) -> CorsLayer {
             header::WWW_AUTHENTICATE,
         ])
         .max_age(Duration::from_secs(600))
+}
+
+/// CORS ([`Cors`]) for the requests that carry `Origin` and for preflights;
+/// the constant [`VARY`] on the responses to the others.
+#[derive(Clone)]
+pub(crate) struct ForOrigins(Arc<CorsLayer>);
+
+impl<S> tower_layer::Layer<S> for ForOrigins {
+    type Service = ForOriginsService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ForOriginsService {
+            cors: self.0.clone(),
+            inner,
+        }
+    }
+}
+
+/// The service of [`ForOrigins`]. Cloned for every request (axum's routes
+/// are), so it holds the CORS configuration behind one `Arc` and builds
+/// tower-http's service only for a request that needs it.
+#[derive(Clone)]
+pub(crate) struct ForOriginsService<S> {
+    cors: Arc<CorsLayer>,
+    inner: S,
+}
+
+/// The constant `Vary` appended to a response (tower-http appends its own too).
+type WithVary<F, R, E> = Map<F, fn(Result<Response<R>, E>) -> Result<Response<R>, E>>;
+
+fn with_vary<R, E>(r: Result<Response<R>, E>) -> Result<Response<R>, E> {
+    r.map(|mut resp| {
+        resp.headers_mut().append(header::VARY, VARY);
+        resp
+    })
+}
+
+impl<S, B, R> Service<Request<B>> for ForOriginsService<S>
+where
+    S: Service<Request<B>, Response = Response<R>> + Clone,
+    R: Default,
+{
+    type Response = Response<R>;
+    type Error = S::Error;
+    type Future =
+        Either<tower_http::cors::ResponseFuture<S::Future>, WithVary<S::Future, R, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        if req.method() == Method::OPTIONS || req.headers().contains_key(header::ORIGIN) {
+            // The service made ready goes into tower-http's; a clone stays.
+            let clone = self.inner.clone();
+            let ready = std::mem::replace(&mut self.inner, clone);
+            Either::Left(self.cors.layer(ready).call(req))
+        } else {
+            let add: fn(Result<Response<R>, S::Error>) -> Result<Response<R>, S::Error> = with_vary;
+            Either::Right(self.inner.call(req).map(add))
+        }
+    }
 }
 
 /// Whether a request from `origin` may be served: one of the configured

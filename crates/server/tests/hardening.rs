@@ -415,6 +415,20 @@ async fn cors_preflight_and_exposed_headers_for_allowed_origins_only() {
     for want in ["mcp-session-id", "x-mcp-resume-cursor", "www-authenticate"] {
         assert!(exposed.contains(want), "{want} not in {exposed}");
     }
+    // A request without Origin skips CORS, but says what the response
+    // varies by, as a CORS response does, so a cache keeps them apart.
+    let r = client
+        .post(&s.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let vary = r.headers()["vary"].to_str().unwrap().to_ascii_lowercase();
+    assert!(vary.contains("origin"), "{vary}");
+    assert!(!r.headers().contains_key("access-control-allow-origin"));
     // Another origin gets no CORS grant, and its requests are refused.
     let r = client
         .request(reqwest::Method::OPTIONS, &s.url)

@@ -1,9 +1,10 @@
-//! One connection: hyper's auto (HTTP/1.1 or HTTP/2) connection with
-//! upgrades, watched by a timer that knows whether a request is in flight.
+//! One connection: hyper's HTTP/1.1 connection with upgrades or its HTTP/2
+//! one (which, [`super::sniff`] decides), watched by a timer that knows
+//! whether a request is in flight.
 //!
 //! hyper's own HTTP/1 header timer also runs while a keep-alive connection
-//! waits for its next request, and does not cover the bytes hyper-util reads
-//! to tell HTTP/1 from HTTP/2, so the watch is ours and protocol-agnostic:
+//! waits for its next request, and knows nothing of the time spent telling
+//! HTTP/1 from HTTP/2, so the watch is ours and protocol-agnostic:
 //! the I/O wrapper notes when bytes arrive, the service notes when requests
 //! start and their responses end.
 
@@ -17,6 +18,8 @@ use axum::Router;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
+
+use super::sniff::Proto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -55,11 +58,12 @@ enum Expiry {
 }
 
 impl Activity {
-    fn new() -> Self {
+    /// A connection made at `since` (its first request's header is due from then).
+    fn new(since: Instant) -> Self {
         Self {
             state: Mutex::new(State {
                 active: 0,
-                idle_since: Instant::now(),
+                idle_since: since,
                 read_since_request: None,
                 served: false,
                 h2: false,
@@ -240,7 +244,8 @@ impl HttpBody for Tracked {
     }
 }
 
-/// The hyper builder for one connection's limits.
+/// hyper-util's auto builder (it reads the first bytes to tell HTTP/1 from
+/// HTTP/2), for a TLS connection that negotiated no ALPN protocol.
 fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
     let mut b = Builder::new(TokioExecutor::new());
     // Our watch times headers; hyper's would also end keep-alive waits early.
@@ -251,17 +256,20 @@ fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
     b
 }
 
-/// Serves one (plain or TLS) connection until it ends, expires, or shutdown
-/// (`stop`) has let its in-flight requests finish.
+/// Serves one (plain or TLS) connection, made at `since`, with `proto`
+/// until it ends, expires, or shutdown (`stop`) has let its in-flight
+/// requests finish.
 pub(super) async fn serve_one<S>(
     io: S,
     app: Router,
     limits: ConnLimits,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+    proto: Proto,
+    since: Instant,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Arc::new(Activity::new());
+    let activity = Arc::new(Activity::new(since));
     let io = TokioIo::new(Watched {
         io,
         activity: activity.clone(),
@@ -283,8 +291,65 @@ pub(super) async fn serve_one<S>(
             }
         }
     });
-    let builder = builder(&limits);
-    let conn = builder.serve_connection_with_upgrades(io, service);
+    // Each protocol's connection boxed at its own size: the task then holds
+    // only what the one it serves needs (an idle session's GET stream keeps
+    // its connection's task for hours).
+    let served: Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match proto {
+        Proto::Http1 => {
+            let mut b = hyper::server::conn::http1::Builder::new();
+            // Our watch times headers (hyper's would also end keep-alive waits early).
+            b.header_read_timeout(None);
+            let conn = b.serve_connection(io, service).with_upgrades();
+            Box::pin(drive(
+                conn,
+                |c| c.graceful_shutdown(),
+                activity,
+                limits,
+                stop,
+            ))
+        }
+        Proto::Http2 => {
+            let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            b.timer(TokioTimer::new())
+                .keep_alive_interval(limits.h2_ping_interval);
+            let conn = b.serve_connection(io, service);
+            Box::pin(drive(
+                conn,
+                |c| c.graceful_shutdown(),
+                activity,
+                limits,
+                stop,
+            ))
+        }
+        Proto::Either => {
+            let conn = builder(&limits)
+                .serve_connection_with_upgrades(io, service)
+                .into_owned();
+            Box::pin(drive(
+                conn,
+                |c| c.graceful_shutdown(),
+                activity,
+                limits,
+                stop,
+            ))
+        }
+    };
+    served.await
+}
+
+/// Drives `conn` to its end, closing it at once when a request header is
+/// late, and gracefully (`shutdown`) when it has idled too long or the
+/// server stops.
+async fn drive<C, E>(
+    conn: C,
+    shutdown: impl Fn(Pin<&mut C>),
+    activity: Arc<Activity>,
+    limits: ConnLimits,
+    mut stop: watch::Receiver<bool>,
+) where
+    C: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
     tokio::pin!(conn);
     let watch = activity.watch(limits);
     tokio::pin!(watch);
@@ -307,13 +372,13 @@ pub(super) async fn serve_one<S>(
                     watching = false;
                     if !closing {
                         closing = true;
-                        conn.as_mut().graceful_shutdown();
+                        shutdown(conn.as_mut());
                     }
                 }
             },
             _ = stop.wait_for(|s| *s), if !closing => {
                 closing = true;
-                conn.as_mut().graceful_shutdown();
+                shutdown(conn.as_mut());
             }
         }
     }

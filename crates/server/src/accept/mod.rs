@@ -11,6 +11,7 @@
 //! for in-flight requests at most [`ConnLimits::shutdown_grace`].
 
 mod conn;
+mod sniff;
 mod tls;
 
 use std::future::Future;
@@ -133,20 +134,12 @@ pub async fn serve(
         let app = app.clone();
         let acceptor = acceptor.clone();
         let stop = stop_rx.clone();
-        conns.spawn(async move {
-            match acceptor {
-                None => conn::serve_one(stream, app, limits, stop).await,
-                Some(acceptor) => {
-                    let hs =
-                        tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(stream));
-                    match hs.await {
-                        Ok(Ok(tls)) => conn::serve_one(tls, app, limits, stop).await,
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                }
-            }
-        });
+        // A task of its own shape for each: a plain connection's task does
+        // not carry the room a TLS handshake needs, for as long as it lives.
+        match acceptor {
+            None => conns.spawn(plain(stream, peer, app, limits, stop)),
+            Some(acceptor) => conns.spawn(secure(acceptor, stream, peer, app, limits, stop)),
+        };
     }
     drop(listener);
     let _ = stop_tx.send(true);
@@ -162,4 +155,45 @@ pub async fn serve(
         conns.shutdown().await;
     }
     Ok(())
+}
+
+/// One cleartext connection: HTTP/1.1 or h2c, told by its first bytes.
+async fn plain(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    app: Router,
+    limits: ConnLimits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let since = tokio::time::Instant::now();
+    let proto = tokio::select! {
+        p = sniff::cleartext(&stream, limits.header_read_timeout) => p,
+        _ = stop.wait_for(|s| *s) => None,
+    };
+    match proto {
+        Some(p) => conn::serve_one(stream, app, limits, stop, p, since).await,
+        None => tracing::debug!(%peer, "no request began in time; closing"),
+    }
+}
+
+/// One TLS connection: the handshake, then the protocol ALPN chose.
+async fn secure(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    app: Router,
+    limits: ConnLimits,
+    stop: watch::Receiver<bool>,
+) {
+    let hs = tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(stream));
+    match hs.await {
+        Ok(Ok(tls)) => {
+            let proto = sniff::alpn(tls.get_ref().1.alpn_protocol());
+            // The first header is due from the handshake's end.
+            let now = tokio::time::Instant::now();
+            conn::serve_one(tls, app, limits, stop, proto, now).await
+        }
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
 }

@@ -98,20 +98,24 @@ pub(super) fn accepts(headers: &HeaderMap) -> Accepts {
             sse: true,
         };
     };
-    let has = |t: &str| {
-        v.split(',').any(|p| {
-            p.split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .eq_ignore_ascii_case(t)
-        })
+    // One pass over the media ranges (this runs on every request).
+    let mut a = Accepts {
+        json: false,
+        sse: false,
     };
-    let any = has("*/*");
-    Accepts {
-        json: any || has("application/json") || has("application/*"),
-        sse: any || has("text/event-stream") || has("text/*"),
+    for range in v.split(',') {
+        let t = range.split(';').next().unwrap_or_default().trim();
+        if t.eq_ignore_ascii_case("*/*") {
+            return Accepts {
+                json: true,
+                sse: true,
+            };
+        }
+        a.json |=
+            t.eq_ignore_ascii_case("application/json") || t.eq_ignore_ascii_case("application/*");
+        a.sse |= t.eq_ignore_ascii_case("text/event-stream") || t.eq_ignore_ascii_case("text/*");
     }
+    a
 }
 
 /// The session named by `Mcp-Session-Id`, which must exist.

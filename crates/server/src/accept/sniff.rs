@@ -1,0 +1,123 @@
+//! Which HTTP a connection speaks, decided before hyper reads a byte.
+//!
+//! Why not hyper-util's auto connection, which reads the first 24 bytes to
+//! tell HTTP/2's preface from an HTTP/1 request and hands them back through
+//! a rewinding reader: hyper's first read then returns those few bytes, its
+//! read buffer grows to hold the rest by doubling, and every HTTP/1.1
+//! connection keeps a 16 KiB read buffer instead of 8 KiB for as long as it
+//! lives. An idle session's GET stream holds its connection for hours, so
+//! that was 8 KiB of every idle session (benches/results/paths.md). Here a
+//! cleartext connection's first bytes are peeked (left in the socket for
+//! hyper), and a TLS connection is told by its ALPN.
+
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+/// The protocol one connection is served with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Proto {
+    /// HTTP/1.1 (with upgrades: WebSocket).
+    Http1,
+    /// HTTP/2: h2c with prior knowledge, or ALPN `h2` over TLS.
+    Http2,
+    /// Unknown yet (TLS without ALPN): hyper-util's auto connection reads the
+    /// first bytes to tell.
+    Either,
+}
+
+/// The HTTP/2 connection preface (RFC 9113 3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How long to wait before peeking again at a preface that has only partly
+/// arrived (rare: clients send it in one write).
+const PARTIAL_PREFACE_WAIT: Duration = Duration::from_millis(5);
+
+/// What a cleartext connection speaks, from its first bytes, peeked so that
+/// hyper still reads them. `None`: the peer sent nothing telling within
+/// `within` (the first request's header time), or the socket failed; the
+/// connection is to be closed.
+pub(super) async fn cleartext(tcp: &TcpStream, within: Duration) -> Option<Proto> {
+    tokio::time::timeout(within, async {
+        let mut buf = [0u8; PREFACE.len()];
+        loop {
+            let n = tcp.peek(&mut buf).await.ok()?;
+            if let Some(p) = decide(&buf[..n]) {
+                return Some(p);
+            }
+            tokio::time::sleep(PARTIAL_PREFACE_WAIT).await;
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// The protocol the first bytes `seen` of a connection name, or `None` while
+/// they are a strict beginning of the HTTP/2 preface. No bytes at all (the
+/// peer closed) is HTTP/1: hyper ends the connection when it reads the end.
+fn decide(seen: &[u8]) -> Option<Proto> {
+    if seen.is_empty() || !PREFACE.starts_with(seen) {
+        return Some(Proto::Http1);
+    }
+    (seen.len() == PREFACE.len()).then_some(Proto::Http2)
+}
+
+/// What a TLS connection speaks, by its negotiated ALPN protocol.
+pub(super) fn alpn(protocol: Option<&[u8]>) -> Proto {
+    match protocol {
+        Some(b"h2") => Proto::Http2,
+        Some(b"http/1.1") => Proto::Http1,
+        _ => Proto::Either,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_bytes_decide_as_soon_as_they_can() {
+        assert_eq!(decide(b"POST /mcp HTTP/1.1\r\n"), Some(Proto::Http1));
+        assert_eq!(decide(b"GET / HTTP/1.1\r\n"), Some(Proto::Http1));
+        // "P" could still be either; "PO" is not the preface.
+        assert_eq!(decide(b"P"), None);
+        assert_eq!(decide(b"PO"), Some(Proto::Http1));
+        assert_eq!(decide(b"PRI * HTTP/2.0\r\n"), None);
+        assert_eq!(decide(PREFACE), Some(Proto::Http2));
+        assert_eq!(decide(b""), Some(Proto::Http1));
+    }
+
+    #[test]
+    fn alpn_names_the_protocol_and_its_absence_leaves_it_open() {
+        assert_eq!(alpn(Some(b"h2")), Proto::Http2);
+        assert_eq!(alpn(Some(b"http/1.1")), Proto::Http1);
+        assert_eq!(alpn(None), Proto::Either);
+    }
+
+    #[tokio::test]
+    async fn a_peeked_preface_is_left_for_hyper_and_silence_is_bounded() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The preface in two writes: the first half alone decides nothing.
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (mut server, _) = listener.accept().await.unwrap();
+        client.write_all(&PREFACE[..10]).await.unwrap();
+        let sniffing = tokio::spawn(async move {
+            let p = cleartext(&server, Duration::from_secs(5)).await;
+            let mut all = [0u8; 24];
+            server.read_exact(&mut all).await.unwrap();
+            (p, all)
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(&PREFACE[10..]).await.unwrap();
+        let (p, all) = sniffing.await.unwrap();
+        assert_eq!(p, Some(Proto::Http2));
+        assert_eq!(&all, PREFACE, "every byte peeked is still there to read");
+        // A peer that sends nothing is given up on.
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        assert_eq!(cleartext(&server, Duration::from_millis(100)).await, None);
+    }
+}
