@@ -131,6 +131,25 @@ pub trait EventLog: Send + Sync + 'static {
         self.append_once(id, stream, messages, key).await
     }
 
+    /// [`EventLog::append`] to a session that may not exist yet: where the
+    /// log can create it and append in one commit (the disk log), a session
+    /// that never existed is created first, with empty metadata. The default
+    /// creates nothing and answers [`LogError::NoSession`] as `append` does;
+    /// the caller then creates the session and appends again. Either way a
+    /// session that ended is never created again: its append is `NoSession`.
+    ///
+    /// Why: a store whose every stream is a session of its own (rmcp's
+    /// request streams, `mcp-resume-rmcp`) otherwise pays a refused append,
+    /// a creation and the append, one commit after another, per stream.
+    async fn append_or_create(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+    ) -> Result<Seq, LogError> {
+        self.append(id, stream, messages).await
+    }
+
     /// Up to `max` committed events after `after`, in order.
     ///
     /// `after` above the head is [`LogError::Ahead`]; below `floor - 1` is

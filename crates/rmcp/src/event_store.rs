@@ -65,12 +65,13 @@ impl LogEventStore {
         let record = encode(event)?;
         let seq = match self
             .log
-            .append(&loc.session, loc.stream, vec![record.clone()])
+            .append_or_create(&loc.session, loc.stream, vec![record.clone()])
             .await
         {
             Ok(seq) => seq,
             Err(LogError::NoSession(_)) => {
-                // The first event of a stream creates its log session. An ended
+                // The first event of a stream creates its log session (where
+                // the log did not, in the same commit). An ended
                 // session is never re-created (the log answers SessionExists and
                 // the retried append NoSession), so nothing is resurrected.
                 match self.log.create_session(&loc.session, Bytes::new()).await {

@@ -68,6 +68,13 @@ pub(super) enum Op {
     },
 }
 
+/// What reaches the committer: one op, or ops that must be staged in the
+/// same batch, in order (one commit for all of them, whatever else is queued).
+pub(super) enum Sent {
+    One(Op),
+    Together([Op; 2]),
+}
+
 /// What a committed op changes in the hub, applied after the fsync.
 pub(super) enum Effect {
     Created(String, u64, Bytes),
@@ -90,12 +97,17 @@ pub(super) struct Committer {
 
 impl Committer {
     /// Commits batches of whatever is queued until every sender is gone.
-    pub fn run(mut self, rx: std_mpsc::Receiver<Op>) {
+    pub fn run(mut self, rx: std_mpsc::Receiver<Sent>) {
+        let add = |batch: &mut Vec<Op>, sent: Sent| match sent {
+            Sent::One(op) => batch.push(op),
+            Sent::Together(ops) => batch.extend(ops),
+        };
         while let Ok(first) = rx.recv() {
-            let mut batch = vec![first];
+            let mut batch = Vec::new();
+            add(&mut batch, first);
             while batch.len() < MAX_BATCH {
                 match rx.try_recv() {
-                    Ok(op) => batch.push(op),
+                    Ok(sent) => add(&mut batch, sent),
                     Err(_) => break,
                 }
             }

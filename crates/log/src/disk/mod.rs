@@ -47,7 +47,7 @@ mod pins;
 mod store;
 
 pub use check::CheckReport;
-use commit::{Committer, Op, Reply};
+use commit::{Committer, Op, Reply, Sent};
 pub use damage::{Damage, DamageKind};
 use store::{load, read_events, storage, Store};
 
@@ -58,7 +58,7 @@ const CACHE_EVENTS: usize = 128;
 pub struct DiskLog {
     hub: Arc<Hub>,
     store: Store,
-    ops: std_mpsc::Sender<Op>,
+    ops: std_mpsc::Sender<Sent>,
     committer: Option<std::thread::JoinHandle<()>>,
     path: PathBuf,
     faults: crate::retention::ReadFaults,
@@ -236,7 +236,9 @@ impl DiskLog {
 
     async fn submit<T>(&self, make: impl FnOnce(Reply<T>) -> Op) -> Result<T, LogError> {
         let (tx, rx) = oneshot::channel();
-        self.ops.send(make(tx)).map_err(|_| LogError::Closed)?;
+        self.ops
+            .send(Sent::One(make(tx)))
+            .map_err(|_| LogError::Closed)?;
         rx.await.map_err(|_| LogError::Closed)?
     }
 }
@@ -294,6 +296,42 @@ impl EventLog for DiskLog {
     /// committed-heads record would count a deleted stream as lost.
     async fn retire_request_stream(&self, id: &str, _r: u64) -> Result<(), LogError> {
         self.hub.with_live(id, |_| Ok(()))
+    }
+
+    /// The creation and the append go to the committer together, staged in
+    /// one batch: one commit, where a refused append, a creation and the
+    /// append took three round trips and two commits.
+    async fn append_or_create(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+    ) -> Result<Seq, LogError> {
+        if messages.is_empty() || self.hub.cell(id).is_ok() {
+            return self.append(id, stream, messages).await;
+        }
+        let (created, create_rx) = oneshot::channel();
+        let (appended, append_rx) = oneshot::channel();
+        let create = Op::Create {
+            id: id.to_owned(),
+            meta: Bytes::new(),
+            reply: created,
+        };
+        let append = Op::Append {
+            id: id.to_owned(),
+            stream,
+            messages,
+            reply: appended,
+        };
+        self.ops
+            .send(Sent::Together([create, append]))
+            .map_err(|_| LogError::Closed)?;
+        match create_rx.await.map_err(|_| LogError::Closed)? {
+            // Another writer created it first: the append is as good.
+            Ok(()) | Err(LogError::SessionExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        append_rx.await.map_err(|_| LogError::Closed)?
     }
 
     async fn append(
@@ -377,12 +415,12 @@ impl EventLog for DiskLog {
         // Not awaited: a pin left in storage only expires later, at the
         // next restart's load or with its session.
         let (reply, _) = oneshot::channel();
-        let _ = self.ops.send(Op::Pin {
+        let _ = self.ops.send(Sent::One(Op::Pin {
             id: id.to_owned(),
             pin,
             value: None,
             reply,
-        });
+        }));
         Ok(())
     }
 }
