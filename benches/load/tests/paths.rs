@@ -4,6 +4,7 @@
 //! scripts/test builds and installs: `mcp-resume` and the `rmcp_durable`
 //! example beside this binary, and `benches/peers/node`'s modules.
 
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -23,11 +24,13 @@ fn paths_measures_every_row_and_judges_every_goal() {
             "--events",
             "200",
             "--idle-sessions",
-            "20",
+            "200",
             "--out",
         ])
         .arg(&out)
         .env("RUST_BACKTRACE", "0")
+        // A group of its own: on the deadline the servers it started go too.
+        .process_group(0)
         .spawn()
         .expect("spawn mcp-resume-load");
     let deadline = Instant::now() + Duration::from_secs(240);
@@ -36,7 +39,10 @@ fn paths_measures_every_row_and_judges_every_goal() {
             break s;
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
+            let _ = Command::new("kill")
+                .args(["-KILL", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
             panic!("mcp-resume-load paths did not finish in 240 s");
         }
         std::thread::sleep(Duration::from_millis(200));

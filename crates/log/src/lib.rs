@@ -136,7 +136,10 @@ pub trait EventLog: Send + Sync + 'static {
     /// that never existed is created first, with empty metadata. The default
     /// creates nothing and answers [`LogError::NoSession`] as `append` does;
     /// the caller then creates the session and appends again. Either way a
-    /// session that ended is never created again: its append is `NoSession`.
+    /// session that ended is not created again while its tombstone is kept
+    /// (as [`SessionRecords::create_session`] refuses it): its append is
+    /// `NoSession`. Only the session stream of a new session can be
+    /// appended to; for a request stream this is `append`.
     ///
     /// Why: a store whose every stream is a session of its own (rmcp's
     /// request streams, `mcp-resume-rmcp`) otherwise pays a refused append,

@@ -33,7 +33,11 @@ const VARY: HeaderValue = HeaderValue::from_static(
 
 /// The CORS layer for the MCP routes of `state`'s server.
 pub(crate) fn layer(state: &AppState) -> ForOrigins {
-    ForOrigins(Arc::new(cors(state)))
+    let cors = cors(state);
+    // tower-http checks its rules (it panics on ones a browser would refuse)
+    // when it wraps a service: here, at start-up, not at a first request.
+    let _ = cors.layer(());
+    ForOrigins(Arc::new(cors))
 }
 
 /// tower-http's CORS layer as this server configures it.

@@ -307,7 +307,9 @@ impl EventLog for DiskLog {
         stream: StreamKey,
         messages: Vec<Bytes>,
     ) -> Result<Seq, LogError> {
-        if messages.is_empty() || self.hub.cell(id).is_ok() {
+        // A new session has only its session stream: a request stream's
+        // append would fail after the creation, so it is only appended.
+        if messages.is_empty() || stream != StreamKey::Session || self.hub.cell(id).is_ok() {
             return self.append(id, stream, messages).await;
         }
         let (created, create_rx) = oneshot::channel();

@@ -168,11 +168,11 @@ async fn plain(
     let since = tokio::time::Instant::now();
     let proto = tokio::select! {
         p = sniff::cleartext(&stream, limits.header_read_timeout) => p,
-        _ = stop.wait_for(|s| *s) => None,
+        _ = stop.wait_for(|s| *s) => return,
     };
     match proto {
         Some(p) => conn::serve_one(stream, app, limits, stop, p, since).await,
-        None => tracing::debug!(%peer, "no request began in time; closing"),
+        None => tracing::debug!(%peer, "no request began in time, or the socket failed; closing"),
     }
 }
 

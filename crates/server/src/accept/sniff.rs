@@ -21,36 +21,27 @@ pub(super) enum Proto {
     Http1,
     /// HTTP/2: h2c with prior knowledge, or ALPN `h2` over TLS.
     Http2,
-    /// Unknown yet (TLS without ALPN): hyper-util's auto connection reads the
-    /// first bytes to tell.
+    /// Unknown yet (TLS without ALPN, or only part of the HTTP/2 preface
+    /// arrived): hyper-util's auto connection reads the first bytes to tell.
     Either,
 }
 
 /// The HTTP/2 connection preface (RFC 9113 3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// How long to wait before peeking again at a preface that has only partly
-/// arrived (rare: clients send it in one write).
-const PARTIAL_PREFACE_WAIT: Duration = Duration::from_millis(5);
-
 /// What a cleartext connection speaks, from its first bytes, peeked so that
-/// hyper still reads them. `None`: the peer sent nothing telling within
-/// `within` (the first request's header time), or the socket failed; the
-/// connection is to be closed.
+/// hyper still reads them. A strict beginning of the HTTP/2 preface (rare:
+/// clients send it in one write) is left to hyper-util's auto connection,
+/// which reads until it can tell, rather than peeked again and again.
+/// `None`: nothing arrived within `within` (the first request's header
+/// time), or the socket failed; the connection is to be closed.
 pub(super) async fn cleartext(tcp: &TcpStream, within: Duration) -> Option<Proto> {
-    tokio::time::timeout(within, async {
-        let mut buf = [0u8; PREFACE.len()];
-        loop {
-            let n = tcp.peek(&mut buf).await.ok()?;
-            if let Some(p) = decide(&buf[..n]) {
-                return Some(p);
-            }
-            tokio::time::sleep(PARTIAL_PREFACE_WAIT).await;
-        }
-    })
-    .await
-    .ok()
-    .flatten()
+    let mut buf = [0u8; PREFACE.len()];
+    let n = tokio::time::timeout(within, tcp.peek(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    Some(decide(&buf[..n]).unwrap_or(Proto::Either))
 }
 
 /// The protocol the first bytes `seen` of a connection name, or `None` while
@@ -100,21 +91,30 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        // The preface in two writes: the first half alone decides nothing.
+        // The whole preface: HTTP/2, and every byte still there to read.
         let mut client = TcpStream::connect(addr).await.unwrap();
         let (mut server, _) = listener.accept().await.unwrap();
-        client.write_all(&PREFACE[..10]).await.unwrap();
-        let sniffing = tokio::spawn(async move {
-            let p = cleartext(&server, Duration::from_secs(5)).await;
-            let mut all = [0u8; 24];
-            server.read_exact(&mut all).await.unwrap();
-            (p, all)
-        });
+        client.write_all(PREFACE).await.unwrap();
+        client.flush().await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        client.write_all(&PREFACE[10..]).await.unwrap();
-        let (p, all) = sniffing.await.unwrap();
-        assert_eq!(p, Some(Proto::Http2));
+        assert_eq!(
+            cleartext(&server, Duration::from_secs(5)).await,
+            Some(Proto::Http2)
+        );
+        let mut all = [0u8; 24];
+        server.read_exact(&mut all).await.unwrap();
         assert_eq!(&all, PREFACE, "every byte peeked is still there to read");
+        // Half of it: left to the auto connection, at once.
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(&PREFACE[..10]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t = std::time::Instant::now();
+        assert_eq!(
+            cleartext(&server, Duration::from_secs(5)).await,
+            Some(Proto::Either)
+        );
+        assert!(t.elapsed() < Duration::from_secs(1));
         // A peer that sends nothing is given up on.
         let _silent = TcpStream::connect(addr).await.unwrap();
         let (server, _) = listener.accept().await.unwrap();
