@@ -92,10 +92,16 @@ pub(crate) struct ForOriginsService<S> {
     inner: S,
 }
 
-/// The constant `Vary` appended to a response (tower-http appends its own too).
-type WithVary<F, R, E> = Map<F, fn(Result<Response<R>, E>) -> Result<Response<R>, E>>;
+/// What a wrapped service answers.
+type Answer<R, E> = Result<Response<R>, E>;
 
-fn with_vary<R, E>(r: Result<Response<R>, E>) -> Result<Response<R>, E> {
+/// Appends the constant `Vary` to an answer (tower-http appends its own too).
+type AddVary<R, E> = fn(Answer<R, E>) -> Answer<R, E>;
+
+/// A wrapped service's future, with [`AddVary`].
+type WithVary<F, R, E> = Map<F, AddVary<R, E>>;
+
+fn with_vary<R, E>(r: Answer<R, E>) -> Answer<R, E> {
     r.map(|mut resp| {
         resp.headers_mut().append(header::VARY, VARY);
         resp
@@ -123,7 +129,7 @@ where
             let ready = std::mem::replace(&mut self.inner, clone);
             Either::Left(self.cors.layer(ready).call(req))
         } else {
-            let add: fn(Result<Response<R>, S::Error>) -> Result<Response<R>, S::Error> = with_vary;
+            let add: AddVary<R, S::Error> = with_vary;
             Either::Right(self.inner.call(req).map(add))
         }
     }
