@@ -294,3 +294,38 @@ async fn an_http2_connection_with_a_long_stream_is_not_idle() {
     assert_eq!(seqs(&seen), vec![1, 2, 3]);
     s.shutdown().await;
 }
+
+/// The HTTP/2 preface arriving in two parts is still served as HTTP/2 (the
+/// server answers with its SETTINGS frame), and one that stops halfway is
+/// closed at the header timeout like any slow header (accept/sniff.rs
+/// leaves a partial preface to hyper-util's auto connection).
+#[tokio::test]
+async fn a_preface_in_two_parts_is_http2_and_half_of_one_is_cut_off() {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let timeout = Duration::from_secs(1);
+    let s = TestServer::start(config(timeout, Duration::from_secs(60))).await;
+
+    let mut split = TcpStream::connect(s.addr).await.unwrap();
+    split.write_all(&PREFACE[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    split.write_all(&PREFACE[10..]).await.unwrap();
+    // An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
+    split.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let mut head = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(5), split.read_exact(&mut head))
+        .await
+        .expect("the server answered")
+        .unwrap();
+    assert_eq!(head[3], 4, "not an HTTP/2 SETTINGS frame: {head:?}");
+
+    let start = Instant::now();
+    let mut half = TcpStream::connect(s.addr).await.unwrap();
+    half.write_all(&PREFACE[..10]).await.unwrap();
+    let at = closed_after(&mut half, start, timeout + Duration::from_secs(2)).await;
+    let at = at.expect("half a preface outlived the header timeout");
+    assert!(
+        at >= timeout - Duration::from_millis(100),
+        "closed too early: {at:?}"
+    );
+    s.shutdown().await;
+}
