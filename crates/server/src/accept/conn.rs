@@ -245,7 +245,9 @@ impl HttpBody for Tracked {
 }
 
 /// hyper-util's auto builder (it reads the first bytes to tell HTTP/1 from
-/// HTTP/2), for a TLS connection that negotiated no ALPN protocol.
+/// HTTP/2), for a TLS connection that negotiated no ALPN protocol or a
+/// cleartext one whose HTTP/2 preface has only partly arrived. Its settings
+/// are the two per-protocol builders' in [`serve_one`]: change them together.
 fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
     let mut b = Builder::new(TokioExecutor::new());
     // Our watch times headers; hyper's would also end keep-alive waits early.
@@ -293,46 +295,35 @@ pub(super) async fn serve_one<S>(
     });
     // Each protocol's connection boxed at its own size: the task then holds
     // only what the one it serves needs (an idle session's GET stream keeps
-    // its connection's task for hours).
+    // its connection's task for hours). hyper's connection types share no
+    // trait for a graceful shutdown, hence one closure per type.
+    macro_rules! boxed {
+        ($conn:expr) => {
+            Box::pin(drive(
+                $conn,
+                |c| c.graceful_shutdown(),
+                activity,
+                limits,
+                stop,
+            ))
+        };
+    }
     let served: Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match proto {
         Proto::Http1 => {
             let mut b = hyper::server::conn::http1::Builder::new();
             // Our watch times headers (hyper's would also end keep-alive waits early).
             b.header_read_timeout(None);
-            let conn = b.serve_connection(io, service).with_upgrades();
-            Box::pin(drive(
-                conn,
-                |c| c.graceful_shutdown(),
-                activity,
-                limits,
-                stop,
-            ))
+            boxed!(b.serve_connection(io, service).with_upgrades())
         }
         Proto::Http2 => {
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new())
                 .keep_alive_interval(limits.h2_ping_interval);
-            let conn = b.serve_connection(io, service);
-            Box::pin(drive(
-                conn,
-                |c| c.graceful_shutdown(),
-                activity,
-                limits,
-                stop,
-            ))
+            boxed!(b.serve_connection(io, service))
         }
-        Proto::Either => {
-            let conn = builder(&limits)
-                .serve_connection_with_upgrades(io, service)
-                .into_owned();
-            Box::pin(drive(
-                conn,
-                |c| c.graceful_shutdown(),
-                activity,
-                limits,
-                stop,
-            ))
-        }
+        Proto::Either => boxed!(builder(&limits)
+            .serve_connection_with_upgrades(io, service)
+            .into_owned()),
     };
     served.await
 }
