@@ -41,6 +41,16 @@ pub enum StoreError {
         #[source]
         source: LogError,
     },
+    /// Events of a stream were numbered and queued, and the log did not
+    /// commit them (it failed, or put them elsewhere): the stream is shown
+    /// no further and refuses every later event.
+    #[error("stream {stream:?} is not committed: {why}")]
+    NotCommitted {
+        /// The log session that holds the stream.
+        stream: String,
+        /// The log's error, or what it did instead.
+        why: String,
+    },
     /// An event or session state could not be turned into JSON.
     #[error("encoding for the log failed: {0}")]
     Encode(#[source] serde_json::Error),

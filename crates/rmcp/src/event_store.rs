@@ -1,5 +1,6 @@
 //! rmcp's [`EventStore`] on an mcp-resume [`Log`]: an event is appended (and
-//! so committed, in the backend's sense) before its id is returned, and a
+//! so committed, in the backend's sense) before its id is returned (or, for
+//! [`crate::DurableSessionManager`], before any client sees it), and a
 //! replay is a range read of one stream followed by a tail of it from the
 //! log's commit point, so events appended later by any instance arrive on the
 //! same open stream with no gap and no duplicate at the seam.
@@ -20,6 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::{
     event_id::{parse_event_id, Location},
     owner::RequestOwner,
+    queue::Queues,
     StoreError,
 };
 
@@ -39,15 +41,25 @@ const RETRY_KEY: &str = "rmcp-retry-ms";
 /// Why a type of its own: rmcp ships the trait but no durable implementation;
 /// this one gives every rmcp server the log's guarantees (commit before the id
 /// is sent, ordered contiguous seqs, loud refusals of unusable cursors).
+///
+/// Events are numbered and queued in order and committed in batches, one
+/// flush per stream (`crate::queue`); as rmcp's [`EventStore`] this store
+/// returns an id once its event is committed. [`crate::DurableSessionManager`]
+/// hands rmcp's session worker a queueing view instead, which returns at
+/// once, and holds each request stream's events until the log has them.
 #[derive(Clone)]
 pub struct LogEventStore {
     log: Arc<dyn Log>,
+    queues: Queues,
 }
 
 impl LogEventStore {
     /// A store writing to and replaying from `log`.
     pub fn new(log: Arc<dyn Log>) -> Self {
-        Self { log }
+        Self {
+            queues: Queues::new(log.clone()),
+            log,
+        }
     }
 
     /// The log underneath, for callers that share it (the session store).
@@ -61,31 +73,48 @@ impl LogEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<String, StoreError> {
+        let (loc, seq) = self.enqueue(stream_id, event).await?;
+        self.queues.committed(&loc, seq).await?;
+        Ok(loc.event_id(seq))
+    }
+
+    /// Numbers and queues one event; its seq, before the commit.
+    async fn enqueue(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<(Location, Seq), StoreError> {
         let loc = Location::from_stream_id(stream_id)?;
         let record = encode(event)?;
-        let seq = match self
-            .log
-            .append_or_create(&loc.session, loc.stream, vec![record.clone()])
-            .await
-        {
-            Ok(seq) => seq,
-            Err(LogError::NoSession(_)) => {
-                // The first event of a stream creates its log session (where
-                // the log did not, in the same commit). An ended
-                // session is never re-created (the log answers SessionExists and
-                // the retried append NoSession), so nothing is resurrected.
-                match self.log.create_session(&loc.session, Bytes::new()).await {
-                    Ok(()) | Err(LogError::SessionExists(_)) => {}
-                    Err(source) => return Err(log_err("create_session", &loc, source)),
-                }
-                self.log
-                    .append(&loc.session, loc.stream, vec![record])
-                    .await
-                    .map_err(|e| log_err("append", &loc, e))?
-            }
-            Err(source) => return Err(log_err("append", &loc, source)),
-        };
-        Ok(loc.event_id(seq))
+        let ends = !loc.is_standalone() && ends_request_stream(event);
+        let seq = self.queues.enqueue(&loc, record, ends).await?;
+        Ok((loc, seq))
+    }
+
+    /// Waits until event `seq` of `loc` is committed.
+    pub(crate) async fn committed(&self, loc: &Location, seq: Seq) -> Result<(), StoreError> {
+        self.queues.committed(loc, seq).await
+    }
+
+    /// Whether event `seq` of `loc` is known committed, without waiting.
+    pub(crate) fn is_committed(&self, loc: &Location, seq: Seq) -> bool {
+        self.queues.is_committed(loc, seq)
+    }
+
+    /// Forgets the queue of `session`'s standalone stream (the session
+    /// closed).
+    pub(crate) fn forget_session(&self, session: &str) {
+        self.queues.forget(&Location {
+            session: session.to_owned(),
+            stream: mcp_resume_log::StreamKey::Session,
+        });
+    }
+
+    /// The same store as rmcp's [`EventStore`] that answers once an event
+    /// is queued, not committed: only for a session manager that shows no
+    /// event before [`LogEventStore::committed`] says so.
+    pub(crate) fn queueing(&self) -> Arc<dyn EventStore> {
+        Arc::new(Queueing(self.clone()))
     }
 
     /// Every event after `last_event_id`, then every later one as it is
@@ -146,6 +175,28 @@ impl LogEventStore {
         };
         tokio::spawn(pump.run(bounds, sub));
         Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+/// [`LogEventStore`] answering rmcp once an event is queued.
+struct Queueing(LogEventStore);
+
+#[async_trait::async_trait]
+impl EventStore for Queueing {
+    async fn store_event(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<EventId, EventStoreError> {
+        let (loc, seq) = self.0.enqueue(stream_id, event).await?;
+        Ok(loc.event_id(seq))
+    }
+
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        Ok(self.0.replay(last_event_id).await?)
     }
 }
 

@@ -31,6 +31,7 @@ pub mod event_id;
 mod event_store;
 mod manager;
 mod owner;
+mod queue;
 mod session_store;
 pub mod tasks;
 

@@ -53,7 +53,9 @@ impl DurableSessionManager {
     /// A manager whose streams are stored in `log`.
     pub fn new(log: Arc<dyn Log>) -> Self {
         let events = LogEventStore::new(log);
-        let inner = LocalSessionManager::default().with_event_store(Arc::new(events.clone()));
+        // rmcp's worker only queues (its store returns at once); every
+        // stream this manager hands out shows an event once it is committed.
+        let inner = LocalSessionManager::default().with_event_store(events.queueing());
         Self { inner, events }
     }
 
@@ -137,10 +139,6 @@ impl SessionManager for DurableSessionManager {
         Ok(self.inner.has_session(id).await?)
     }
 
-    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        Ok(self.inner.close_session(id).await?)
-    }
-
     async fn create_stream(
         &self,
         id: &SessionId,
@@ -154,20 +152,29 @@ impl SessionManager for DurableSessionManager {
             .and_then(|v| v.get("id").cloned())
             .unwrap_or(serde_json::Value::Null);
         let mut stream = Box::pin(self.inner.create_stream(id, message).await?);
-        // The first event is rmcp's priming event, stored while the stream
-        // was created (with `sse_retry` set, as by default): bind its stream
-        // to the session before the client can see, and resume with, its id.
+        // The first event is rmcp's priming event, queued while the stream
+        // was created (with `sse_retry` set, as by default): once it is
+        // committed, bind its stream to the session before the client can
+        // see, and resume with, its id.
         let first = stream.next().await;
-        if let Some(loc) = first
+        if let Some((loc, seq)) = first
             .as_ref()
             .and_then(|m| m.event_id.as_deref())
             .and_then(|id| parse_event_id(id).ok())
-            .map(|(loc, _)| loc)
-            .filter(|loc| !loc.is_standalone())
         {
-            self.bind(&loc, id, request_id).await?;
+            self.events.committed(&loc, seq).await?;
+            if !loc.is_standalone() {
+                self.bind(&loc, id, request_id).await?;
+            }
         }
-        Ok(futures_util::stream::iter(first).chain(stream))
+        let rest = Gate::new(stream, self.events.clone());
+        Ok(futures_util::stream::iter(first).chain(rest))
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.inner.close_session(id).await?;
+        self.events.forget_session(id.as_ref());
+        Ok(())
     }
 
     async fn accept_message(
@@ -216,5 +223,103 @@ impl SessionManager for DurableSessionManager {
 
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {
         Some(Arc::new(self.events.clone()))
+    }
+}
+
+/// How many events a request stream's gate reads ahead of the commit, so
+/// rmcp's worker (which waits for room in the stream's small channel) is not
+/// held by a commit in flight: the store's own bound.
+const READ_AHEAD: usize = crate::queue::MAX_QUEUED as usize;
+
+/// A request stream as rmcp's worker fills it (events numbered and queued,
+/// not yet committed), shown to the client one event at a time as the log
+/// commits it. A stream whose events the log did not commit ends there:
+/// the client resumes from the last id it got, and the log answers.
+struct Gate<S> {
+    inner: std::pin::Pin<Box<S>>,
+    /// rmcp's stream has ended.
+    drained: bool,
+    events: LogEventStore,
+    /// Read from rmcp, not yet shown, in order.
+    held: std::collections::VecDeque<ServerSseMessage>,
+    /// The wait for the first held event's commit. In a `Mutex` only so
+    /// the stream is `Sync` as rmcp asks (never locked: `get_mut`).
+    waiting: Option<std::sync::Mutex<CommitWait>>,
+    /// An event was not committed: nothing after it is shown.
+    ended: bool,
+}
+
+type CommitWait = futures_util::future::BoxFuture<'static, Result<(), StoreError>>;
+
+impl<S> Gate<S> {
+    fn new(inner: std::pin::Pin<Box<S>>, events: LogEventStore) -> Self {
+        Self {
+            inner,
+            drained: false,
+            events,
+            held: Default::default(),
+            waiting: None,
+            ended: false,
+        }
+    }
+}
+
+impl<S> futures_util::Stream for Gate<S>
+where
+    S: futures_util::Stream<Item = ServerSseMessage> + Send,
+{
+    type Item = ServerSseMessage;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<ServerSseMessage>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        while !this.drained && this.held.len() < READ_AHEAD {
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(m)) => this.held.push_back(m),
+                Poll::Ready(None) => this.drained = true,
+                Poll::Pending => break,
+            }
+        }
+        if this.waiting.is_none() {
+            let Some(front) = this.held.front() else {
+                return if this.drained {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Pending
+                };
+            };
+            let Some((loc, seq)) = front
+                .event_id
+                .as_deref()
+                .and_then(|id| parse_event_id(id).ok())
+            else {
+                return Poll::Ready(this.held.pop_front());
+            };
+            if this.events.is_committed(&loc, seq) {
+                return Poll::Ready(this.held.pop_front());
+            }
+            let events = this.events.clone();
+            let wait: CommitWait = Box::pin(async move { events.committed(&loc, seq).await });
+            this.waiting = Some(std::sync::Mutex::new(wait));
+        }
+        let wait = this.waiting.as_mut().expect("set above");
+        let wait = wait.get_mut().unwrap_or_else(|e| e.into_inner());
+        let outcome = futures_util::ready!(wait.as_mut().poll(cx));
+        this.waiting = None;
+        match outcome {
+            Ok(()) => Poll::Ready(this.held.pop_front()),
+            Err(e) => {
+                tracing::warn!(error = %e, "a request stream ends where the log did not commit it");
+                this.ended = true;
+                this.held.clear();
+                Poll::Ready(None)
+            }
+        }
     }
 }

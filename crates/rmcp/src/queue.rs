@@ -1,0 +1,312 @@
+//! The ordered commit queue behind [`crate::LogEventStore`]: an event is
+//! numbered and queued when rmcp stores it, and one flush per stream commits
+//! whatever is queued in one append, so a handler that sends a thousand
+//! notifications waits for room in the queue, never for a thousand fsyncs.
+//!
+//! The number is the seq the log gives the event: a stream has one writer
+//! (rmcp's session worker of this process), which the queue numbers from the
+//! stream's committed head, and every commit checks that the log put the
+//! batch exactly where it was numbered. Where it did not (another writer)
+//! the stream fails, and so does every later store to it: a number handed
+//! out is never shown on another event.
+//!
+//! Numbering is not showing: a reader sees an event only once
+//! [`Queues::committed`] says the log has it (the log's own subscriptions
+//! for the session stream, the request-stream gate of
+//! [`crate::DurableSessionManager`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use mcp_resume_log::{Log, LogError, Seq};
+use tokio::sync::watch;
+
+use crate::event_id::Location;
+use crate::StoreError;
+
+/// How many events of one stream may be queued and not yet committed
+/// before a store waits for room (the back-pressure on a handler).
+pub(crate) const MAX_QUEUED: u64 = 1024;
+
+/// Every stream with events queued or numbered in this process.
+#[derive(Clone)]
+pub(crate) struct Queues {
+    log: Arc<dyn Log>,
+    map: Arc<Mutex<HashMap<String, Arc<Queue>>>>,
+}
+
+/// One stream's queue.
+struct Queue {
+    loc: Location,
+    state: Mutex<State>,
+    committed: watch::Sender<Committed>,
+}
+
+/// What is queued and how it is numbered.
+struct State {
+    /// The seq the next queued event gets.
+    next: Seq,
+    /// Queued, not yet handed to the log, in order.
+    pending: Vec<Bytes>,
+    /// A flush task is running.
+    flushing: bool,
+    /// The stream's log session may not exist yet: the first commit
+    /// creates it.
+    create: bool,
+    /// A request stream's response is queued: nothing follows it, and the
+    /// queue goes once it is committed.
+    ended: bool,
+}
+
+/// The stream's committed head, or why nothing more will be.
+#[derive(Clone)]
+struct Committed {
+    head: Seq,
+    failed: Option<Arc<str>>,
+}
+
+impl Queues {
+    /// Queues of streams in `log`.
+    pub(crate) fn new(log: Arc<dyn Log>) -> Self {
+        Self {
+            log,
+            map: Arc::default(),
+        }
+    }
+
+    /// Numbers `record` as the next event of `loc` and queues it; returns
+    /// its seq without waiting for the commit (only, past [`MAX_QUEUED`]
+    /// uncommitted events, for room). `ends` marks a request stream's last
+    /// event.
+    pub(crate) async fn enqueue(
+        &self,
+        loc: &Location,
+        record: Bytes,
+        ends: bool,
+    ) -> Result<Seq, StoreError> {
+        let queue = self.queue(loc).await?;
+        let mut watch = queue.committed.subscribe();
+        let mut record = Some(record);
+        loop {
+            let head = {
+                let c = watch.borrow_and_update();
+                if let Some(why) = &c.failed {
+                    return Err(failed(loc, why));
+                }
+                c.head
+            };
+            let start = {
+                let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+                if st.next - 1 - head < MAX_QUEUED {
+                    let seq = st.next;
+                    st.next += 1;
+                    st.pending.extend(record.take());
+                    st.ended |= ends;
+                    let start = !st.flushing;
+                    st.flushing = true;
+                    Some((seq, start))
+                } else {
+                    None
+                }
+            };
+            match start {
+                Some((seq, start)) => {
+                    if start {
+                        tokio::spawn(self.clone().flush(queue));
+                    }
+                    return Ok(seq);
+                }
+                // Full: wait for a commit (or the failure) and look again.
+                None => {
+                    if watch.changed().await.is_err() {
+                        return Err(failed(loc, "the queue was dropped"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until event `seq` of `loc` is committed; an error where it
+    /// never will be. A stream with no queue here has nothing in flight:
+    /// the log's head answers.
+    pub(crate) async fn committed(&self, loc: &Location, seq: Seq) -> Result<(), StoreError> {
+        let queue = self.get(loc);
+        let Some(queue) = queue else {
+            let bounds = self
+                .log
+                .bounds(&loc.session, loc.stream)
+                .await
+                .map_err(|e| log_err("bounds", loc, e))?;
+            return if bounds.head >= seq {
+                Ok(())
+            } else {
+                Err(failed(loc, &format!("event {seq} was never committed")))
+            };
+        };
+        let mut watch = queue.committed.subscribe();
+        let c = watch
+            .wait_for(|c| c.head >= seq || c.failed.is_some())
+            .await
+            .map_err(|_| failed(loc, "the queue was dropped"))?;
+        match &c.failed {
+            Some(why) if c.head < seq => Err(failed(loc, why)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether event `seq` of `loc` is committed as far as its queue here
+    /// knows (`false` where there is none: ask [`Queues::committed`]).
+    pub(crate) fn is_committed(&self, loc: &Location, seq: Seq) -> bool {
+        self.get(loc)
+            .is_some_and(|q| q.committed.borrow().head >= seq)
+    }
+
+    /// Forgets the queue of a stream nobody will write again (a session's
+    /// standalone stream once the session closed). What it still holds is
+    /// committed by its flush.
+    pub(crate) fn forget(&self, loc: &Location) {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&loc.session);
+    }
+
+    fn get(&self, loc: &Location) -> Option<Arc<Queue>> {
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&loc.session).cloned()
+    }
+
+    /// The queue of `loc`, made on its first event: a request stream is new
+    /// (rmcp names each with a fresh UUID) and starts at 1; a session stream
+    /// goes on from the log's head.
+    async fn queue(&self, loc: &Location) -> Result<Arc<Queue>, StoreError> {
+        if let Some(q) = self.get(loc) {
+            return Ok(q);
+        }
+        let (head, create) = if loc.is_standalone() {
+            match self.log.bounds(&loc.session, loc.stream).await {
+                Ok(b) => (b.head, false),
+                Err(LogError::NoSession(_)) => (0, true),
+                Err(e) => return Err(log_err("bounds", loc, e)),
+            }
+        } else {
+            (0, true)
+        };
+        let made = Arc::new(Queue {
+            loc: loc.clone(),
+            state: Mutex::new(State {
+                next: head + 1,
+                pending: Vec::new(),
+                flushing: false,
+                create,
+                ended: false,
+            }),
+            committed: watch::Sender::new(Committed { head, failed: None }),
+        });
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(map.entry(loc.session.clone()).or_insert(made).clone())
+    }
+
+    /// Commits what `queue` holds, a batch at a time, until it is empty.
+    async fn flush(self, queue: Arc<Queue>) {
+        loop {
+            let (batch, first, create) = {
+                let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+                if st.pending.is_empty() {
+                    st.flushing = false;
+                    let done = st.ended;
+                    drop(st);
+                    if done {
+                        self.remove(&queue);
+                    }
+                    return;
+                }
+                let batch = std::mem::take(&mut st.pending);
+                let first = st.next - batch.len() as Seq;
+                (batch, first, st.create)
+            };
+            let last = first + batch.len() as Seq - 1;
+            match self.append(&queue.loc, batch, create).await {
+                Ok(head) if head == last => {
+                    queue.state.lock().unwrap_or_else(|e| e.into_inner()).create = false;
+                    queue.committed.send_modify(|c| c.head = head);
+                }
+                outcome => {
+                    let why: Arc<str> = match outcome {
+                        Ok(head) => format!(
+                            "the log put events {first}..={last} at ..={head}: another writer appends to this stream"
+                        )
+                        .into(),
+                        Err(e) => e.to_string().into(),
+                    };
+                    tracing::error!(stream = %queue.loc.session, %why, "rmcp events were not committed; the stream fails");
+                    let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.pending.clear();
+                    st.flushing = false;
+                    drop(st);
+                    // The queue stays (a failed stream is never numbered
+                    // again from its start): every later store to it fails.
+                    queue.committed.send_modify(|c| c.failed = Some(why));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One batch into the log, creating the stream's log session first
+    /// where it may not exist (in the same commit where the log can).
+    async fn append(
+        &self,
+        loc: &Location,
+        batch: Vec<Bytes>,
+        create: bool,
+    ) -> Result<Seq, LogError> {
+        if !create {
+            return self.log.append(&loc.session, loc.stream, batch).await;
+        }
+        match self
+            .log
+            .append_or_create(&loc.session, loc.stream, batch.clone())
+            .await
+        {
+            Err(LogError::NoSession(_)) => {
+                // An ended session is never re-created (the log answers
+                // SessionExists and the append NoSession): nothing is
+                // resurrected.
+                match self.log.create_session(&loc.session, Bytes::new()).await {
+                    Ok(()) | Err(LogError::SessionExists(_)) => {}
+                    Err(e) => return Err(e),
+                }
+                self.log.append(&loc.session, loc.stream, batch).await
+            }
+            other => other,
+        }
+    }
+
+    /// Drops `queue` from the map if it is still the one there.
+    fn remove(&self, queue: &Arc<Queue>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map
+            .get(&queue.loc.session)
+            .is_some_and(|q| Arc::ptr_eq(q, queue))
+        {
+            map.remove(&queue.loc.session);
+        }
+    }
+}
+
+fn failed(loc: &Location, why: &str) -> StoreError {
+    StoreError::NotCommitted {
+        stream: loc.session.clone(),
+        why: why.to_owned(),
+    }
+}
+
+fn log_err(op: &'static str, loc: &Location, source: LogError) -> StoreError {
+    StoreError::Log {
+        op,
+        session: loc.session.clone(),
+        source,
+    }
+}
