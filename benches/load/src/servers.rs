@@ -166,6 +166,9 @@ pub fn rmcp_durable(name: &'static str, bin: &Path, transport: &str) -> Server {
             "127.0.0.1:0",
             "--transport",
             transport,
+            // Enough to replay the whole benchmark, as `ours` keeps.
+            "--retention-events",
+            "1000000",
             "--store",
         ])
         .arg(store)

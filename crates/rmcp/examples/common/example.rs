@@ -20,12 +20,19 @@ pub struct Serving {
     /// Replicas that must acknowledge each Redis append (WAIT).
     #[arg(long, default_value_t = 0)]
     pub redis_replicas: usize,
+    /// Most events kept per stream, as `mcp-resume serve --retention-events`:
+    /// older ones are trimmed, and a reader that falls further behind has
+    /// its stream ended.
+    #[arg(long, default_value_t = 10_000)]
+    pub retention_events: u64,
 }
 
 impl Serving {
     /// The log `--store` names.
     pub async fn open_log(&self) -> Result<Arc<dyn Log>, String> {
-        open_log(&self.store, self.redis_replicas).await
+        let mut retention = Retention::default();
+        retention.max_events = self.retention_events.max(1);
+        open_log(&self.store, self.redis_replicas, retention).await
     }
 
     /// Binds `--listen` and prints `listening on http://ADDR/mcp`.
@@ -36,8 +43,11 @@ impl Serving {
 
 /// `memory`, `disk:DIR` or `redis://HOST:PORT/DB`, with `replicas` Redis
 /// replicas acknowledging each append.
-pub async fn open_log(store: &str, replicas: usize) -> Result<Arc<dyn Log>, String> {
-    let retention = Retention::default();
+pub async fn open_log(
+    store: &str,
+    replicas: usize,
+    retention: Retention,
+) -> Result<Arc<dyn Log>, String> {
     if store == "memory" {
         return Ok(Arc::new(MemoryLog::new(retention)));
     }
