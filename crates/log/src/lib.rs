@@ -133,7 +133,7 @@ pub trait EventLog: Send + Sync + 'static {
 
     /// [`EventLog::append`] to a session that may not exist yet: where the
     /// log can create it and append in one commit (the disk log), a session
-    /// that never existed is created first, with empty metadata. The default
+    /// that never existed is created first, with `meta` as its record. The default
     /// creates nothing and answers [`LogError::NoSession`] as `append` does;
     /// the caller then creates the session and appends again. Either way a
     /// session that ended is not created again while its tombstone is kept
@@ -143,13 +143,17 @@ pub trait EventLog: Send + Sync + 'static {
     ///
     /// Why: a store whose every stream is a session of its own (rmcp's
     /// request streams, `mcp-resume-rmcp`) otherwise pays a refused append,
-    /// a creation and the append, one commit after another, per stream.
+    /// a creation and the append, one commit after another, per stream;
+    /// and a record known at the first event (the stream's owner) costs no
+    /// commit of its own.
     async fn append_or_create(
         &self,
         id: &str,
         stream: StreamKey,
         messages: Vec<Bytes>,
+        meta: Bytes,
     ) -> Result<Seq, LogError> {
+        let _ = meta;
         self.append(id, stream, messages).await
     }
 

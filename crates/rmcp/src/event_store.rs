@@ -73,27 +73,35 @@ impl LogEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<String, StoreError> {
-        let (loc, seq) = self.enqueue(stream_id, event).await?;
+        let (loc, seq) = self.enqueue(stream_id, event, false).await?;
         self.queues.committed(&loc, seq).await?;
         Ok(loc.event_id(seq))
     }
 
-    /// Numbers and queues one event; its seq, before the commit.
+    /// Numbers and queues one event; its seq, before the commit. `owned`:
+    /// a new request stream's owner will be given ([`LogEventStore::own`]).
     async fn enqueue(
         &self,
         stream_id: &str,
         event: &ServerSseMessage,
+        owned: bool,
     ) -> Result<(Location, Seq), StoreError> {
         let loc = Location::from_stream_id(stream_id)?;
         let record = encode(event)?;
         let ends = !loc.is_standalone() && ends_request_stream(event);
-        let seq = self.queues.enqueue(&loc, record, ends).await?;
+        let seq = self.queues.enqueue(&loc, record, ends, owned).await?;
         Ok((loc, seq))
     }
 
     /// Waits until event `seq` of `loc` is committed.
     pub(crate) async fn committed(&self, loc: &Location, seq: Seq) -> Result<(), StoreError> {
         self.queues.committed(loc, seq).await
+    }
+
+    /// Gives a new request stream its owner record, committed with its
+    /// creation; `false` where that has been committed already.
+    pub(crate) fn own(&self, loc: &Location, meta: Bytes) -> bool {
+        self.queues.own(loc, meta)
     }
 
     /// Whether event `seq` of `loc` is known committed, without waiting.
@@ -188,7 +196,7 @@ impl EventStore for Queueing {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<EventId, EventStoreError> {
-        let (loc, seq) = self.0.enqueue(stream_id, event).await?;
+        let (loc, seq) = self.0.enqueue(stream_id, event, true).await?;
         Ok(loc.event_id(seq))
     }
 

@@ -60,10 +60,12 @@ impl DurableSessionManager {
     }
 
     /// Records in the log that request stream `loc` belongs to `session`,
-    /// and that this process runs call `request_id`.
+    /// and that this process runs call `request_id`: with the stream's
+    /// creation where it is not committed yet, else on its own.
     async fn bind(
         &self,
         loc: &Location,
+        seq: mcp_resume_log::Seq,
         session: &SessionId,
         request_id: serde_json::Value,
     ) -> Result<(), StoreError> {
@@ -71,10 +73,16 @@ impl DurableSessionManager {
             session: session.to_string(),
             instance: self.events.log().instance().to_owned(),
             request_id,
-        };
+        }
+        .to_bytes();
+        let with_creation = self.events.own(loc, owner.clone());
+        self.events.committed(loc, seq).await?;
+        if with_creation {
+            return Ok(());
+        }
         self.events
             .log()
-            .set_meta(&loc.session, owner.to_bytes())
+            .set_meta(&loc.session, owner)
             .await
             .map_err(|source| StoreError::Log {
                 op: "set_meta",
@@ -153,18 +161,19 @@ impl SessionManager for DurableSessionManager {
             .unwrap_or(serde_json::Value::Null);
         let mut stream = Box::pin(self.inner.create_stream(id, message).await?);
         // The first event is rmcp's priming event, queued while the stream
-        // was created (with `sse_retry` set, as by default): once it is
-        // committed, bind its stream to the session before the client can
-        // see, and resume with, its id.
+        // was created (with `sse_retry` set, as by default): its stream is
+        // bound to the session, in the commit that creates it, before the
+        // client can see, and resume with, its id.
         let first = stream.next().await;
         if let Some((loc, seq)) = first
             .as_ref()
             .and_then(|m| m.event_id.as_deref())
             .and_then(|id| parse_event_id(id).ok())
         {
-            self.events.committed(&loc, seq).await?;
-            if !loc.is_standalone() {
-                self.bind(&loc, id, request_id).await?;
+            if loc.is_standalone() {
+                self.events.committed(&loc, seq).await?;
+            } else {
+                self.bind(&loc, seq, id, request_id).await?;
             }
         }
         let rest = Gate::new(stream, self.events.clone());

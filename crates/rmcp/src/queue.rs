@@ -17,10 +17,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use mcp_resume_log::{Log, LogError, Seq};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 use crate::event_id::Location;
 use crate::StoreError;
@@ -28,6 +29,12 @@ use crate::StoreError;
 /// How many events of one stream may be queued and not yet committed
 /// before a store waits for room (the back-pressure on a handler).
 pub(crate) const MAX_QUEUED: u64 = 1024;
+
+/// How long a new request stream's first commit waits for its owner record
+/// ([`Queues::own`]), which its session manager gives as soon as it reads
+/// the stream's first event: past this it commits without it, and the owner
+/// is recorded after.
+const OWNER_WAIT: Duration = Duration::from_millis(100);
 
 /// Every stream with events queued or numbered in this process.
 #[derive(Clone)]
@@ -41,6 +48,8 @@ struct Queue {
     loc: Location,
     state: Mutex<State>,
     committed: watch::Sender<Committed>,
+    /// Rung when the owner record is given.
+    owned: Notify,
 }
 
 /// What is queued and how it is numbered.
@@ -57,6 +66,12 @@ struct State {
     /// A request stream's response is queued: nothing follows it, and the
     /// queue goes once it is committed.
     ended: bool,
+    /// The record the stream's log session is created with.
+    meta: Bytes,
+    /// The first commit waits (at most [`OWNER_WAIT`]) for [`Queues::own`].
+    awaits_owner: bool,
+    /// The first batch has gone to the log: the creation is decided.
+    started: bool,
 }
 
 /// The stream's committed head, or why nothing more will be.
@@ -78,14 +93,16 @@ impl Queues {
     /// Numbers `record` as the next event of `loc` and queues it; returns
     /// its seq without waiting for the commit (only, past [`MAX_QUEUED`]
     /// uncommitted events, for room). `ends` marks a request stream's last
-    /// event.
+    /// event; `owned`, that a new request stream's owner will be given
+    /// ([`Queues::own`]) for its creation.
     pub(crate) async fn enqueue(
         &self,
         loc: &Location,
         record: Bytes,
         ends: bool,
+        owned: bool,
     ) -> Result<Seq, StoreError> {
-        let queue = self.queue(loc).await?;
+        let queue = self.queue(loc, owned).await?;
         let mut watch = queue.committed.subscribe();
         let mut record = Some(record);
         loop {
@@ -155,6 +172,24 @@ impl Queues {
         }
     }
 
+    /// Gives a new request stream the record its log session is created
+    /// with, in the commit of its first events; `false` where that commit
+    /// has already gone (the caller records it itself).
+    pub(crate) fn own(&self, loc: &Location, meta: Bytes) -> bool {
+        let Some(queue) = self.get(loc) else {
+            return false;
+        };
+        let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.started || !st.create {
+            return false;
+        }
+        st.meta = meta;
+        st.awaits_owner = false;
+        drop(st);
+        queue.owned.notify_one();
+        true
+    }
+
     /// Whether event `seq` of `loc` is committed as far as its queue here
     /// knows (`false` where there is none: ask [`Queues::committed`]).
     pub(crate) fn is_committed(&self, loc: &Location, seq: Seq) -> bool {
@@ -180,7 +215,7 @@ impl Queues {
     /// The queue of `loc`, made on its first event: a request stream is new
     /// (rmcp names each with a fresh UUID) and starts at 1; a session stream
     /// goes on from the log's head.
-    async fn queue(&self, loc: &Location) -> Result<Arc<Queue>, StoreError> {
+    async fn queue(&self, loc: &Location, owned: bool) -> Result<Arc<Queue>, StoreError> {
         if let Some(q) = self.get(loc) {
             return Ok(q);
         }
@@ -201,8 +236,12 @@ impl Queues {
                 flushing: false,
                 create,
                 ended: false,
+                meta: Bytes::new(),
+                awaits_owner: owned && create && !loc.is_standalone(),
+                started: false,
             }),
             committed: watch::Sender::new(Committed { head, failed: None }),
+            owned: Notify::new(),
         });
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         Ok(map.entry(loc.session.clone()).or_insert(made).clone())
@@ -210,8 +249,15 @@ impl Queues {
 
     /// Commits what `queue` holds, a batch at a time, until it is empty.
     async fn flush(self, queue: Arc<Queue>) {
+        let awaits = {
+            let st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.awaits_owner && !st.started
+        };
+        if awaits {
+            let _ = tokio::time::timeout(OWNER_WAIT, queue.owned.notified()).await;
+        }
         loop {
-            let (batch, first, create) = {
+            let (batch, first, create, meta) = {
                 let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
                 if st.pending.is_empty() {
                     st.flushing = false;
@@ -224,10 +270,11 @@ impl Queues {
                 }
                 let batch = std::mem::take(&mut st.pending);
                 let first = st.next - batch.len() as Seq;
-                (batch, first, st.create)
+                st.started = true;
+                (batch, first, st.create, st.meta.clone())
             };
             let last = first + batch.len() as Seq - 1;
-            match self.append(&queue.loc, batch, create).await {
+            match self.append(&queue.loc, batch, create, meta).await {
                 Ok(head) if head == last => {
                     queue.state.lock().unwrap_or_else(|e| e.into_inner()).create = false;
                     queue.committed.send_modify(|c| c.head = head);
@@ -255,26 +302,28 @@ impl Queues {
     }
 
     /// One batch into the log, creating the stream's log session first
-    /// where it may not exist (in the same commit where the log can).
+    /// where it may not exist (in the same commit where the log can), with
+    /// `meta` as its record.
     async fn append(
         &self,
         loc: &Location,
         batch: Vec<Bytes>,
         create: bool,
+        meta: Bytes,
     ) -> Result<Seq, LogError> {
         if !create {
             return self.log.append(&loc.session, loc.stream, batch).await;
         }
         match self
             .log
-            .append_or_create(&loc.session, loc.stream, batch.clone())
+            .append_or_create(&loc.session, loc.stream, batch.clone(), meta.clone())
             .await
         {
             Err(LogError::NoSession(_)) => {
                 // An ended session is never re-created (the log answers
                 // SessionExists and the append NoSession): nothing is
                 // resurrected.
-                match self.log.create_session(&loc.session, Bytes::new()).await {
+                match self.log.create_session(&loc.session, meta).await {
                     Ok(()) | Err(LogError::SessionExists(_)) => {}
                     Err(e) => return Err(e),
                 }

@@ -306,6 +306,7 @@ impl EventLog for DiskLog {
         id: &str,
         stream: StreamKey,
         messages: Vec<Bytes>,
+        meta: Bytes,
     ) -> Result<Seq, LogError> {
         // A new session has only its session stream: a request stream's
         // append would fail after the creation, so it is only appended.
@@ -316,7 +317,7 @@ impl EventLog for DiskLog {
         let (appended, append_rx) = oneshot::channel();
         let create = Op::Create {
             id: id.to_owned(),
-            meta: Bytes::new(),
+            meta,
             reply: created,
         };
         let append = Op::Append {

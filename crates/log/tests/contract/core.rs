@@ -317,18 +317,26 @@ fn an_ended_session_stays_dead() {
 
 /// `append_or_create`: a session that never existed is created by it (or,
 /// on a log that cannot do both in one commit, refused as by `append`, for
-/// the caller to create); a live one is appended to; an ended one is never
-/// created again.
+/// the caller to create), with the record given; a live one is appended to
+/// and keeps its record; an ended one is never created again.
 #[test]
 fn append_or_create_creates_only_what_never_existed() {
     rt().block_on(async {
         for b in backends(Retention::default(), 1024).await {
             let log = b.log().clone();
-            match log.append_or_create("new", S, vec![msg(1)]).await {
+            let owner = Bytes::from_static(b"owner");
+            match log
+                .append_or_create("new", S, vec![msg(1)], owner.clone())
+                .await
+            {
                 Ok(seq) => {
                     assert_eq!(seq, 1, "{}", b.name);
                     assert_eq!(log.read("new", S, 0, 10).await.unwrap().len(), 1);
-                    assert!(log.session("new").await.unwrap().meta.is_empty());
+                    assert_eq!(
+                        log.session("new").await.unwrap().meta,
+                        owner,
+                        "created with it"
+                    );
                 }
                 Err(LogError::NoSession(_)) => {
                     assert!(!b.name.starts_with("disk"), "the disk log creates it");
@@ -338,12 +346,19 @@ fn append_or_create_creates_only_what_never_existed() {
             }
             log.create_session("live", Bytes::new()).await.unwrap();
             log.append("live", S, vec![msg(1)]).await.unwrap();
-            let seq = log.append_or_create("live", S, vec![msg(2)]).await;
+            let seq = log
+                .append_or_create("live", S, vec![msg(2)], owner.clone())
+                .await;
             assert_eq!(seq, Ok(2), "{}", b.name);
+            assert!(
+                log.session("live").await.unwrap().meta.is_empty(),
+                "a live one keeps its record"
+            );
             log.end_session("live").await.unwrap();
             assert!(
                 matches!(
-                    log.append_or_create("live", S, vec![msg(3)]).await,
+                    log.append_or_create("live", S, vec![msg(3)], Bytes::new())
+                        .await,
                     Err(LogError::NoSession(_))
                 ),
                 "{}",
