@@ -75,6 +75,13 @@ impl LogEventStore {
         stream_id: &str,
         event: &ServerSseMessage,
     ) -> Result<String, StoreError> {
+        let loc = Location::from_stream_id(stream_id)?;
+        if loc.is_standalone() {
+            // A session's standalone stream may have writers on several
+            // instances, and this id is shown: the seq the log gives.
+            let seq = self.queues.append_now(&loc, encode(event)?).await?;
+            return Ok(loc.event_id(seq));
+        }
         let (loc, seq) = self.enqueue(stream_id, event, false).await?;
         self.queues.committed(&loc, seq).await?;
         Ok(loc.event_id(seq))
@@ -109,6 +116,16 @@ impl LogEventStore {
     /// Whether event `seq` of `loc` is known committed, without waiting.
     pub(crate) fn is_committed(&self, loc: &Location, seq: Seq) -> bool {
         self.queues.is_committed(loc, seq)
+    }
+
+    /// The committed head of `loc`'s queue, followed.
+    pub(crate) fn follow(&self, loc: &Location) -> Option<crate::queue::Follow> {
+        self.queues.follow(loc)
+    }
+
+    /// rmcp closed request stream `loc`: its queue goes once committed.
+    pub(crate) fn retire(&self, loc: &Location) {
+        self.queues.retire(loc)
     }
 
     /// Forgets the queue of `session`'s standalone stream (the session

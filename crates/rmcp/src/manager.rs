@@ -66,23 +66,17 @@ impl DurableSessionManager {
         &self,
         loc: &Location,
         seq: mcp_resume_log::Seq,
-        session: &SessionId,
-        request_id: serde_json::Value,
+        owner: &RequestOwner,
     ) -> Result<(), StoreError> {
-        let owner = RequestOwner {
-            session: session.to_string(),
-            instance: self.events.log().instance().to_owned(),
-            request_id,
-        }
-        .to_bytes();
-        let with_creation = self.events.own(loc, owner.clone());
+        let record = owner.to_bytes();
+        let with_creation = self.events.own(loc, record.clone());
         self.events.committed(loc, seq).await?;
         if with_creation {
             return Ok(());
         }
         self.events
             .log()
-            .set_meta(&loc.session, owner)
+            .set_meta(&loc.session, record)
             .await
             .map_err(|source| StoreError::Log {
                 op: "set_meta",
@@ -165,6 +159,7 @@ impl SessionManager for DurableSessionManager {
         // bound to the session, in the commit that creates it, before the
         // client can see, and resume with, its id.
         let first = stream.next().await;
+        let mut call = None;
         if let Some((loc, seq)) = first
             .as_ref()
             .and_then(|m| m.event_id.as_deref())
@@ -173,10 +168,17 @@ impl SessionManager for DurableSessionManager {
             if loc.is_standalone() {
                 self.events.committed(&loc, seq).await?;
             } else {
-                self.bind(&loc, seq, id, request_id).await?;
+                let owner = RequestOwner {
+                    session: id.to_string(),
+                    instance: self.events.log().instance().to_owned(),
+                    request_id,
+                };
+                self.bind(&loc, seq, &owner).await?;
+                let follow = self.events.follow(&loc);
+                call = Some(Call { loc, owner, follow });
             }
         }
-        let rest = Gate::new(stream, self.events.clone());
+        let rest = Gate::new(stream, self.events.clone(), call);
         Ok(futures_util::stream::iter(first).chain(rest))
     }
 
@@ -242,13 +244,16 @@ const READ_AHEAD: usize = crate::queue::MAX_QUEUED as usize;
 
 /// A request stream as rmcp's worker fills it (events numbered and queued,
 /// not yet committed), shown to the client one event at a time as the log
-/// commits it. A stream whose events the log did not commit ends there:
-/// the client resumes from the last id it got, and the log answers.
+/// commits it. A stream whose events the log did not commit ends there, and
+/// the call is answered in the log with an error, so that the client's
+/// resume from the last id it got ends too.
 struct Gate<S> {
     inner: std::pin::Pin<Box<S>>,
     /// rmcp's stream has ended.
     drained: bool,
     events: LogEventStore,
+    /// The call the stream carries, where its first event named it.
+    call: Option<Call>,
     /// Read from rmcp, not yet shown, in order.
     held: std::collections::VecDeque<ServerSseMessage>,
     /// The wait for the first held event's commit. In a `Mutex` only so
@@ -258,17 +263,104 @@ struct Gate<S> {
     ended: bool,
 }
 
-type CommitWait = futures_util::future::BoxFuture<'static, Result<(), StoreError>>;
+/// The call a request stream carries.
+struct Call {
+    loc: Location,
+    owner: RequestOwner,
+    /// Its queue's committed head, followed from the stream's opening (the
+    /// queue leaves the map once the answer is committed).
+    follow: Option<crate::queue::Follow>,
+}
+
+type CommitWait = futures_util::future::BoxFuture<'static, Result<(), String>>;
 
 impl<S> Gate<S> {
-    fn new(inner: std::pin::Pin<Box<S>>, events: LogEventStore) -> Self {
+    fn new(inner: std::pin::Pin<Box<S>>, events: LogEventStore, call: Option<Call>) -> Self {
         Self {
             inner,
             drained: false,
             events,
+            call,
             held: Default::default(),
             waiting: None,
             ended: false,
+        }
+    }
+
+    /// Whether `seq` of `loc` is committed, without waiting.
+    fn has(&self, loc: &Location, seq: mcp_resume_log::Seq) -> bool {
+        match &self.call {
+            Some(Call {
+                loc: own,
+                follow: Some(f),
+                ..
+            }) if own == loc => f.has(seq),
+            _ => self.events.is_committed(loc, seq),
+        }
+    }
+
+    /// Waits for `seq` of `loc` to be committed.
+    fn wait(&self, loc: Location, seq: mcp_resume_log::Seq) -> CommitWait {
+        match &self.call {
+            Some(Call {
+                loc: own,
+                follow: Some(f),
+                ..
+            }) if *own == loc => Box::pin(f.clone().wait(seq)),
+            _ => {
+                let events = self.events.clone();
+                Box::pin(
+                    async move { events.committed(&loc, seq).await.map_err(|e| e.to_string()) },
+                )
+            }
+        }
+    }
+
+    /// The stream failed: answers the call in the log with an error (its
+    /// readers stop at the first answer), so a resume does not wait for
+    /// an answer that will never come.
+    fn fail(&mut self, why: &str) {
+        tracing::warn!(error = %why, "a request stream ends where the log did not commit it");
+        self.ended = true;
+        self.held.clear();
+        if let Some(call) = &self.call {
+            let log = self.events.log().clone();
+            let loc = call.loc.clone();
+            let error = call.owner.error(&format!(
+                "the server could not commit this call's events ({why}); its result is lost (call again)"
+            ));
+            tokio::spawn(async move {
+                // The log that refused the call's events may refuse this
+                // too for a while: retried, with backoff, for about a minute.
+                let mut pause = std::time::Duration::from_millis(100);
+                for _ in 0..10 {
+                    match log
+                        .append(&loc.session, loc.stream, vec![error.clone()])
+                        .await
+                    {
+                        Ok(_) => return,
+                        Err(e) => {
+                            tracing::debug!(stream = %loc.session, error = %e, "answering a failed call in the log")
+                        }
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(15));
+                }
+                tracing::warn!(stream = %loc.session, "could not answer a failed call in the log");
+            });
+        }
+    }
+}
+
+impl<S> Drop for Gate<S> {
+    fn drop(&mut self) {
+        // rmcp closed the stream (answered, cancelled, its session ended):
+        // nothing more is written to it, and its queue can go. A client
+        // that went away while rmcp still writes keeps the queue.
+        if self.drained {
+            if let Some(call) = &self.call {
+                self.events.retire(&call.loc);
+            }
         }
     }
 }
@@ -310,12 +402,10 @@ where
             else {
                 return Poll::Ready(this.held.pop_front());
             };
-            if this.events.is_committed(&loc, seq) {
+            if this.has(&loc, seq) {
                 return Poll::Ready(this.held.pop_front());
             }
-            let events = this.events.clone();
-            let wait: CommitWait = Box::pin(async move { events.committed(&loc, seq).await });
-            this.waiting = Some(std::sync::Mutex::new(wait));
+            this.waiting = Some(std::sync::Mutex::new(this.wait(loc, seq)));
         }
         let wait = this.waiting.as_mut().expect("set above");
         let wait = wait.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -323,10 +413,8 @@ where
         this.waiting = None;
         match outcome {
             Ok(()) => Poll::Ready(this.held.pop_front()),
-            Err(e) => {
-                tracing::warn!(error = %e, "a request stream ends where the log did not commit it");
-                this.ended = true;
-                this.held.clear();
+            Err(why) => {
+                this.fail(&why);
                 Poll::Ready(None)
             }
         }

@@ -32,13 +32,15 @@ impl RequestOwner {
 
     /// The JSON-RPC error that answers the call when its process is gone.
     pub fn orphan_error(&self) -> Bytes {
+        self.error("the server process running this call stopped before answering; its result is lost (call again)")
+    }
+
+    /// The JSON-RPC error (-32603) that answers the call with `message`.
+    pub fn error(&self, message: &str) -> Bytes {
         let v = serde_json::json!({
             "jsonrpc": "2.0",
             "id": self.request_id,
-            "error": {
-                "code": -32603,
-                "message": "the server process running this call stopped before answering; its result is lost (call again)"
-            }
+            "error": {"code": -32603, "message": message}
         });
         Bytes::from(v.to_string())
     }

@@ -3,12 +3,15 @@
 //! whatever is queued in one append, so a handler that sends a thousand
 //! notifications waits for room in the queue, never for a thousand fsyncs.
 //!
-//! The number is the seq the log gives the event: a stream has one writer
-//! (rmcp's session worker of this process), which the queue numbers from the
-//! stream's committed head, and every commit checks that the log put the
-//! batch exactly where it was numbered. Where it did not (another writer)
-//! the stream fails, and so does every later store to it: a number handed
-//! out is never shown on another event.
+//! The number is the seq the log gives the event: a request stream has one
+//! writer (the rmcp session worker that runs its call), which the queue
+//! numbers from 1, and every commit checks that the log put the batch
+//! exactly where it was numbered. Where it did not (another writer), the
+//! stream fails, and so does every later store to it: a number handed out is
+//! never shown on another event. A session's standalone stream may have
+//! writers on several instances (a session restored elsewhere); its numbers
+//! are never shown (its readers read the log, `crate::DurableSessionManager`),
+//! so where the log put a batch elsewhere the queue numbers on from there.
 //!
 //! Numbering is not showing: a reader sees an event only once
 //! [`Queues::committed`] says the log has it (the log's own subscriptions
@@ -72,6 +75,9 @@ struct State {
     awaits_owner: bool,
     /// The first batch has gone to the log: the creation is decided.
     started: bool,
+    /// The stream failed (the reason is on the watch): nothing more is
+    /// queued.
+    failed: bool,
 }
 
 /// The stream's committed head, or why nothing more will be.
@@ -115,6 +121,11 @@ impl Queues {
             };
             let start = {
                 let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+                if st.failed {
+                    drop(st);
+                    let why = watch.borrow().failed.clone().unwrap_or_default();
+                    return Err(failed(loc, &why));
+                }
                 if st.next - 1 - head < MAX_QUEUED {
                     let seq = st.next;
                     st.next += 1;
@@ -145,8 +156,10 @@ impl Queues {
     }
 
     /// Waits until event `seq` of `loc` is committed; an error where it
-    /// never will be. A stream with no queue here has nothing in flight:
-    /// the log's head answers.
+    /// never will be. A request stream with no queue here has nothing in
+    /// flight (its queue goes once all it held is committed): the log's head
+    /// answers. A reader of many events follows the queue instead
+    /// ([`Queues::follow`]).
     pub(crate) async fn committed(&self, loc: &Location, seq: Seq) -> Result<(), StoreError> {
         let queue = self.get(loc);
         let Some(queue) = queue else {
@@ -173,7 +186,8 @@ impl Queues {
     }
 
     /// Gives a new request stream the record its log session is created
-    /// with, in the commit of its first events; `false` where that commit
+    /// with (on the disk log in the same commit as its first events; on
+    /// memory and Redis just before them); `false` where its first commit
     /// has already gone (the caller records it itself).
     pub(crate) fn own(&self, loc: &Location, meta: Bytes) -> bool {
         let Some(queue) = self.get(loc) else {
@@ -188,6 +202,28 @@ impl Queues {
         drop(st);
         queue.owned.notify_one();
         true
+    }
+
+    /// The stream's writer is done with it (rmcp closed a request stream:
+    /// answered, cancelled, or its session ended): its queue goes once what
+    /// it holds is committed.
+    pub(crate) fn retire(&self, loc: &Location) {
+        let Some(queue) = self.get(loc) else {
+            return;
+        };
+        let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.ended = true;
+        let idle = !st.flushing;
+        drop(st);
+        if idle {
+            self.remove(&queue);
+        }
+    }
+
+    /// The committed head of `loc` as its queue publishes it, for a reader
+    /// that waits on many of its events (none where no queue is here).
+    pub(crate) fn follow(&self, loc: &Location) -> Option<Follow> {
+        self.get(loc).map(|q| Follow(q.committed.subscribe()))
     }
 
     /// Whether event `seq` of `loc` is committed as far as its queue here
@@ -239,6 +275,7 @@ impl Queues {
                 meta: Bytes::new(),
                 awaits_owner: owned && create && !loc.is_standalone(),
                 started: false,
+                failed: false,
             }),
             committed: watch::Sender::new(Committed { head, failed: None }),
             owned: Notify::new(),
@@ -279,6 +316,16 @@ impl Queues {
                     queue.state.lock().unwrap_or_else(|e| e.into_inner()).create = false;
                     queue.committed.send_modify(|c| c.head = head);
                 }
+                Ok(head) if queue.loc.is_standalone() => {
+                    // Another instance appended too: its numbers were never
+                    // shown, so number on from where the log put the batch.
+                    tracing::debug!(stream = %queue.loc.session, first, head, "the session stream has another writer; numbering on from the log's head");
+                    let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.create = false;
+                    st.next = head + 1 + st.pending.len() as Seq;
+                    drop(st);
+                    queue.committed.send_modify(|c| c.head = head);
+                }
                 outcome => {
                     let why: Arc<str> = match outcome {
                         Ok(head) => format!(
@@ -288,17 +335,35 @@ impl Queues {
                         Err(e) => e.to_string().into(),
                     };
                     tracing::error!(stream = %queue.loc.session, %why, "rmcp events were not committed; the stream fails");
+                    // Published before the flush ends, so no store slips
+                    // in between. The queue stays (a failed stream is never
+                    // numbered again from its start) until it is retired.
+                    queue.committed.send_modify(|c| c.failed = Some(why));
                     let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+                    st.failed = true;
                     st.pending.clear();
                     st.flushing = false;
+                    let retired = st.ended;
                     drop(st);
-                    // The queue stays (a failed stream is never numbered
-                    // again from its start): every later store to it fails.
-                    queue.committed.send_modify(|c| c.failed = Some(why));
+                    if retired {
+                        self.remove(&queue);
+                    }
                     return;
                 }
             }
         }
+    }
+
+    /// Appends one record to `loc` now, outside any queue: the seq the log
+    /// gives (a stream whose numbers another instance may also take).
+    pub(crate) async fn append_now(
+        &self,
+        loc: &Location,
+        record: Bytes,
+    ) -> Result<Seq, StoreError> {
+        self.append(loc, vec![record], true, Bytes::new())
+            .await
+            .map_err(|e| log_err("append", loc, e))
     }
 
     /// One batch into the log, creating the stream's log session first
@@ -357,5 +422,115 @@ fn log_err(op: &'static str, loc: &Location, source: LogError) -> StoreError {
         op,
         session: loc.session.clone(),
         source,
+    }
+}
+
+/// One stream's committed head, followed (see [`Queues::follow`]): it
+/// stays readable after the queue has gone from the map.
+#[derive(Clone)]
+pub(crate) struct Follow(watch::Receiver<Committed>);
+
+impl Follow {
+    /// Whether event `seq` is committed.
+    pub(crate) fn has(&self, seq: Seq) -> bool {
+        self.0.borrow().head >= seq
+    }
+
+    /// Waits until event `seq` is committed; the reason where it never
+    /// will be.
+    pub(crate) async fn wait(mut self, seq: Seq) -> Result<(), String> {
+        let c = self
+            .0
+            .wait_for(|c| c.head >= seq || c.failed.is_some())
+            .await
+            .map_err(|_| "the queue was dropped".to_owned())?;
+        match &c.failed {
+            Some(why) if c.head < seq => Err(why.to_string()),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcp_resume_log::{MemoryLog, Retention, StreamKey};
+
+    fn rec(n: u8) -> Bytes {
+        Bytes::from(vec![b'0' + n])
+    }
+
+    /// A standalone stream another instance also appends to: the queue
+    /// numbers on from where the log put its batch, and nothing fails.
+    #[tokio::test]
+    async fn a_session_stream_with_another_writer_numbers_on_from_the_log() {
+        let log: Arc<dyn Log> = Arc::new(MemoryLog::new(Retention::default()));
+        let queues = Queues::new(log.clone());
+        let loc = Location::from_stream_id("s:common").unwrap();
+        assert_eq!(queues.enqueue(&loc, rec(1), false, true).await.unwrap(), 1);
+        queues.committed(&loc, 1).await.unwrap();
+        // The other instance commits seq 2; this queue numbers its next 2.
+        log.append("s", StreamKey::Session, vec![rec(9)])
+            .await
+            .unwrap();
+        assert_eq!(queues.enqueue(&loc, rec(2), false, true).await.unwrap(), 2);
+        let follow = queues.follow(&loc).unwrap();
+        follow.clone().wait(3).await.unwrap();
+        assert_eq!(
+            queues.enqueue(&loc, rec(3), false, true).await.unwrap(),
+            4,
+            "numbered on from the log's head"
+        );
+        follow.wait(4).await.unwrap();
+        let events = log.read("s", StreamKey::Session, 0, 10).await.unwrap();
+        let got: Vec<_> = events.iter().map(|e| e.message.clone()).collect();
+        assert_eq!(got, vec![rec(1), rec(9), rec(2), rec(3)]);
+    }
+
+    /// A request stream the log put elsewhere fails, loudly and for good:
+    /// its numbers were shown to nobody, and none is shown on another event.
+    #[tokio::test]
+    async fn a_request_stream_with_another_writer_fails_and_refuses_more() {
+        let log: Arc<dyn Log> = Arc::new(MemoryLog::new(Retention::default()));
+        let queues = Queues::new(log.clone());
+        let loc = Location::from_stream_id("0b1e").unwrap();
+        assert_eq!(queues.enqueue(&loc, rec(1), false, false).await.unwrap(), 1);
+        queues.committed(&loc, 1).await.unwrap();
+        log.append(&loc.session, StreamKey::Session, vec![rec(9)])
+            .await
+            .unwrap();
+        assert_eq!(queues.enqueue(&loc, rec(2), false, false).await.unwrap(), 2);
+        let err = queues.committed(&loc, 2).await.unwrap_err();
+        assert!(matches!(err, StoreError::NotCommitted { .. }), "{err}");
+        assert!(queues.enqueue(&loc, rec(3), false, false).await.is_err());
+        assert!(!queues.is_committed(&loc, 2));
+    }
+
+    /// Past `MAX_QUEUED` uncommitted events a store waits for room, and goes
+    /// on once the log commits.
+    #[tokio::test]
+    async fn a_full_queue_waits_for_room() {
+        let log: Arc<dyn Log> = Arc::new(MemoryLog::new(Retention::default()));
+        let queues = Queues::new(log.clone());
+        let loc = Location::from_stream_id("full").unwrap();
+        // Numbered, not flushed yet (the flush task has not run: this test's
+        // runtime has one thread and no store here awaits).
+        for n in 1..=MAX_QUEUED {
+            assert_eq!(queues.enqueue(&loc, rec(1), false, false).await.unwrap(), n);
+        }
+        let more = queues.enqueue(&loc, rec(2), false, false);
+        let seq = tokio::time::timeout(std::time::Duration::from_secs(5), more)
+            .await
+            .expect("the store waited for room that the commit made")
+            .unwrap();
+        assert_eq!(seq, MAX_QUEUED + 1);
+        queues.committed(&loc, seq).await.unwrap();
+        assert_eq!(
+            log.bounds(&loc.session, StreamKey::Session)
+                .await
+                .unwrap()
+                .head,
+            MAX_QUEUED + 1
+        );
     }
 }

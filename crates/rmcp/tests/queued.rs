@@ -112,9 +112,8 @@ async fn drain(mut resp: reqwest::Response, into: Arc<std::sync::Mutex<Vec<(Stri
     let mut parser = SseParser::new();
     while let Ok(Some(chunk)) = resp.chunk().await {
         for ev in parser.feed(&chunk) {
-            if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
-                into.lock().unwrap().push((ev.id.unwrap_or_default(), v));
-            }
+            let v = serde_json::from_str::<Value>(&ev.data).unwrap_or(Value::Null);
+            into.lock().unwrap().push((ev.id.unwrap_or_default(), v));
         }
     }
 }
@@ -158,7 +157,13 @@ async fn init(http: &reqwest::Client, url: &str) -> String {
 
 /// Events with a JSON-RPC message (rmcp's priming events carry none).
 fn messages(got: &std::sync::Mutex<Vec<(String, Value)>>) -> Vec<(String, Value)> {
-    got.lock().unwrap().clone()
+    let got = got.lock().unwrap();
+    got.iter().filter(|(_, v)| !v.is_null()).cloned().collect()
+}
+
+/// The id of the first event (rmcp's priming event, on a call's stream).
+fn first_id(got: &std::sync::Mutex<Vec<(String, Value)>>) -> String {
+    got.lock().unwrap().first().expect("no event").0.clone()
 }
 
 #[test]
@@ -296,6 +301,26 @@ fn a_refused_commit_ends_the_calls_stream_within_a_bound() {
         assert_eq!(messages(&answer), vec![]);
         faults.refuse_appends.store(0, Ordering::Release);
         go.add_permits(1);
+
+        // A resume from the last id it got ends too, with an error that
+        // answers the call: it does not wait for an answer never coming.
+        let resumed = http
+            .get(&url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sid)
+            .header("last-event-id", first_id(&answer))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resumed.status(), 200);
+        let again = Arc::new(std::sync::Mutex::new(Vec::new()));
+        tokio::time::timeout(Duration::from_secs(10), drain(resumed, again.clone()))
+            .await
+            .expect("the resumed stream of a failed call stayed open and silent");
+        let again = messages(&again);
+        let last = &again.last().expect("no answer on the resume").1;
+        assert_eq!(last["id"], 8, "{again:?}");
+        assert_eq!(last["error"]["code"], -32603, "{again:?}");
 
         // Later: the session goes on or has ended, said either way (an
         // answer, or 404), never a call left waiting.
