@@ -29,6 +29,7 @@ pub mod backend;
 mod error;
 pub mod event_id;
 mod event_store;
+mod gate;
 mod manager;
 mod owner;
 mod queue;
