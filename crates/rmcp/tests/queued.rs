@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::mcp_http::post;
+use common::mcp_http::{init, post};
 use common::rt;
 use faulty::{Faults, FaultyLog};
 use mcp_resume_log::{Log, MemoryLog, Retention, StreamKey};
@@ -116,43 +116,6 @@ async fn drain(mut resp: reqwest::Response, into: Arc<std::sync::Mutex<Vec<(Stri
             into.lock().unwrap().push((ev.id.unwrap_or_default(), v));
         }
     }
-}
-
-/// `initialize` and `notifications/initialized`; the session id. rmcp
-/// answers as SSE.
-async fn init(http: &reqwest::Client, url: &str) -> String {
-    let resp = post(
-        http,
-        url,
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"}}}),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 200);
-    let sid = resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
-    drain(resp, got.clone()).await;
-    assert!(messages(&got)
-        .iter()
-        .any(|(_, v)| v["id"] == 0 && v.get("result").is_some()));
-    let resp = post(
-        http,
-        url,
-        Some(&sid),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    )
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(resp.status(), 202);
-    sid
 }
 
 /// Events with a JSON-RPC message (rmcp's priming events carry none).

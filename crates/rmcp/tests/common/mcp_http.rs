@@ -59,7 +59,13 @@ pub async fn stateless(
         .text()
         .await
         .unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|_| {
+    answer_in(&text, id)
+}
+
+/// The answer to request `id` in a POST's body: the JSON, or the message
+/// with that id in an SSE body.
+fn answer_in(text: &str, id: u64) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| {
         text.lines()
             .filter_map(|l| l.strip_prefix("data:"))
             .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
@@ -68,7 +74,8 @@ pub async fn stateless(
     })
 }
 
-/// `initialize` (declaring sampling and elicitation) and `notifications/initialized`.
+/// `initialize` (declaring sampling and elicitation) and
+/// `notifications/initialized`; answered as JSON or (rmcp's own service) SSE.
 pub async fn init(http: &reqwest::Client, url: &str) -> String {
     let resp = post(
         http,
@@ -86,7 +93,7 @@ pub async fn init(http: &reqwest::Client, url: &str) -> String {
         .to_str()
         .unwrap()
         .to_owned();
-    let body: Value = resp.json().await.unwrap();
+    let body = answer_in(&resp.text().await.unwrap(), 0);
     assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
     let resp = post(
         http,
