@@ -174,8 +174,10 @@ impl SessionManager for DurableSessionManager {
                     instance: self.events.log().instance().to_owned(),
                     request_id,
                 };
-                self.bind(&loc, seq, &owner).await?;
+                // Followed before the bind: the queue is there until its
+                // answer is committed, and its first commit waits for it.
                 let follow = self.events.follow(&loc);
+                self.bind(&loc, seq, &owner).await?;
                 call = Some(Call { loc, owner, follow });
             }
         }

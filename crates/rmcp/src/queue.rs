@@ -161,8 +161,7 @@ impl Queues {
     /// answers. A reader of many events follows the queue instead
     /// ([`Queues::follow`]).
     pub(crate) async fn committed(&self, loc: &Location, seq: Seq) -> Result<(), StoreError> {
-        let queue = self.get(loc);
-        let Some(queue) = queue else {
+        let Some(follow) = self.follow(loc) else {
             let bounds = self
                 .log
                 .bounds(&loc.session, loc.stream)
@@ -174,15 +173,7 @@ impl Queues {
                 Err(failed(loc, &format!("event {seq} was never committed")))
             };
         };
-        let mut watch = queue.committed.subscribe();
-        let c = watch
-            .wait_for(|c| c.head >= seq || c.failed.is_some())
-            .await
-            .map_err(|_| failed(loc, "the queue was dropped"))?;
-        match &c.failed {
-            Some(why) if c.head < seq => Err(failed(loc, why)),
-            _ => Ok(()),
-        }
+        follow.wait(seq).await.map_err(|why| failed(loc, &why))
     }
 
     /// Gives a new request stream the record its log session is created
