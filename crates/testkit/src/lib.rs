@@ -20,8 +20,37 @@ pub use cluster::{RedisCluster, NODE_TIMEOUT_MS};
 pub use tls::TestPki;
 
 use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
+
+/// How many times a server is started before a test gives up on it.
+const START_ATTEMPTS: usize = 5;
+/// How long one start may take to answer `PING` (a loaded 2-core CI
+/// machine runs a dozen servers at once).
+const START_WAIT: Duration = Duration::from_secs(10);
+
+/// A loopback port nothing listens on now; with `bus`, PORT + 10000 too.
+fn free_port(bus: bool) -> u16 {
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = l.local_addr().expect("its address").port();
+        if !bus {
+            return port;
+        }
+        if port <= u16::MAX - 10_000
+            && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
+/// The last lines a server printed, for a failure's message.
+fn tail(log: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
 
 /// A `redis-server` process on 127.0.0.1, killed on drop. It keeps nothing
 /// on disk unless the extra arguments say so.
@@ -41,45 +70,90 @@ impl RedisServer {
     }
 
     /// With extra `redis-server` arguments (for example `--replicaof HOST PORT`).
+    ///
+    /// A free port can be taken by another process between the check and
+    /// `redis-server`'s bind (every test of the suite picks ports the same
+    /// way, and outgoing connections draw from the same range), so a server
+    /// that exits or stays silent is retried on a new port, a few times,
+    /// before the test fails with what the last one printed.
     pub fn start_with(extra: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("a free port")
-            .local_addr()
-            .expect("its address")
-            .port();
-        let mut s = Self {
-            child: None,
-            url: format!("redis://127.0.0.1:{port}/0"),
-            port,
-            extra: extra.iter().map(|e| e.to_string()).collect(),
-        };
-        s.launch();
-        s
+        // A cluster node also listens on PORT + 10000 (its cluster bus).
+        let bus = extra.contains(&"--cluster-enabled");
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let mut s = Self {
+                child: None,
+                url: String::new(),
+                port: free_port(bus),
+                extra: extra.iter().map(|e| e.to_string()).collect(),
+            };
+            s.url = format!("redis://127.0.0.1:{}/0", s.port);
+            match s.try_launch() {
+                Ok(()) => return s,
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server did not start on {START_ATTEMPTS} ports; the last: {last}");
     }
 
     /// Starts it again after [`RedisServer::stop`], on the same port with
-    /// the same arguments.
+    /// the same arguments (retried: the port may not be free at once).
     pub fn launch(&mut self) {
+        let mut last = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match self.try_launch() {
+                Ok(()) => return,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("redis-server did not start again: {last}");
+    }
+
+    /// One start: `Ok` once it answers `PING`; the reason otherwise (it
+    /// exited, or stayed silent for [`START_WAIT`]), the process killed.
+    fn try_launch(&mut self) -> Result<(), String> {
         let port = self.port.to_string();
-        let child = Command::new("redis-server")
+        let log = self.log_path();
+        let out = std::fs::File::create(&log).expect("a redis-server log file");
+        let mut child = Command::new("redis-server")
             .args(["--port", &port, "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(&self.extra)
-            .stdout(Stdio::null())
+            .stdout(out)
             .spawn()
             .expect("redis-server (scripts/test installs it)");
-        self.child = Some(child);
-        for _ in 0..500 {
+        let deadline = std::time::Instant::now() + START_WAIT;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("on {port} it exited ({status}): {}", tail(&log)));
+            }
             if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                // Whatever holds the port may not be redis and never answer.
+                let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
                 let _ = s.write_all(b"PING\r\n");
                 let mut buf = [0u8; 7];
                 if s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
-                    return;
+                    self.child = Some(child);
+                    return Ok(());
                 }
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("redis-server did not start on {}", self.port);
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(format!(
+            "on {port} no PONG in {START_WAIT:?}: {}",
+            tail(&log)
+        ))
+    }
+
+    fn log_path(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "mcpr-redis-{}-{}.log",
+            std::process::id(),
+            self.port
+        ))
     }
 
     /// `HOST PORT`, for `--replicaof`.
@@ -147,6 +221,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
+        let _ = std::fs::remove_file(self.log_path());
     }
 }
 
@@ -181,4 +256,29 @@ fn calls_by_name(commandstats: &str) -> std::collections::BTreeMap<String, u64> 
             Some((name.to_string(), calls))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port taken between the check and the bind is reported with what
+    /// redis-server said, not waited on silently, and `start` moves on.
+    #[test]
+    fn a_taken_port_fails_fast_and_start_moves_on() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let mut s = RedisServer {
+            child: None,
+            url: String::new(),
+            port: held.local_addr().expect("its address").port(),
+            extra: Vec::new(),
+        };
+        let began = std::time::Instant::now();
+        let err = s.try_launch().expect_err("the port is taken");
+        assert!(err.contains("exited"), "{err}");
+        assert!(began.elapsed() < START_WAIT, "{err}");
+        let r = RedisServer::start();
+        assert_ne!(r.port, s.port);
+        assert!(r.cli(&["PING"]).contains("PONG"));
+    }
 }

@@ -22,21 +22,29 @@ pub struct OwnRedis {
 
 impl OwnRedis {
     /// `redis-server` (from `PATH`) on a free loopback port, its data in a
-    /// temporary directory of its own.
+    /// temporary directory of its own. The port can be taken between the
+    /// check and redis's bind, so a server that exits at once is tried again
+    /// on another port, a few times.
     pub fn start() -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("finding a free port: {e}"))?
-            .port();
-        let mut r = Self {
-            child: None,
-            port,
-            dir,
-            url: format!("redis://127.0.0.1:{port}/0"),
-        };
-        r.launch()?;
-        Ok(r)
+        let mut last = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| format!("finding a free port: {e}"))?
+                .port();
+            let mut r = Self {
+                child: None,
+                port,
+                dir,
+                url: format!("redis://127.0.0.1:{port}/0"),
+            };
+            match r.launch() {
+                Ok(()) => return Ok(r),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     fn launch(&mut self) -> Result<(), String> {
@@ -56,12 +64,20 @@ impl OwnRedis {
             .spawn()
             .map_err(|e| format!("starting redis-server (is it installed?): {e}"))?;
         self.child = Some(child);
-        for _ in 0..500 {
+        for _ in 0..1000 {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Err(format!(
+                    "redis-server exited on port {} ({status})",
+                    self.port
+                ));
+            }
             if self.pong() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        self.stop();
         Err(format!("redis-server did not answer on port {}", self.port))
     }
 
@@ -70,6 +86,8 @@ impl OwnRedis {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
+        // Whatever holds the port may not be redis and never answer.
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
         let mut buf = [0u8; 7];
         s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
     }
