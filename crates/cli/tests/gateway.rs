@@ -293,6 +293,35 @@ fn an_idle_session_s_child_is_stopped_after_the_session_ttl() {
     });
 }
 
+/// A session with a call in flight is not idle: neither a child slower to
+/// answer `initialize` than the session TTL, nor a call that outlasts it,
+/// loses its session to idle expiry meanwhile (it did: maintenance ended the
+/// session under the in-flight `initialize`, whose answer then came back
+/// without `Mcp-Session-Id` after the reply deadline).
+#[test]
+fn a_call_in_flight_keeps_its_session_past_the_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let [python, script] = python_server();
+    let slow = format!("sleep 3; exec '{python}' '{script}'");
+    let gw = common::Serve::gateway(
+        dir.path(),
+        "127.0.0.1:0",
+        &["--session-ttl-secs", "2"],
+        &["/bin/sh", "-c", &slow],
+    );
+    rt().block_on(async {
+        let sid = init(&gw.url).await;
+        let got = call(&gw.url, &sid, 1, "wait", json!({"seconds": 3.5})).await;
+        let last = got.last().expect("an answer");
+        assert!(
+            last.get("result").is_some(),
+            "the call is answered: {got:?}"
+        );
+        // The session lives on after both.
+        assert!(pid(&pid_of(&gw.url, &sid, 2).await).is_some());
+    });
+}
+
 /// The child processes of process `pid`.
 fn children_of(pid: u32) -> usize {
     let out = std::process::Command::new("pgrep")

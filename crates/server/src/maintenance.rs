@@ -34,6 +34,7 @@ pub(crate) async fn run(state: AppState) {
 /// One pass of the log's housekeeping, timed.
 async fn pass(state: &AppState) -> Result<Pass, LogError> {
     let started = Instant::now();
+    state.routes.keep_busy_alive(state).await;
     let pass = state
         .log
         .maintain(state.config.session_ttl, state.config.tombstone_ttl)

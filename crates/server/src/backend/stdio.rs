@@ -170,6 +170,10 @@ impl Backend for StdioBackend {
         let id = session.to_owned();
         let program = self.program.clone();
         let (kill_tx, mut kill_rx) = mpsc::channel::<()>(1);
+        // Dropped when the child's reader ends: the grace timer holds the
+        // outbox, and a route's commit loop (and the calls in flight it
+        // answers when its backend stops) waits for every holder to let go.
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
         if !initialized.load(Ordering::Acquire) {
             let (initialized, kill, outbox, grace) = (
                 initialized.clone(),
@@ -179,7 +183,10 @@ impl Backend for StdioBackend {
             );
             let id = id.clone();
             tokio::spawn(async move {
-                tokio::time::sleep(grace).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(grace) => {}
+                    _ = ended_rx => return,
+                }
                 if !initialized.load(Ordering::Acquire) {
                     tracing::warn!(session = %id, "the child was not initialized within {grace:?}; it is stopped");
                     outbox.end_session(format!("no initialize within {grace:?}"));
@@ -189,6 +196,7 @@ impl Backend for StdioBackend {
         }
         tokio::spawn(async move {
             let _slot = slot;
+            let _ended = ended_tx;
             let mut lines = BufReader::new(stdout).lines();
             let mut killed = false;
             loop {

@@ -274,6 +274,27 @@ impl Routes {
         }
     }
 
+    /// Run by maintenance before each pass: touches every session with a
+    /// call or a server request in flight here, so that it does not expire
+    /// idle under them (on this instance's pass or another's). A request
+    /// touches its session when it arrives, not while it runs: a call that
+    /// outlasts the session TTL, or a child slower than the TTL to answer
+    /// `initialize`, lost its session meanwhile. One touch per busy session
+    /// per pass: calls in flight at a given moment are few.
+    pub(crate) async fn keep_busy_alive(&self, state: &AppState) {
+        let busy: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, r)| !r.lock_table().idle() || r.backend.busy())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in busy {
+            if let Err(e) = state.log.touch(&id).await {
+                tracing::debug!(session = %id, error = %e, "could not keep a busy session alive");
+            }
+        }
+    }
+
     /// Parks (closes) the route of `session` if it is still unused for
     /// `after` and has nothing in flight, checked under the map's lock: a
     /// request that took the route since the sweep looked marked it used
