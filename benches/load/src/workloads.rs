@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 const ACCEPT: &str = "application/json, text/event-stream";
 
 /// A raw session: its id and the client it was made with.
+#[derive(Clone)]
 pub struct Session {
     pub http: reqwest::Client,
     pub url: String,
@@ -176,10 +177,34 @@ fn field_u64(text: &str, key: &str) -> Option<u64> {
     rest[..end].parse().ok()
 }
 
+/// `n` notifications from the stream `resp`, resuming from the last id
+/// each time the server ends the stream early (at most 50 times); what it
+/// got and how many resumes that took.
+async fn read_emits_resuming(s: Session, resp: reqwest::Response, n: usize) -> (Vec<Got>, usize) {
+    let mut got = read_emits(resp, n, Duration::from_secs(10)).await;
+    let mut resumes = 0;
+    while got.len() < n && resumes < 50 {
+        let Some(last) = got.last().map(|g| g.id.clone()) else {
+            break;
+        };
+        let resp = s.get(Some(&last)).await;
+        if !resp.status().is_success() {
+            break;
+        }
+        resumes += 1;
+        got.extend(read_emits(resp, n - got.len(), Duration::from_secs(10)).await);
+    }
+    (got, resumes)
+}
+
 /// (b) notifications/s to one SSE reader, and (c) the resume from the first event.
 pub struct Delivery {
     pub per_sec: f64,
     pub delivered: usize,
+    /// How often the server ended the stream and the reader resumed from
+    /// its last id, as any SSE client does (a reader that fell behind is
+    /// ended with `reader-lagged` by `serve`, docs/protocol.md 4.6).
+    pub lagged_resumes: usize,
     pub resume_ms: f64,
     pub resume_complete: bool,
     pub resume_in_order: bool,
@@ -191,10 +216,10 @@ pub async fn delivery(url: &str, count: usize) -> Delivery {
     let resp = s.get(None).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let start = Instant::now();
-    let reader = tokio::spawn(read_emits(resp, count, Duration::from_secs(10)));
+    let reader = tokio::spawn(read_emits_resuming(s.clone(), resp, count));
     s.call(1, "emit", json!({"count": count, "interval_ms": 0}))
         .await;
-    let got = reader.await.unwrap();
+    let (got, lagged_resumes) = reader.await.unwrap();
     let per_sec = got.len() as f64 / start.elapsed().as_secs_f64();
     let delivered = got.len();
     let (resume_ms, resume_complete, resume_in_order, resumed) = match got.first() {
@@ -221,6 +246,7 @@ pub async fn delivery(url: &str, count: usize) -> Delivery {
     Delivery {
         per_sec,
         delivered,
+        lagged_resumes,
         resume_ms,
         resume_complete,
         resume_in_order,
