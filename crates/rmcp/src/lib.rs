@@ -33,7 +33,6 @@ mod gate;
 mod manager;
 mod owner;
 mod queue;
-mod recent;
 mod session_store;
 pub mod tasks;
 
