@@ -22,6 +22,7 @@ use crate::{
     event_id::{parse_event_id, Location},
     owner::RequestOwner,
     queue::Queues,
+    recent::Reading,
     StoreError,
 };
 
@@ -98,7 +99,10 @@ impl LogEventStore {
         let loc = Location::from_stream_id(stream_id)?;
         let record = encode(event)?;
         let ends = !loc.is_standalone() && ends_request_stream(event);
-        let seq = self.queues.enqueue(&loc, record, ends, owned).await?;
+        let seq = self
+            .queues
+            .enqueue(&loc, record, event.message.as_ref(), ends, owned)
+            .await?;
         Ok((loc, seq))
     }
 
@@ -163,6 +167,7 @@ impl LogEventStore {
         let (tx, rx) = mpsc::channel(CHANNEL);
         let pump = Pump {
             log: self.log.clone(),
+            recent: self.queues.recent.read(&loc.session),
             loc,
             cursor,
             tx,
@@ -196,6 +201,7 @@ impl LogEventStore {
         let (tx, rx) = mpsc::channel(CHANNEL);
         let pump = Pump {
             log: self.log.clone(),
+            recent: self.queues.recent.read(&loc.session),
             loc,
             cursor: bounds.floor.saturating_sub(1),
             tx,
@@ -315,6 +321,9 @@ fn ends_request_stream(msg: &ServerSseMessage) -> bool {
 /// Moves one stream's events from the log into one SSE response.
 struct Pump {
     log: Arc<dyn Log>,
+    /// The messages this process queued for the stream, typed: an event
+    /// found there is not parsed back ([`crate::recent`]).
+    recent: Reading,
     loc: Location,
     cursor: Seq,
     tx: mpsc::Sender<ServerSseMessage>,
@@ -452,7 +461,16 @@ impl Pump {
                 ev.seq
             )));
         }
-        let msg = decode(&self.loc, ev).map_err(|e| Stop::Ended(e.to_string()))?;
+        let msg = match self.recent.take(ev.seq, &ev.message) {
+            Some(message) => {
+                // rmcp's type is non-exhaustive: built from its constructor.
+                let mut msg = ServerSseMessage::priming(self.loc.event_id(ev.seq), Duration::ZERO);
+                msg.message = Some(message);
+                msg.retry = None;
+                msg
+            }
+            None => decode(&self.loc, ev).map_err(|e| Stop::Ended(e.to_string()))?,
+        };
         let done = !self.loc.is_standalone() && ends_request_stream(&msg);
         self.tx.send(msg).await.map_err(|_| Stop::Gone)?;
         self.cursor = ev.seq;

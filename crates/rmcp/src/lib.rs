@@ -33,6 +33,7 @@ mod gate;
 mod manager;
 mod owner;
 mod queue;
+mod recent;
 mod session_store;
 pub mod tasks;
 

@@ -27,7 +27,9 @@ use mcp_resume_log::{Log, LogError, Seq};
 use tokio::sync::{watch, Notify};
 
 use crate::event_id::Location;
+use crate::recent::Recent;
 use crate::StoreError;
+use rmcp::model::ServerJsonRpcMessage;
 
 /// How many events of one stream may be queued and not yet committed
 /// before a store waits for room (the back-pressure on a handler).
@@ -44,6 +46,8 @@ const OWNER_WAIT: Duration = Duration::from_millis(100);
 pub(crate) struct Queues {
     log: Arc<dyn Log>,
     map: Arc<Mutex<HashMap<String, Arc<Queue>>>>,
+    /// The typed messages of the newest events, for streams with a reader.
+    pub(crate) recent: Arc<Recent>,
 }
 
 /// One stream's queue.
@@ -93,18 +97,21 @@ impl Queues {
         Self {
             log,
             map: Arc::default(),
+            recent: Arc::default(),
         }
     }
 
     /// Numbers `record` as the next event of `loc` and queues it; returns
     /// its seq without waiting for the commit (only, past [`MAX_QUEUED`]
-    /// uncommitted events, for room). `ends` marks a request stream's last
-    /// event; `owned`, that a new request stream's owner will be given
-    /// ([`Queues::own`]) for its creation.
+    /// uncommitted events, for room). `typed` is the message `record`
+    /// encodes, kept for the stream's readers ([`Recent`]). `ends` marks a
+    /// request stream's last event; `owned`, that a new request stream's
+    /// owner will be given ([`Queues::own`]) for its creation.
     pub(crate) async fn enqueue(
         &self,
         loc: &Location,
         record: Bytes,
+        typed: Option<&Arc<ServerJsonRpcMessage>>,
         ends: bool,
         owned: bool,
     ) -> Result<Seq, StoreError> {
@@ -129,6 +136,10 @@ impl Queues {
                 if st.next - 1 - head < MAX_QUEUED {
                     let seq = st.next;
                     st.next += 1;
+                    if let (Some(m), Some(r)) = (typed, &record) {
+                        // Under the state lock: kept in the order numbered.
+                        self.recent.keep(&loc.session, seq, r, m);
+                    }
                     st.pending.extend(record.take());
                     st.ended |= ends;
                     let start = !st.flushing;

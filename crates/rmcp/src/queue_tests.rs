@@ -15,17 +15,32 @@ async fn a_session_stream_with_another_writer_numbers_on_from_the_log() {
     let log: Arc<dyn Log> = Arc::new(MemoryLog::new(Retention::default()));
     let queues = Queues::new(log.clone());
     let loc = Location::from_stream_id("s:common").unwrap();
-    assert_eq!(queues.enqueue(&loc, rec(1), false, true).await.unwrap(), 1);
+    assert_eq!(
+        queues
+            .enqueue(&loc, rec(1), None, false, true)
+            .await
+            .unwrap(),
+        1
+    );
     queues.committed(&loc, 1).await.unwrap();
     // The other instance commits seq 2; this queue numbers its next 2.
     log.append("s", StreamKey::Session, vec![rec(9)])
         .await
         .unwrap();
-    assert_eq!(queues.enqueue(&loc, rec(2), false, true).await.unwrap(), 2);
+    assert_eq!(
+        queues
+            .enqueue(&loc, rec(2), None, false, true)
+            .await
+            .unwrap(),
+        2
+    );
     let follow = queues.follow(&loc).unwrap();
     follow.clone().wait(3).await.unwrap();
     assert_eq!(
-        queues.enqueue(&loc, rec(3), false, true).await.unwrap(),
+        queues
+            .enqueue(&loc, rec(3), None, false, true)
+            .await
+            .unwrap(),
         4,
         "numbered on from the log's head"
     );
@@ -42,15 +57,30 @@ async fn a_request_stream_with_another_writer_fails_and_refuses_more() {
     let log: Arc<dyn Log> = Arc::new(MemoryLog::new(Retention::default()));
     let queues = Queues::new(log.clone());
     let loc = Location::from_stream_id("0b1e").unwrap();
-    assert_eq!(queues.enqueue(&loc, rec(1), false, false).await.unwrap(), 1);
+    assert_eq!(
+        queues
+            .enqueue(&loc, rec(1), None, false, false)
+            .await
+            .unwrap(),
+        1
+    );
     queues.committed(&loc, 1).await.unwrap();
     log.append(&loc.session, StreamKey::Session, vec![rec(9)])
         .await
         .unwrap();
-    assert_eq!(queues.enqueue(&loc, rec(2), false, false).await.unwrap(), 2);
+    assert_eq!(
+        queues
+            .enqueue(&loc, rec(2), None, false, false)
+            .await
+            .unwrap(),
+        2
+    );
     let err = queues.committed(&loc, 2).await.unwrap_err();
     assert!(matches!(err, StoreError::NotCommitted { .. }), "{err}");
-    assert!(queues.enqueue(&loc, rec(3), false, false).await.is_err());
+    assert!(queues
+        .enqueue(&loc, rec(3), None, false, false)
+        .await
+        .is_err());
     assert!(!queues.is_committed(&loc, 2));
 }
 
@@ -64,9 +94,15 @@ async fn a_full_queue_waits_for_room() {
     // Numbered, not flushed yet (the flush task has not run: this test's
     // runtime has one thread and no store here awaits).
     for n in 1..=MAX_QUEUED {
-        assert_eq!(queues.enqueue(&loc, rec(1), false, false).await.unwrap(), n);
+        assert_eq!(
+            queues
+                .enqueue(&loc, rec(1), None, false, false)
+                .await
+                .unwrap(),
+            n
+        );
     }
-    let more = queues.enqueue(&loc, rec(2), false, false);
+    let more = queues.enqueue(&loc, rec(2), None, false, false);
     let seq = tokio::time::timeout(std::time::Duration::from_secs(5), more)
         .await
         .expect("the store waited for room that the commit made")
