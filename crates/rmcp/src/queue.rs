@@ -288,6 +288,7 @@ impl Queues {
 
     /// Commits what `queue` holds, a batch at a time, until it is empty.
     async fn flush(self, queue: Arc<Queue>) {
+        let _unwinding = FailOnUnwind(&queue);
         let awaits = {
             let st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
             st.awaits_owner && !st.started
@@ -427,6 +428,26 @@ impl Queues {
         {
             map.remove(&queue.loc.session);
         }
+    }
+}
+
+/// Fails its stream if the flush task unwinds (a log backend that
+/// panicked): the stream's stores, and the readers that wait for its
+/// commits, would otherwise wait for a commit that never comes.
+struct FailOnUnwind<'a>(&'a Queue);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let why: Arc<str> = "the log panicked while committing this stream".into();
+        tracing::error!(stream = %self.0.loc.session, %why, "rmcp events were not committed; the stream fails");
+        self.0.committed.send_modify(|c| c.failed = Some(why));
+        let mut st = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.failed = true;
+        st.pending.clear();
+        st.flushing = false;
     }
 }
 

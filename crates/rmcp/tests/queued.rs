@@ -309,3 +309,36 @@ fn a_refused_commit_ends_the_calls_stream_within_a_bound() {
         );
     });
 }
+
+/// A log backend that panics while committing a stream fails the stream:
+/// the store waiting for the commit gets an error within a bound (it waited
+/// forever: the flush task died with the panic and nobody published it),
+/// and so does every later store to it.
+#[test]
+fn a_log_that_panics_fails_the_stream_instead_of_leaving_its_stores_waiting() {
+    let (log, faults) = faulty_log();
+    rt().block_on(async {
+        let store = mcp_resume_rmcp::LogEventStore::new(log);
+        let event = rmcp::transport::streamable_http_server::session::ServerSseMessage::new(
+            "",
+            rmcp::model::ServerJsonRpcMessage::response(
+                rmcp::model::ServerResult::empty(()),
+                rmcp::model::NumberOrString::Number(1),
+            ),
+        );
+        // A request stream: committed in order, through the queue.
+        store.append("0b1e", &event).await.expect("committed");
+        faults.panic_appends.store(true, Ordering::Release);
+        let stream = "9c2f";
+        let got = tokio::time::timeout(Duration::from_secs(10), store.append(stream, &event))
+            .await
+            .expect("the store answers within the bound");
+        let err = got.expect_err("the log panicked: nothing was committed");
+        assert!(err.to_string().contains("panicked"), "{err}");
+        faults.panic_appends.store(false, Ordering::Release);
+        let again = tokio::time::timeout(Duration::from_secs(10), store.append(stream, &event))
+            .await
+            .expect("a later store answers too");
+        assert!(again.is_err(), "a failed stream stays failed: {again:?}");
+    });
+}

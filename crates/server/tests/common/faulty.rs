@@ -36,6 +36,8 @@ pub struct Faults {
     pub refuse_stream_lists: AtomicUsize,
     /// While set, appends wait (a slow fsync), committing nothing yet.
     pub hold_appends: AtomicBool,
+    /// While set, appends panic (a log backend with a bug).
+    pub panic_appends: AtomicBool,
     /// While set, session lookups fail as `Unavailable` with a secret-looking text.
     pub lookups_unavailable: AtomicBool,
 }
@@ -114,6 +116,10 @@ impl EventLog for FaultyLog {
         while self.faults.hold_appends.load(Ordering::Acquire) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        assert!(
+            !self.faults.panic_appends.load(Ordering::Acquire),
+            "injected: the log backend panicked"
+        );
         self.inner.append(id, stream, messages).await
     }
 
