@@ -111,10 +111,11 @@ impl LogEventStore {
         self.queues.committed(loc, seq).await
     }
 
-    /// Gives a new request stream its owner record, committed with its
-    /// creation; `false` where that has been committed already.
-    pub(crate) fn own(&self, loc: &Location, meta: Bytes) -> bool {
-        self.queues.own(loc, meta)
+    /// Gives a new request stream its owner record (of MCP session
+    /// `session`), committed with its creation; `false` where that has been
+    /// committed already.
+    pub(crate) fn own(&self, loc: &Location, session: &str, meta: Bytes) -> bool {
+        self.queues.own(loc, session, meta)
     }
 
     /// Whether event `seq` of `loc` is known committed, without waiting.
@@ -132,13 +133,9 @@ impl LogEventStore {
         self.queues.retire(loc)
     }
 
-    /// Forgets the queue of `session`'s standalone stream (the session
-    /// closed).
+    /// Forgets the queues of `session`'s streams (the session closed).
     pub(crate) fn forget_session(&self, session: &str) {
-        self.queues.forget(&Location {
-            session: session.to_owned(),
-            stream: mcp_resume_log::StreamKey::Session,
-        });
+        self.queues.forget_session(session);
     }
 
     /// The same store as rmcp's [`EventStore`] that answers once an event

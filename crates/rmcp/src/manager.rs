@@ -70,7 +70,7 @@ impl DurableSessionManager {
         owner: &RequestOwner,
     ) -> Result<(), StoreError> {
         let record = owner.to_bytes();
-        let with_creation = self.events.own(loc, record.clone());
+        let with_creation = self.events.own(loc, &owner.session, record.clone());
         self.events.committed(loc, seq).await?;
         if with_creation {
             return Ok(());

@@ -82,6 +82,9 @@ struct State {
     /// The stream failed (the reason is on the watch): nothing more is
     /// queued.
     failed: bool,
+    /// The MCP session a request stream belongs to, once given
+    /// ([`Queues::own`]): its queue goes when that session closes.
+    session: Option<String>,
 }
 
 /// The stream's committed head, or why nothing more will be.
@@ -190,12 +193,14 @@ impl Queues {
     /// Gives a new request stream the record its log session is created
     /// with (on the disk log in the same commit as its first events; on
     /// memory and Redis just before them); `false` where its first commit
-    /// has already gone (the caller records it itself).
-    pub(crate) fn own(&self, loc: &Location, meta: Bytes) -> bool {
+    /// has already gone (the caller records it itself). The stream belongs
+    /// to MCP session `session` from now on ([`Queues::forget_session`]).
+    pub(crate) fn own(&self, loc: &Location, session: &str, meta: Bytes) -> bool {
         let Some(queue) = self.get(loc) else {
             return false;
         };
         let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.session = Some(session.to_owned());
         if st.started || !st.create {
             return false;
         }
@@ -235,14 +240,18 @@ impl Queues {
             .is_some_and(|q| q.committed.borrow().head >= seq)
     }
 
-    /// Forgets the queue of a stream nobody will write again (a session's
-    /// standalone stream once the session closed). What it still holds is
-    /// committed by its flush.
-    pub(crate) fn forget(&self, loc: &Location) {
-        self.map
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&loc.session);
+    /// Forgets the queues of every stream of MCP session `session` (it
+    /// closed): its standalone stream's, and those of its calls whose
+    /// client went away and whose handler was cancelled before it answered
+    /// (rmcp never closes their streams, so they were never retired). What
+    /// they still hold is committed by their flushes.
+    pub(crate) fn forget_session(&self, session: &str) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(session);
+        map.retain(|_, q| {
+            let st = q.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.session.as_deref() != Some(session)
+        });
     }
 
     fn get(&self, loc: &Location) -> Option<Arc<Queue>> {
@@ -278,6 +287,7 @@ impl Queues {
                 awaits_owner: owned && create && !loc.is_standalone(),
                 started: false,
                 failed: false,
+                session: None,
             }),
             committed: watch::Sender::new(Committed { head, failed: None }),
             owned: Notify::new(),

@@ -117,3 +117,31 @@ async fn a_full_queue_waits_for_room() {
         MAX_QUEUED + 1
     );
 }
+
+/// A call whose client went away and whose handler never answered leaves
+/// its request stream unretired: the queue goes when its session closes,
+/// and another session's stays.
+#[tokio::test]
+async fn closing_a_session_forgets_its_unanswered_request_streams() {
+    let log: Arc<dyn Log> = Arc::new(MemoryLog::new(Retention::default()));
+    let queues = Queues::new(log.clone());
+    let mine = Location::from_stream_id("0b1e").unwrap();
+    let theirs = Location::from_stream_id("9c2f").unwrap();
+    for (loc, session) in [(&mine, "s1"), (&theirs, "s2")] {
+        queues
+            .enqueue(loc, rec(1), None, false, true)
+            .await
+            .unwrap();
+        queues.own(loc, session, Bytes::new());
+        queues.committed(loc, 1).await.unwrap();
+    }
+    let standalone = Location::from_stream_id("s1:common").unwrap();
+    queues
+        .enqueue(&standalone, rec(2), None, false, false)
+        .await
+        .unwrap();
+    queues.forget_session("s1");
+    assert!(queues.get(&mine).is_none(), "s1's call stream is forgotten");
+    assert!(queues.get(&standalone).is_none(), "and its session stream");
+    assert!(queues.get(&theirs).is_some(), "s2's stays");
+}
