@@ -29,6 +29,10 @@ use tokio::sync::{watch, Notify};
 use crate::event_id::Location;
 use crate::recent::Recent;
 use crate::StoreError;
+
+mod follow;
+use follow::Committed;
+pub(crate) use follow::Follow;
 use rmcp::model::ServerJsonRpcMessage;
 
 /// How many events of one stream may be queued and not yet committed
@@ -85,13 +89,6 @@ struct State {
     /// The MCP session a request stream belongs to, once given
     /// ([`Queues::own`]): its queue goes when that session closes.
     session: Option<String>,
-}
-
-/// The stream's committed head, or why nothing more will be.
-#[derive(Clone)]
-struct Committed {
-    head: Seq,
-    failed: Option<Arc<str>>,
 }
 
 impl Queues {
@@ -473,32 +470,6 @@ fn log_err(op: &'static str, loc: &Location, source: LogError) -> StoreError {
         op,
         session: loc.session.clone(),
         source,
-    }
-}
-
-/// One stream's committed head, followed (see [`Queues::follow`]): it
-/// stays readable after the queue has gone from the map.
-#[derive(Clone)]
-pub(crate) struct Follow(watch::Receiver<Committed>);
-
-impl Follow {
-    /// Whether event `seq` is committed.
-    pub(crate) fn has(&self, seq: Seq) -> bool {
-        self.0.borrow().head >= seq
-    }
-
-    /// Waits until event `seq` is committed; the reason where it never
-    /// will be.
-    pub(crate) async fn wait(mut self, seq: Seq) -> Result<(), String> {
-        let c = self
-            .0
-            .wait_for(|c| c.head >= seq || c.failed.is_some())
-            .await
-            .map_err(|_| "the queue was dropped".to_owned())?;
-        match &c.failed {
-            Some(why) if c.head < seq => Err(why.to_string()),
-            _ => Ok(()),
-        }
     }
 }
 
