@@ -174,7 +174,11 @@ async fn measure(row: Deploy, dir: &Path, a: &Args, f: &mut Figures, round: usiz
         );
         let _ = write!(line, ", {:.0} notifications/s", d.per_sec);
         if d.lagged_resumes > 0 {
-            let _ = write!(line, " ({} resumes after reader-lagged)", d.lagged_resumes);
+            let _ = write!(
+                line,
+                " ({} resumes after the stream ended early)",
+                d.lagged_resumes
+            );
         }
         f.eps.push(d.per_sec);
     }

@@ -201,9 +201,10 @@ async fn read_emits_resuming(s: Session, resp: reqwest::Response, n: usize) -> (
 pub struct Delivery {
     pub per_sec: f64,
     pub delivered: usize,
-    /// How often the server ended the stream and the reader resumed from
-    /// its last id, as any SSE client does (a reader that fell behind is
-    /// ended with `reader-lagged` by `serve`, docs/protocol.md 4.6).
+    /// How often the stream ended (or went silent for 10 s) early and the
+    /// reader resumed from its last id, as any SSE client does (a reader
+    /// that fell behind is ended with `reader-lagged` by `serve`,
+    /// docs/protocol.md 4.6).
     pub lagged_resumes: usize,
     pub resume_ms: f64,
     pub resume_complete: bool,

@@ -31,6 +31,7 @@ use crate::recent::Recent;
 use crate::StoreError;
 
 mod follow;
+mod guard;
 use follow::Committed;
 pub(crate) use follow::Follow;
 use rmcp::model::ServerJsonRpcMessage;
@@ -50,6 +51,10 @@ const OWNER_WAIT: Duration = Duration::from_millis(100);
 pub(crate) struct Queues {
     log: Arc<dyn Log>,
     map: Arc<Mutex<HashMap<String, Arc<Queue>>>>,
+    /// The request streams of sessions that closed, when they were
+    /// forgotten: rmcp's worker may still store to one after the close, and
+    /// a new queue would number it from 1 again ([`guard::Closed`]).
+    closed: Arc<guard::Closed>,
     /// The typed messages of the newest events, for streams with a reader.
     pub(crate) recent: Arc<Recent>,
 }
@@ -97,6 +102,7 @@ impl Queues {
         Self {
             log,
             map: Arc::default(),
+            closed: Arc::default(),
             recent: Arc::default(),
         }
     }
@@ -245,10 +251,17 @@ impl Queues {
     pub(crate) fn forget_session(&self, session: &str) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.remove(session);
-        map.retain(|_, q| {
+        let mut gone = Vec::new();
+        map.retain(|name, q| {
             let st = q.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.session.as_deref() != Some(session)
+            let keep = st.session.as_deref() != Some(session);
+            if !keep {
+                gone.push(name.clone());
+            }
+            keep
         });
+        drop(map);
+        self.closed.add(gone);
     }
 
     fn get(&self, loc: &Location) -> Option<Arc<Queue>> {
@@ -269,6 +282,8 @@ impl Queues {
                 Err(LogError::NoSession(_)) => (0, true),
                 Err(e) => return Err(log_err("bounds", loc, e)),
             }
+        } else if self.closed.has(&loc.session) {
+            return Err(failed(loc, "its session closed"));
         } else {
             (0, true)
         };
@@ -293,9 +308,17 @@ impl Queues {
         Ok(map.entry(loc.session.clone()).or_insert(made).clone())
     }
 
-    /// Commits what `queue` holds, a batch at a time, until it is empty.
+    /// Commits what `queue` holds, a batch at a time, until it is empty; a
+    /// flush that ends any other way (its log backend panicked, the runtime
+    /// dropped it) fails the stream ([`guard::FailOnDrop`]).
     async fn flush(self, queue: Arc<Queue>) {
-        let _unwinding = FailOnUnwind(&queue);
+        let mut guard = guard::FailOnDrop::new(self.map.clone(), queue.clone());
+        self.commit_all(queue).await;
+        guard.disarm();
+    }
+
+    /// The flush's work: every batch, in order, until nothing is queued.
+    async fn commit_all(self, queue: Arc<Queue>) {
         let awaits = {
             let st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
             st.awaits_owner && !st.started
@@ -428,33 +451,7 @@ impl Queues {
 
     /// Drops `queue` from the map if it is still the one there.
     fn remove(&self, queue: &Arc<Queue>) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map
-            .get(&queue.loc.session)
-            .is_some_and(|q| Arc::ptr_eq(q, queue))
-        {
-            map.remove(&queue.loc.session);
-        }
-    }
-}
-
-/// Fails its stream if the flush task unwinds (a log backend that
-/// panicked): the stream's stores, and the readers that wait for its
-/// commits, would otherwise wait for a commit that never comes.
-struct FailOnUnwind<'a>(&'a Queue);
-
-impl Drop for FailOnUnwind<'_> {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let why: Arc<str> = "the log panicked while committing this stream".into();
-        tracing::error!(stream = %self.0.loc.session, %why, "rmcp events were not committed; the stream fails");
-        self.0.committed.send_modify(|c| c.failed = Some(why));
-        let mut st = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.failed = true;
-        st.pending.clear();
-        st.flushing = false;
+        guard::remove(&self.map, queue);
     }
 }
 

@@ -144,4 +144,11 @@ async fn closing_a_session_forgets_its_unanswered_request_streams() {
     assert!(queues.get(&mine).is_none(), "s1's call stream is forgotten");
     assert!(queues.get(&standalone).is_none(), "and its session stream");
     assert!(queues.get(&theirs).is_some(), "s2's stays");
+    // rmcp's worker may still store to it after the close: refused, never
+    // numbered from 1 again in a new queue.
+    let err = queues
+        .enqueue(&mine, rec(3), None, false, true)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("its session closed"), "{err}");
 }

@@ -319,24 +319,28 @@ fn a_log_that_panics_fails_the_stream_instead_of_leaving_its_stores_waiting() {
     let (log, faults) = faulty_log();
     rt().block_on(async {
         let store = mcp_resume_rmcp::LogEventStore::new(log);
-        let event = rmcp::transport::streamable_http_server::session::ServerSseMessage::new(
-            "",
-            rmcp::model::ServerJsonRpcMessage::response(
-                rmcp::model::ServerResult::empty(()),
-                rmcp::model::NumberOrString::Number(1),
-            ),
-        );
+        let event = |m: Value| {
+            rmcp::transport::streamable_http_server::session::ServerSseMessage::new(
+                "",
+                serde_json::from_value(m).expect("a server message"),
+            )
+        };
+        let answer = event(json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+        let progress = event(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": 1, "progress": 1}}));
         // A request stream: committed in order, through the queue.
-        store.append("0b1e", &event).await.expect("committed");
+        store.append("0b1e", &answer).await.expect("committed");
         faults.panic_appends.store(true, Ordering::Release);
         let stream = "9c2f";
-        let got = tokio::time::timeout(Duration::from_secs(10), store.append(stream, &event))
+        let got = tokio::time::timeout(Duration::from_secs(10), store.append(stream, &progress))
             .await
             .expect("the store answers within the bound");
         let err = got.expect_err("the log panicked: nothing was committed");
         assert!(err.to_string().contains("panicked"), "{err}");
         faults.panic_appends.store(false, Ordering::Release);
-        let again = tokio::time::timeout(Duration::from_secs(10), store.append(stream, &event))
+        // Its writer has not ended it: the stream stays failed, and is never
+        // numbered again from its start.
+        let again = tokio::time::timeout(Duration::from_secs(10), store.append(stream, &answer))
             .await
             .expect("a later store answers too");
         assert!(again.is_err(), "a failed stream stays failed: {again:?}");

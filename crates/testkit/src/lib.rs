@@ -45,6 +45,29 @@ fn free_port(bus: bool) -> u16 {
     }
 }
 
+/// The `process_id` of the redis-server answering on `s` (`INFO server`),
+/// once it has loaded its data; `None` while it does not answer.
+fn server_pid(s: &mut std::net::TcpStream) -> Option<u32> {
+    // PING first: a server still loading its data answers it with an error.
+    s.write_all(b"PING\r\n").ok()?;
+    let mut pong = [0u8; 7];
+    s.read_exact(&mut pong).ok()?;
+    if &pong != b"+PONG\r\n" {
+        return None;
+    }
+    s.write_all(b"INFO server\r\n").ok()?;
+    let mut reader = std::io::BufReader::new(s);
+    let mut header = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut header).ok()?;
+    let len: usize = header.strip_prefix('$')?.trim().parse().ok()?;
+    let mut body = vec![0u8; len + 2];
+    reader.read_exact(&mut body).ok()?;
+    let text = String::from_utf8_lossy(&body);
+    text.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
 /// The last lines a server printed, for a failure's message.
 fn tail(log: &std::path::Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -129,13 +152,22 @@ impl RedisServer {
                 return Err(format!("on {port} it exited ({status}): {}", tail(&log)));
             }
             if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
-                // Whatever holds the port may not be redis and never answer.
+                // Whatever holds the port may not be redis and never answer,
+                // or be another test's redis: the one answering must be ours.
                 let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                let _ = s.write_all(b"PING\r\n");
-                let mut buf = [0u8; 7];
-                if s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n" {
-                    self.child = Some(child);
-                    return Ok(());
+                match server_pid(&mut s) {
+                    Some(pid) if pid == child.id() => {
+                        self.child = Some(child);
+                        return Ok(());
+                    }
+                    Some(other) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(format!(
+                            "on {port} another redis-server (pid {other}) answers"
+                        ));
+                    }
+                    None => {}
                 }
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -278,7 +310,19 @@ mod tests {
         assert!(err.contains("exited"), "{err}");
         assert!(began.elapsed() < START_WAIT, "{err}");
         let r = RedisServer::start();
-        assert_ne!(r.port, s.port);
         assert!(r.cli(&["PING"]).contains("PONG"));
+        // A port another redis-server holds: that one answers, and is
+        // told apart from ours by its pid.
+        let mut other = RedisServer {
+            child: None,
+            url: String::new(),
+            port: r.port,
+            extra: Vec::new(),
+        };
+        let err = other.try_launch().expect_err("the port is another's");
+        assert!(
+            err.contains("another redis-server") || err.contains("exited"),
+            "{err}"
+        );
     }
 }

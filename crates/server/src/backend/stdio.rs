@@ -170,9 +170,10 @@ impl Backend for StdioBackend {
         let id = session.to_owned();
         let program = self.program.clone();
         let (kill_tx, mut kill_rx) = mpsc::channel::<()>(1);
-        // Dropped when the child's reader ends: the grace timer holds the
-        // outbox, and a route's commit loop (and the calls in flight it
-        // answers when its backend stops) waits for every holder to let go.
+        // Dropped when the child's task ends (its reader stopped, the child
+        // was reaped): the grace timer holds the outbox, and a route's commit
+        // loop (and the calls in flight it answers when its backend stops)
+        // waits for every holder to let go.
         let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
         if !initialized.load(Ordering::Acquire) {
             let (initialized, kill, outbox, grace) = (

@@ -281,11 +281,17 @@ impl Routes {
     /// outlasts the session TTL, or a child slower than the TTL to answer
     /// `initialize`, lost its session meanwhile. One touch per busy session
     /// per pass: calls in flight at a given moment are few.
+    ///
+    /// Bounded, so that an abandoned session still expires: a call keeps
+    /// its session alive for at most two session TTLs from its arrival,
+    /// and a call answered as JSON only while its POST waits
+    /// ([`table::Table::keeps_alive`]).
     pub(crate) async fn keep_busy_alive(&self, state: &AppState) {
+        let within = state.config.session_ttl * 2;
         let busy: Vec<String> = self
             .lock()
             .iter()
-            .filter(|(_, r)| !r.lock_table().idle() || r.backend.busy())
+            .filter(|(_, r)| r.lock_table().keeps_alive(within))
             .map(|(id, _)| id.clone())
             .collect();
         for id in busy {

@@ -70,6 +70,8 @@ pub(crate) enum Routed {
 struct Call {
     dest: Dest,
     token: Option<String>,
+    /// When it was registered ([`Table::keeps_alive`]).
+    since: std::time::Instant,
 }
 
 /// A server-to-client request awaiting the client's response.
@@ -80,6 +82,8 @@ struct Asked {
     stream: StreamKey,
     /// The call whose handler sent it, if known.
     call: Option<String>,
+    /// When it was sent ([`Table::keeps_alive`]).
+    since: std::time::Instant,
 }
 
 /// Where a message related to a call goes.
@@ -198,6 +202,24 @@ impl Table {
         }
     }
 
+    /// Whether something in flight keeps the session from idle expiry: a
+    /// call or a server request younger than `within` (one older is
+    /// presumed abandoned: a hung handler, a client that never answers),
+    /// and, for a call answered as JSON, only while its POST still waits
+    /// (a client that hung up leaves nothing to answer).
+    pub(crate) fn keeps_alive(&self, within: std::time::Duration) -> bool {
+        let waited = |c: &Call| match &c.dest {
+            Dest::Json(tx) => !tx.is_closed(),
+            Dest::Lazy(tx) => !tx.is_closed(),
+            Dest::Stream(_) => true,
+            Dest::Failed => false,
+        };
+        self.calls
+            .values()
+            .any(|c| c.since.elapsed() < within && waited(c))
+            || self.asked.values().any(|a| a.since.elapsed() < within)
+    }
+
     /// Whether server requests await the client's response.
     pub(crate) fn asking(&self) -> bool {
         !self.asked.is_empty()
@@ -233,7 +255,14 @@ impl Table {
         if let Some(t) = &token {
             self.tokens.insert(t.clone(), k.clone());
         }
-        self.calls.insert(k, Call { dest, token });
+        self.calls.insert(
+            k,
+            Call {
+                dest,
+                token,
+                since: std::time::Instant::now(),
+            },
+        );
         Ok(())
     }
 
@@ -360,6 +389,7 @@ impl Table {
                         backend_id,
                         stream,
                         call,
+                        since: std::time::Instant::now(),
                     },
                 );
                 routed(target, message)

@@ -138,3 +138,26 @@ fn a_lazy_call_opens_its_stream_on_its_first_related_message() {
     let resp = json!({"jsonrpc": "2.0", "id": 2, "result": {}});
     assert!(matches!(t.route(out(resp, None)), Routed::AnswerLazy(..)));
 }
+
+/// What keeps a session from idle expiry: a call whose POST still waits,
+/// a call on a request stream, a server request, each for a bounded time;
+/// not a call whose client hung up, nor one older than the bound.
+#[test]
+fn only_a_waited_for_call_younger_than_the_bound_keeps_a_session_alive() {
+    let hour = std::time::Duration::from_secs(3600);
+    let mut t = Table::new("w.".into());
+    assert!(!t.keeps_alive(hour), "nothing in flight");
+    let (tx, rx) = oneshot::channel();
+    t.register(&json!(1), &json!({}), Dest::Json(tx)).unwrap();
+    assert!(t.keeps_alive(hour), "its POST waits");
+    assert!(!t.keeps_alive(std::time::Duration::ZERO), "past the bound");
+    drop(rx);
+    assert!(!t.keeps_alive(hour), "its client hung up");
+    t.register(&json!(2), &json!({}), Dest::Stream(StreamKey::Request(1)))
+        .unwrap();
+    assert!(t.keeps_alive(hour), "a request stream can be resumed");
+    t.forget(&json!(2));
+    let ask = json!({"jsonrpc": "2.0", "id": 0, "method": "roots/list", "params": {}});
+    let _ = t.route(out(ask, None));
+    assert!(t.keeps_alive(hour), "a server request waits for the client");
+}
