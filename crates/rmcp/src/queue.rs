@@ -385,20 +385,7 @@ impl Queues {
                         .into(),
                         Err(e) => e.to_string().into(),
                     };
-                    tracing::error!(stream = %queue.loc.session, %why, "rmcp events were not committed; the stream fails");
-                    // Published before the flush ends, so no store slips
-                    // in between. The queue stays (a failed stream is never
-                    // numbered again from its start) until it is retired.
-                    queue.committed.send_modify(|c| c.failed = Some(why));
-                    let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
-                    st.failed = true;
-                    st.pending.clear();
-                    st.flushing = false;
-                    let retired = st.ended;
-                    drop(st);
-                    if retired {
-                        self.remove(&queue);
-                    }
+                    guard::fail(&self.map, &queue, why);
                     return;
                 }
             }

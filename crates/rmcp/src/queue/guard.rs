@@ -44,21 +44,25 @@ impl Drop for FailOnDrop {
         if !self.armed {
             return;
         }
-        let q = &self.queue;
-        let why: Arc<str> = "the flush of this stream stopped before committing it (the log panicked, or the runtime stopped)".into();
-        tracing::error!(stream = %q.loc.session, %why, "rmcp events were not committed; the stream fails");
-        q.committed.send_modify(|c| c.failed = Some(why));
-        let mut st = q.state.lock().unwrap_or_else(|e| e.into_inner());
-        st.failed = true;
-        st.pending.clear();
-        st.flushing = false;
-        let retired = st.ended;
-        drop(st);
-        // As after a refused commit: a failed stream stays (it is never
-        // numbered again from its start) until it is retired.
-        if retired {
-            remove(&self.map, q);
-        }
+        let why = "the flush of this stream stopped before committing it (the log panicked, or the runtime stopped)";
+        fail(&self.map, &self.queue, why.into());
+    }
+}
+
+/// Fails `queue` for good with `why`: published before the flush ends, so
+/// no store slips in between. A failed stream stays in `map` (it is never
+/// numbered again from its start) until its writer has ended it.
+pub(super) fn fail(map: &Mutex<HashMap<String, Arc<Queue>>>, queue: &Arc<Queue>, why: Arc<str>) {
+    tracing::error!(stream = %queue.loc.session, %why, "rmcp events were not committed; the stream fails");
+    queue.committed.send_modify(|c| c.failed = Some(why));
+    let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+    st.failed = true;
+    st.pending.clear();
+    st.flushing = false;
+    let retired = st.ended;
+    drop(st);
+    if retired {
+        remove(map, queue);
     }
 }
 
