@@ -99,9 +99,12 @@ impl LogEventStore {
         let loc = Location::from_stream_id(stream_id)?;
         let record = encode(event)?;
         let ends = !loc.is_standalone() && ends_request_stream(event);
+        // Only a session stream's messages are kept for its readers
+        // ([`Pump::recent`]): a call's events skip the shared cache's lock.
+        let typed = event.message.as_ref().filter(|_| loc.is_standalone());
         let seq = self
             .queues
-            .enqueue(&loc, record, event.message.as_ref(), ends, owned)
+            .enqueue(&loc, record, typed, ends, owned)
             .await?;
         Ok((loc, seq))
     }
@@ -164,7 +167,9 @@ impl LogEventStore {
         let (tx, rx) = mpsc::channel(CHANNEL);
         let pump = Pump {
             log: self.log.clone(),
-            recent: self.queues.recent.read(&loc.session),
+            recent: loc
+                .is_standalone()
+                .then(|| self.queues.recent.read(&loc.session)),
             loc,
             cursor,
             tx,
@@ -198,7 +203,7 @@ impl LogEventStore {
         let (tx, rx) = mpsc::channel(CHANNEL);
         let pump = Pump {
             log: self.log.clone(),
-            recent: self.queues.recent.read(&loc.session),
+            recent: Some(self.queues.recent.read(&loc.session)),
             loc,
             cursor: bounds.floor.saturating_sub(1),
             tx,
@@ -319,8 +324,10 @@ fn ends_request_stream(msg: &ServerSseMessage) -> bool {
 struct Pump {
     log: Arc<dyn Log>,
     /// The messages this process queued for the stream, typed: an event
-    /// found there is not parsed back ([`crate::recent`]).
-    recent: Reading,
+    /// found there is not parsed back ([`crate::recent`]). Only a session
+    /// stream's: a request stream is read live through the gate, which has
+    /// rmcp's own messages, and through a pump only when resumed.
+    recent: Option<Reading>,
     loc: Location,
     cursor: Seq,
     tx: mpsc::Sender<ServerSseMessage>,
@@ -458,7 +465,11 @@ impl Pump {
                 ev.seq
             )));
         }
-        let msg = match self.recent.take(ev.seq, &ev.message) {
+        let msg = match self
+            .recent
+            .as_ref()
+            .and_then(|r| r.take(ev.seq, &ev.message))
+        {
             Some(message) => {
                 // rmcp's type is non-exhaustive: built from its constructor.
                 let mut msg = ServerSseMessage::priming(self.loc.event_id(ev.seq), Duration::ZERO);

@@ -16,6 +16,9 @@
 //! stream with another writer), so the byte comparison is the check: equal
 //! bytes parse to the same message.
 //!
+//! Only session streams use it: a call's events reach its live reader
+//! through the request-stream gate, typed already.
+//!
 //! Bounded: a stream keeps entries only while it has a reader, at most
 //! [`KEPT`] of them, and a stream's only reader drops what it has passed.
 
