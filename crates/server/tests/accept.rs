@@ -329,3 +329,93 @@ async fn a_preface_in_two_parts_is_http2_and_half_of_one_is_cut_off() {
     );
     s.shutdown().await;
 }
+
+/// Reads a chunked body from `stream` (after its head) until the final
+/// chunk, and whether the server then closed the connection.
+async fn read_chunked(stream: &mut TcpStream, mut got: Vec<u8>) -> (String, bool) {
+    let mut buf = [0u8; 4096];
+    let mut body = Vec::new();
+    loop {
+        // Take whole chunks off the front of `got`.
+        while let Some(line_end) = got.windows(2).position(|w| w == b"\r\n") {
+            let size = usize::from_str_radix(std::str::from_utf8(&got[..line_end]).unwrap(), 16)
+                .expect("a chunk size");
+            if got.len() < line_end + 2 + size + 2 {
+                break;
+            }
+            body.extend_from_slice(&got[line_end + 2..line_end + 2 + size]);
+            assert_eq!(&got[line_end + 2 + size..line_end + 4 + size], b"\r\n");
+            got.drain(..line_end + 4 + size);
+            if size == 0 {
+                let closed = closed_after(stream, Instant::now(), Duration::from_secs(5)).await;
+                return (String::from_utf8(body).unwrap(), closed.is_some());
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("the body went on")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before the final chunk: {:?}",
+            String::from_utf8_lossy(&body)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// An HTTP/1.1 GET stream is written by the connection itself once hyper has
+/// sent its head (`accept::handoff`): the head says `connection: close`, the
+/// events arrive in chunked framing, and the session's end is the final chunk
+/// and the connection's close.
+#[tokio::test]
+async fn an_http1_get_stream_is_handed_over_after_its_head_and_ends_with_a_final_chunk() {
+    let s = TestServer::start(ServerConfig::default()).await;
+    let sid = s.init().await;
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let path = s.url.split_once(&s.addr.to_string()).unwrap().1.to_owned();
+    c.write_all(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let head_end = loop {
+        let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf))
+            .await
+            .expect("a head")
+            .unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    got.drain(..head_end + 4);
+
+    s.emit_and_wait(&sid, 3).await;
+    let del = reqwest::Client::new()
+        .delete(&s.url)
+        .header("mcp-session-id", &sid)
+        .send()
+        .await
+        .unwrap();
+    assert!(del.status().is_success(), "{}", del.status());
+    let (body, closed) = read_chunked(&mut c, got).await;
+    let ids: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .collect();
+    assert_eq!(ids, ["0", "1", "2", "3"], "{body}");
+    assert!(body.contains(": error session-ended"), "{body}");
+    assert!(closed, "the connection closed after the final chunk");
+    s.shutdown().await;
+}

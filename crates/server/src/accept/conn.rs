@@ -7,9 +7,14 @@
 //! HTTP/1 from HTTP/2, so the watch is ours and protocol-agnostic:
 //! the I/O wrapper notes when bytes arrive, the service notes when requests
 //! start and their responses end.
+//!
+//! An HTTP/1.1 connection whose GET is answered with an SSE stream is handed
+//! over once the head is flushed: hyper's state is dropped and
+//! [`super::handoff`] writes the rest (see [`crate::sse::feed`] for why).
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -20,8 +25,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 
 use super::sniff::Proto;
+use crate::sse::feed::{Chunk, Feed, FeedHandle};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -40,6 +46,9 @@ struct State {
     /// Whether the connection speaks HTTP/2, whose control frames (PING,
     /// WINDOW_UPDATE) arrive between requests and are no request header.
     h2: bool,
+    /// The SSE answer this HTTP/1.1 connection takes over once its head is
+    /// flushed.
+    offer: Option<Arc<Feed>>,
 }
 
 /// The shared activity record of one connection, and the bell that rings
@@ -47,6 +56,10 @@ struct State {
 struct Activity {
     state: Mutex<State>,
     changed: Notify,
+    /// Whether `state.offer` is set (looked at on every flush, lock-free).
+    offered: AtomicBool,
+    /// Rung when the offered answer's head is on the wire.
+    handoff: Notify,
 }
 
 /// What the watch decided.
@@ -67,9 +80,48 @@ impl Activity {
                 read_since_request: None,
                 served: false,
                 h2: false,
+                offer: None,
             }),
             changed: Notify::new(),
+            offered: AtomicBool::new(false),
+            handoff: Notify::new(),
         }
+    }
+
+    /// Arms `resp`'s SSE feed, when it has one and is a `200`, to be taken
+    /// over once its head is flushed; its head then says `connection: close`.
+    fn offer(&self, resp: &mut axum::response::Response) {
+        if resp.status() != hyper::StatusCode::OK {
+            return;
+        }
+        let Some(FeedHandle(feed)) = resp.extensions_mut().remove::<FeedHandle>() else {
+            return;
+        };
+        if feed.arm() {
+            resp.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+            self.lock().offer = Some(feed);
+            self.offered.store(true, Ordering::Release);
+        }
+    }
+
+    /// hyper flushed: if it has polled the offered answer's body, its head
+    /// (all hyper will write of it) is on the wire now.
+    fn on_flushed(&self) {
+        if !self.offered.load(Ordering::Acquire) {
+            return;
+        }
+        if self.lock().offer.as_ref().is_some_and(|f| f.parked()) {
+            self.handoff.notify_one();
+        }
+    }
+
+    /// The offered answer's chunks, for the writer that takes over.
+    fn take_offer(&self) -> Option<mpsc::Receiver<Chunk>> {
+        self.offered.store(false, Ordering::Release);
+        self.lock().offer.take()?.take()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -189,7 +241,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        if matches!(r, Poll::Ready(Ok(()))) {
+            self.activity.on_flushed();
+        }
+        r
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -280,10 +336,20 @@ pub(super) async fn serve_one<S>(
         let activity = activity.clone();
         move |req: hyper::Request<Incoming>| {
             activity.on_request(req.version() == hyper::Version::HTTP_2);
+            // Only an HTTP/1.1 connection's GET hands its SSE answer over: a
+            // POST's stream ends with its call, and the connection is worth
+            // keeping alive after it.
+            let hand_over = proto == Proto::Http1
+                && req.method() == hyper::Method::GET
+                && req.version() == hyper::Version::HTTP_11;
             let in_flight = InFlight(activity.clone());
+            let activity = activity.clone();
             let mut app = app.clone();
             async move {
-                let resp = app.call(req.map(Body::new)).await?;
+                let mut resp = app.call(req.map(Body::new)).await?;
+                if hand_over {
+                    activity.offer(&mut resp);
+                }
                 Ok::<_, std::convert::Infallible>(resp.map(|body| {
                     Body::new(Tracked {
                         body,
@@ -297,51 +363,81 @@ pub(super) async fn serve_one<S>(
     // only what the one it serves needs (an idle session's GET stream keeps
     // its connection's task for hours). hyper's connection types share no
     // trait for a graceful shutdown, hence one closure per type.
-    macro_rules! boxed {
-        ($conn:expr) => {
-            Box::pin(drive(
-                $conn,
-                |c| c.graceful_shutdown(),
-                activity,
-                limits,
-                stop,
-            ))
-        };
-    }
-    let served: Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match proto {
+    type Served<S> = Pin<Box<dyn std::future::Future<Output = Option<Handover<S>>> + Send>>;
+    let watched = (activity.clone(), limits, stop.clone());
+    let served: Served<S> = match proto {
         Proto::Http1 => {
             let mut b = hyper::server::conn::http1::Builder::new();
             // Our watch times headers (hyper's would also end keep-alive waits early).
             b.header_read_timeout(None);
-            boxed!(b.serve_connection(io, service).with_upgrades())
+            let mut conn = b.serve_connection(io, service).with_upgrades();
+            Box::pin(async move {
+                let (activity, limits, stop) = watched;
+                let ended = drive(
+                    Pin::new(&mut conn),
+                    |c| c.graceful_shutdown(),
+                    &activity,
+                    limits,
+                    stop,
+                )
+                .await;
+                if !ended {
+                    return None;
+                }
+                // hyper's connection and its buffers go here; the socket stays.
+                let io = conn.into_parts()?.io.into_inner().io;
+                Some((io, activity.take_offer()?))
+            })
         }
         Proto::Http2 => {
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new())
                 .keep_alive_interval(limits.h2_ping_interval);
-            boxed!(b.serve_connection(io, service))
+            let conn = b.serve_connection(io, service);
+            Box::pin(async move {
+                let (activity, limits, stop) = watched;
+                tokio::pin!(conn);
+                drive(conn, |c| c.graceful_shutdown(), &activity, limits, stop).await;
+                None
+            })
         }
-        Proto::Either => boxed!(builder(&limits)
-            .serve_connection_with_upgrades(io, service)
-            .into_owned()),
+        Proto::Either => {
+            let conn = builder(&limits)
+                .serve_connection_with_upgrades(io, service)
+                .into_owned();
+            Box::pin(async move {
+                let (activity, limits, stop) = watched;
+                tokio::pin!(conn);
+                drive(conn, |c| c.graceful_shutdown(), &activity, limits, stop).await;
+                None
+            })
+        }
     };
-    served.await
+    drop(activity);
+    if let Some((io, rx)) = served.await {
+        Box::pin(super::handoff::stream(io, rx, stop)).await;
+    }
 }
+
+/// An HTTP/1.1 connection's socket and the SSE answer it writes from now on.
+type Handover<S> = (S, mpsc::Receiver<Chunk>);
 
 /// Drives `conn` to its end, closing it at once when a request header is
 /// late, and gracefully (`shutdown`) when it has idled too long or the
-/// server stops.
+/// server stops. True when it stopped instead because an SSE answer's head
+/// is flushed and the connection is to be handed over (HTTP/1.1 only: the
+/// caller takes the socket out of `conn`).
 async fn drive<C, E>(
-    conn: C,
+    mut conn: Pin<&mut C>,
     shutdown: impl Fn(Pin<&mut C>),
-    activity: Arc<Activity>,
+    activity: &Activity,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
-) where
+) -> bool
+where
     C: std::future::Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    tokio::pin!(conn);
     let watch = activity.watch(limits);
     tokio::pin!(watch);
     let mut closing = false;
@@ -352,12 +448,13 @@ async fn drive<C, E>(
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
-                return;
+                return false;
             }
+            () = activity.handoff.notified() => return true,
             expiry = &mut watch, if watching => match expiry {
                 Expiry::HeaderTimeout => {
                     tracing::debug!("request header not received in time; closing");
-                    return;
+                    return false;
                 }
                 Expiry::Idle => {
                     watching = false;

@@ -9,6 +9,8 @@ use tokio::sync::mpsc;
 
 use crate::route::state::AppState;
 
+pub(crate) mod feed;
+
 /// Events replayed per log read, and the most live events sent in one write.
 pub(crate) const REPLAY_CHUNK: usize = 512;
 
@@ -39,12 +41,15 @@ pub fn respond(
     channel_response(rx)
 }
 
-/// A `200 text/event-stream` response whose body is what `rx` receives.
+/// A `200 text/event-stream` response whose body is what `rx` receives. Its
+/// [`feed::FeedHandle`] lets an HTTP/1.1 connection write the chunks itself
+/// once the head is out (see [`feed`]).
 pub(crate) fn channel_response(
     rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
 ) -> Response<Body> {
-    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
-    let mut resp = Response::new(body);
+    let (feed, body) = feed::Feed::new(rx);
+    let mut resp = Response::new(Body::new(body));
+    resp.extensions_mut().insert(feed::FeedHandle(feed));
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
     h.insert(

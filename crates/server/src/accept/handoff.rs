@@ -1,0 +1,154 @@
+//! An HTTP/1.1 SSE stream written without hyper, once its head is out.
+//!
+//! Why: an idle session's GET stream holds its connection for hours, and
+//! hyper keeps 16 KiB of buffers for every HTTP/1.1 connection for as long as
+//! it lives (see [`crate::sse::feed`]). A `200` SSE answer to a GET is
+//! therefore armed by the connection: hyper writes its head and nothing of
+//! its body, the connection drops hyper's state once the head is flushed,
+//! and [`stream`] writes the body's chunks in HTTP/1.1 chunked framing from
+//! then on, holding no buffer between writes. The head says
+//! `connection: close`: once the stream ends (its final chunk written) the
+//! connection closes, as it would after any response a server will not
+//! keep alive.
+
+use std::io;
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::sse::feed::Chunk;
+
+/// The most chunks already waiting that one write carries.
+const BATCH: usize = 64;
+
+/// Writes what `rx` receives to `io` as the rest of a chunked body, until
+/// the sender ends (the final chunk is written, then the connection
+/// closes), sends an error (the connection is dropped, so the client sees a
+/// cut body, not a complete one), the client goes (a read finds the end or
+/// fails), or the server stops while a write is blocked.
+pub(super) async fn stream<S>(
+    mut io: S,
+    mut rx: mpsc::Receiver<Chunk>,
+    mut stop: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    // Bytes the client sends on a connection whose response never ends are a
+    // request it pipelined, which this connection will not answer (its head
+    // said `close`): they are read and dropped, and the end of input is the
+    // client gone.
+    let mut probe = [0u8; 32];
+    loop {
+        let first = tokio::select! {
+            chunk = rx.recv() => chunk,
+            read = io.read(&mut probe) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            },
+        };
+        let mut chunks = match first {
+            Some(Ok(chunk)) => vec![chunk],
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "SSE body aborted");
+                return;
+            }
+            None => {
+                let _ = write(&mut io, b"0\r\n\r\n", &mut stop).await;
+                let _ = io.shutdown().await;
+                return;
+            }
+        };
+        // What else is ready goes in the same write; an error or the end is
+        // left for the next turn, after what came before it is written.
+        while chunks.len() < BATCH {
+            match rx.try_recv() {
+                Ok(Ok(chunk)) => chunks.push(chunk),
+                Ok(Err(e)) => {
+                    let _ = write(&mut io, &frame(&chunks), &mut stop).await;
+                    tracing::debug!(error = %e, "SSE body aborted");
+                    return;
+                }
+                Err(_) => break,
+            }
+        }
+        if write(&mut io, &frame(&chunks), &mut stop).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `chunks` as one HTTP/1.1 chunk (RFC 9112 7.1); empty when they carry no byte.
+fn frame(chunks: &[Bytes]) -> Vec<u8> {
+    let len: usize = chunks.iter().map(Bytes::len).sum();
+    if len == 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(len + 20);
+    out.extend_from_slice(format!("{len:x}\r\n").as_bytes());
+    for c in chunks {
+        out.extend_from_slice(c);
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Writes and flushes `bytes`, unless the server stops first (a client that
+/// does not read must not hold its connection past shutdown).
+async fn write<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    bytes: &[u8],
+    stop: &mut watch::Receiver<bool>,
+) -> io::Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    tokio::select! {
+        r = async { io.write_all(bytes).await?; io.flush().await } => r,
+        _ = stop.wait_for(|s| *s) => Err(io::ErrorKind::Interrupted.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_framed_as_one() {
+        let f = frame(&[
+            Bytes::from_static(b"data: a\n\n"),
+            Bytes::from_static(b": k\n\n"),
+        ]);
+        assert_eq!(f, b"e\r\ndata: a\n\n: k\n\n\r\n");
+        assert!(frame(&[Bytes::new()]).is_empty());
+    }
+
+    /// The body's end is the final chunk and the connection's close; a
+    /// client that goes ends the writer.
+    #[tokio::test]
+    async fn the_end_is_a_final_chunk_then_close() {
+        let (server, mut client) = tokio::io::duplex(1024);
+        let (tx, rx) = mpsc::channel(8);
+        let (_stop_tx, stop) = watch::channel(false);
+        let writer = tokio::spawn(stream(server, rx, stop));
+        tx.send(Ok(Bytes::from_static(b"data: 1\n\n")))
+            .await
+            .unwrap();
+        drop(tx);
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"9\r\ndata: 1\n\n\r\n0\r\n\r\n");
+        writer.await.unwrap();
+
+        let (server, client) = tokio::io::duplex(1024);
+        let (tx, rx) = mpsc::channel::<Chunk>(8);
+        let (_stop_tx, stop) = watch::channel(false);
+        let writer = tokio::spawn(stream(server, rx, stop));
+        drop(client);
+        tokio::time::timeout(std::time::Duration::from_secs(5), writer)
+            .await
+            .expect("the writer ends when its client goes")
+            .unwrap();
+        assert!(tx.is_closed(), "and drops the receiver, so the pump stops");
+    }
+}
