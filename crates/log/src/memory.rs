@@ -74,7 +74,8 @@ impl EventLog for MemoryLog {
         self.hub.with_live(id, |st| {
             let r = st.next_request;
             st.next_request += 1;
-            st.streams.insert(r, crate::hub::StreamState::opened(meta));
+            st.streams
+                .insert(r, Box::new(crate::hub::StreamState::opened(meta)));
             Ok(r)
         })
     }

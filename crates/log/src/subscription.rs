@@ -23,8 +23,12 @@ type EndCell = Arc<OnceLock<EndReason>>;
 
 /// The backend's half of a [`Subscription`]: every backend feeds its
 /// subscribers the same way, and a full one ends lagged, never skipped.
+///
+/// Events travel boxed: a channel allocates its first block of 32 slots when
+/// it is made, and every open reader, idle ones included (an idle session's
+/// GET stream), has a subscription: 256 bytes of slots instead of 1.3 KiB.
 pub(crate) struct Feed {
-    tx: mpsc::Sender<Event>,
+    tx: mpsc::Sender<Box<Event>>,
     end: EndCell,
 }
 
@@ -45,7 +49,7 @@ impl Feed {
     /// Hands one event on; `false` once this subscriber is done: it went
     /// away, or its buffer is full and it now ends with [`LogError::Lagged`].
     pub fn offer(&self, ev: &Event) -> bool {
-        match self.tx.try_send(ev.clone()) {
+        match self.tx.try_send(Box::new(ev.clone())) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 let _ = self.end.set(EndReason::Lagged);
@@ -72,13 +76,13 @@ impl Feed {
 /// cursor to resume from.
 #[derive(Debug)]
 pub struct Subscription {
-    rx: mpsc::Receiver<Event>,
+    rx: mpsc::Receiver<Box<Event>>,
     end: EndCell,
     last: Seq,
 }
 
 impl Subscription {
-    fn new(rx: mpsc::Receiver<Event>, end: EndCell, last: Seq) -> Self {
+    fn new(rx: mpsc::Receiver<Box<Event>>, end: EndCell, last: Seq) -> Self {
         Self { rx, end, last }
     }
 
@@ -92,7 +96,7 @@ impl Subscription {
         match self.rx.recv().await {
             Some(ev) => {
                 self.last = ev.seq;
-                Ok(ev)
+                Ok(*ev)
             }
             None => Err(match self.end.get() {
                 Some(EndReason::Lagged) => LogError::Lagged { cursor: self.last },
@@ -110,6 +114,6 @@ impl Subscription {
     pub fn try_next(&mut self) -> Option<Event> {
         let ev = self.rx.try_recv().ok()?;
         self.last = ev.seq;
-        Some(ev)
+        Some(*ev)
     }
 }

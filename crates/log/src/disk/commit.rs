@@ -184,7 +184,7 @@ impl Committer {
                 answer = r;
                 self.hub.with_live(&id, |st| {
                     st.next_request = st.next_request.max(r + 1);
-                    st.streams.insert(r, StreamState::opened(meta));
+                    st.streams.insert(r, Box::new(StreamState::opened(meta)));
                     Ok(())
                 })
             }

@@ -279,7 +279,7 @@ pub(super) fn load(store: &Store, hub: &Hub) -> Result<(), LogError> {
                 // before records existed have an empty one.
                 s.meta = Some(Bytes::new());
             }
-            st.streams.insert(n, s);
+            st.streams.insert(n, Box::new(s));
         }
     }
     for kv in store.requests.iter() {

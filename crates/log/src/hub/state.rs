@@ -85,7 +85,9 @@ pub(crate) struct SessionState {
     pub meta: Bytes,
     /// The next request stream number to hand out.
     pub next_request: u64,
-    pub streams: HashMap<u64, StreamState>,
+    /// Boxed: a session's map is made with room for four streams, and most
+    /// sessions only ever have their session stream.
+    pub streams: HashMap<u64, Box<StreamState>>,
     /// Request streams whose events retention took, by number: only their
     /// head is kept (so reads still answer `Truncated`), not their state.
     pub retired: HashMap<u64, Seq>,
@@ -96,7 +98,7 @@ impl SessionState {
     /// A live session with its session stream, handing out request streams from `next_request`.
     pub fn new(created_ms: u64, meta: Bytes, next_request: u64) -> Self {
         let mut streams = HashMap::new();
-        streams.insert(0, StreamState::new(0, 1));
+        streams.insert(0, Box::new(StreamState::new(0, 1)));
         Self {
             ended: false,
             ended_ms: 0,
@@ -124,9 +126,13 @@ impl SessionState {
     pub fn stream_mut(&mut self, id: &str, key: StreamKey) -> Result<&mut StreamState, LogError> {
         let n = key.number();
         if let Some(head) = self.retired.remove(&n) {
-            self.streams.insert(n, StreamState::new(head, head + 1));
+            self.streams
+                .insert(n, Box::new(StreamState::new(head, head + 1)));
         }
-        self.streams.get_mut(&n).ok_or_else(|| no_stream(id, key))
+        self.streams
+            .get_mut(&n)
+            .map(|s| &mut **s)
+            .ok_or_else(|| no_stream(id, key))
     }
 
     /// The record of request stream `r`; `Truncated` once retention took

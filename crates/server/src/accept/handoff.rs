@@ -24,9 +24,8 @@ const BATCH: usize = 64;
 
 /// Writes what `rx` receives to `io` as the rest of a chunked body, until
 /// the sender ends (the final chunk is written, then the connection
-/// closes), sends an error (the connection is dropped, so the client sees a
-/// cut body, not a complete one), the client goes (a read finds the end or
-/// fails), or the server stops while a write is blocked.
+/// closes), the client goes (a read finds the end or fails), or the server
+/// stops while a write is blocked.
 pub(super) async fn stream<S>(
     mut io: S,
     mut rx: mpsc::Receiver<Chunk>,
@@ -48,27 +47,18 @@ pub(super) async fn stream<S>(
             },
         };
         let mut chunks = match first {
-            Some(Ok(chunk)) => vec![chunk],
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "SSE body aborted");
-                return;
-            }
+            Some(chunk) => vec![*chunk],
             None => {
                 let _ = write(&mut io, b"0\r\n\r\n", &mut stop).await;
                 let _ = io.shutdown().await;
                 return;
             }
         };
-        // What else is ready goes in the same write; an error or the end is
-        // left for the next turn, after what came before it is written.
+        // What else is ready goes in the same write; the end is left for
+        // the next turn, after what came before it is written.
         while chunks.len() < BATCH {
             match rx.try_recv() {
-                Ok(Ok(chunk)) => chunks.push(chunk),
-                Ok(Err(e)) => {
-                    let _ = write(&mut io, &frame(&chunks), &mut stop).await;
-                    tracing::debug!(error = %e, "SSE body aborted");
-                    return;
-                }
+                Ok(chunk) => chunks.push(*chunk),
                 Err(_) => break,
             }
         }
@@ -131,7 +121,7 @@ mod tests {
         let (tx, rx) = mpsc::channel(8);
         let (_stop_tx, stop) = watch::channel(false);
         let writer = tokio::spawn(stream(server, rx, stop));
-        tx.send(Ok(Bytes::from_static(b"data: 1\n\n")))
+        tx.send(Box::new(Bytes::from_static(b"data: 1\n\n")))
             .await
             .unwrap();
         drop(tx);

@@ -173,7 +173,7 @@ impl TaskSocket {
 
     async fn serve(
         &mut self,
-        mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>,
+        mut rx: tokio::sync::mpsc::Receiver<crate::sse::feed::Chunk>,
         ack_deadline: tokio::time::Instant,
     ) -> Closing {
         let mut parser = SseParser::new();
@@ -182,7 +182,7 @@ impl TaskSocket {
         loop {
             tokio::select! {
                 chunk = rx.recv() => {
-                    let Some(Ok(bytes)) = chunk else {
+                    let Some(bytes) = chunk else {
                         return Closing(close::GOING_AWAY, "the task stream stopped; resume from the last seq".into());
                     };
                     for ev in parser.feed(&bytes) {

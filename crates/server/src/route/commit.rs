@@ -22,10 +22,10 @@ use crate::route::state::AppState;
 pub(super) type Run = (StreamKey, Vec<Bytes>);
 
 /// How many of `queued` are messages (what the outbox counts as uncommitted).
-pub(super) fn count_messages(queued: &[Queued]) -> usize {
+pub(super) fn count_messages(queued: &[Box<Queued>]) -> usize {
     queued
         .iter()
-        .filter(|q| matches!(q, Queued::Message(_) | Queued::Raw(_)))
+        .filter(|q| matches!(***q, Queued::Message(_) | Queued::Raw(_)))
         .count()
 }
 
@@ -117,7 +117,7 @@ pub(super) async fn commit_loop(
     state: AppState,
     session: String,
     table: Arc<Mutex<Table>>,
-    mut rx: mpsc::UnboundedReceiver<Queued>,
+    mut rx: mpsc::UnboundedReceiver<Box<Queued>>,
     pending: Arc<Pending>,
     epoch: Option<u64>,
 ) {
@@ -147,7 +147,7 @@ pub(super) async fn commit_loop(
         let mut flushes = Vec::new();
         let mut messages = 0;
         for q in queued.drain(..) {
-            let out = match q {
+            let out = match *q {
                 Queued::Message(out) => out,
                 Queued::Raw(bytes) => {
                     messages += 1;

@@ -36,7 +36,7 @@ pub fn respond(
     head: Seq,
     sub: Subscription,
 ) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(8);
+    let (tx, rx) = mpsc::channel::<feed::Chunk>(8);
     state.spawn(pump(state.clone(), id, stream, cursor, head, sub, tx));
     channel_response(rx)
 }
@@ -44,9 +44,7 @@ pub fn respond(
 /// A `200 text/event-stream` response whose body is what `rx` receives. Its
 /// [`feed::FeedHandle`] lets an HTTP/1.1 connection write the chunks itself
 /// once the head is out (see [`feed`]).
-pub(crate) fn channel_response(
-    rx: mpsc::Receiver<Result<Bytes, std::io::Error>>,
-) -> Response<Body> {
+pub(crate) fn channel_response(rx: mpsc::Receiver<feed::Chunk>) -> Response<Body> {
     let (feed, body) = feed::Feed::new(rx);
     let mut resp = Response::new(Body::new(body));
     resp.extensions_mut().insert(feed::FeedHandle(feed));
@@ -112,7 +110,7 @@ impl Position {
         &mut self,
         events: &[Event],
         id: &str,
-        tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+        tx: &mpsc::Sender<feed::Chunk>,
         shutdown: &mut tokio::sync::watch::Receiver<bool>,
     ) -> bool {
         let (chunk, next) = self.encode(events);
@@ -134,12 +132,12 @@ impl Position {
 /// Sends one chunk unless the client is gone or the server stops first (a
 /// client that does not read must not hold a pump past shutdown).
 async fn send(
-    tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
+    tx: &mpsc::Sender<feed::Chunk>,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
     chunk: Bytes,
 ) -> bool {
     tokio::select! {
-        sent = tx.send(Ok(chunk)) => sent.is_ok(),
+        sent = tx.send(Box::new(chunk)) => sent.is_ok(),
         _ = crate::route::state::stopped(shutdown) => false,
     }
 }
@@ -151,7 +149,7 @@ async fn pump(
     cursor: Seq,
     head: Seq,
     mut sub: Subscription,
-    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    tx: mpsc::Sender<feed::Chunk>,
 ) {
     let _reader = state.metrics.reader("sse");
     let mut shutdown = state.shutdown.clone();

@@ -163,7 +163,7 @@ pub(crate) async fn open(
 pub(crate) async fn pump(
     store: TaskStore,
     o: Opened,
-    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    tx: mpsc::Sender<crate::sse::feed::Chunk>,
     mut shutdown: watch::Receiver<bool>,
     keepalive: Duration,
 ) {
@@ -197,7 +197,7 @@ pub(crate) async fn pump(
                     if quiet.elapsed() >= keepalive {
                         quiet = tokio::time::Instant::now();
                         let _ = r.store.log().touch(&r.task).await;
-                        if r.tx.send(Ok(Bytes::from_static(KEEPALIVE))).await.is_err() { return; }
+                        if r.tx.send(Box::new(Bytes::from_static(KEEPALIVE))).await.is_err() { return; }
                     }
                     continue;
                 }
@@ -258,7 +258,7 @@ enum Step {
 /// One reader's position and where it writes.
 struct Reader {
     store: TaskStore,
-    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    tx: mpsc::Sender<crate::sse::feed::Chunk>,
     /// The last log seq sent.
     last: Seq,
     task: String,
@@ -312,7 +312,7 @@ impl Reader {
                     e.seq - 1,
                     self.last as i64 - 1
                 );
-                let _ = self.tx.send(Ok(out.into())).await;
+                let _ = self.tx.send(Box::new(out.into())).await;
                 self.finish(Err(self.broken("log-gap", &why))).await;
                 return Step::Stop;
             }
@@ -328,14 +328,14 @@ impl Reader {
                 &data,
             );
             if terminal {
-                if self.tx.send(Ok(out.into())).await.is_err() {
+                if self.tx.send(Box::new(out.into())).await.is_err() {
                     return Step::Stop;
                 }
                 self.finish(Ok(json!({"resultType": "complete"}))).await;
                 return Step::Stop;
             }
         }
-        if !out.is_empty() && self.tx.send(Ok(out.into())).await.is_err() {
+        if !out.is_empty() && self.tx.send(Box::new(out.into())).await.is_err() {
             return Step::Stop;
         }
         Step::More
@@ -382,6 +382,6 @@ impl Reader {
             Some("message"),
             &serde_json::to_vec(&reply).unwrap_or_default(),
         );
-        let _ = self.tx.send(Ok(out.into())).await;
+        let _ = self.tx.send(Box::new(out.into())).await;
     }
 }
