@@ -316,7 +316,8 @@ fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
 
 /// Serves one (plain or TLS) connection, made at `since`, with `proto`
 /// until it ends, expires, or shutdown (`stop`) has let its in-flight
-/// requests finish.
+/// requests finish; or until an SSE answer is handed over, whose writer it
+/// returns (to run as a task of its own).
 pub(super) async fn serve_one<S>(
     io: S,
     app: Router,
@@ -324,7 +325,8 @@ pub(super) async fn serve_one<S>(
     stop: watch::Receiver<bool>,
     proto: Proto,
     since: Instant,
-) where
+) -> super::Then
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::new(since));
@@ -414,9 +416,8 @@ pub(super) async fn serve_one<S>(
         }
     };
     drop(activity);
-    if let Some((io, rx)) = served.await {
-        Box::pin(super::handoff::stream(io, rx, stop)).await;
-    }
+    let (io, rx) = served.await?;
+    Some(Box::pin(super::handoff::stream(io, rx, stop)))
 }
 
 /// An HTTP/1.1 connection's socket and the SSE answer it writes from now on.

@@ -17,6 +17,7 @@ mod tls;
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,12 +116,15 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut conns = JoinSet::new();
+    let mut conns: JoinSet<Then> = JoinSet::new();
     tokio::pin!(signal);
     loop {
         let (stream, peer) = tokio::select! {
             () = &mut signal => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            Some(ended) = conns.join_next(), if !conns.is_empty() => {
+                then(&mut conns, ended);
+                continue;
+            }
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -145,7 +149,9 @@ pub async fn serve(
     drop(listener);
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(limits.shutdown_grace, async {
-        while conns.join_next().await.is_some() {}
+        while let Some(ended) = conns.join_next().await {
+            then(&mut conns, ended);
+        }
     })
     .await;
     if drained.is_err() {
@@ -158,6 +164,24 @@ pub async fn serve(
     Ok(())
 }
 
+/// What a connection's task leaves to run after it: an HTTP/1.1 SSE stream
+/// taken over from hyper ([`handoff`]). It runs as a task of its own, sized
+/// for what it holds, where the connection's task was sized for its largest
+/// state (the protocol sniffing, hyper's connection), for as long as the
+/// stream lives: an idle session's GET stream lives for hours.
+type Then = Option<Pin<Box<dyn Future<Output = ()> + Send>>>;
+
+/// Runs what a connection that `ended` left to run, in `conns` as well (so
+/// shutdown waits for it as for any connection).
+fn then(conns: &mut JoinSet<Then>, ended: Result<Then, tokio::task::JoinError>) {
+    if let Ok(Some(next)) = ended {
+        conns.spawn(async move {
+            next.await;
+            None
+        });
+    }
+}
+
 /// One cleartext connection: HTTP/1.1 or h2c, told by its first bytes.
 async fn plain(
     stream: tokio::net::TcpStream,
@@ -165,15 +189,18 @@ async fn plain(
     app: Router,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
-) {
+) -> Then {
     let since = tokio::time::Instant::now();
     let proto = tokio::select! {
         p = sniff::cleartext(&stream, limits.header_read_timeout) => p,
-        _ = stop.wait_for(|s| *s) => return,
+        _ = stop.wait_for(|s| *s) => return None,
     };
     match proto {
         Some(p) => conn::serve_one(stream, app, limits, stop, p, since).await,
-        None => tracing::debug!(%peer, "no request began in time, or the socket failed; closing"),
+        None => {
+            tracing::debug!(%peer, "no request began in time, or the socket failed; closing");
+            None
+        }
     }
 }
 
@@ -185,7 +212,7 @@ async fn secure(
     app: Router,
     limits: ConnLimits,
     stop: watch::Receiver<bool>,
-) {
+) -> Then {
     let hs = tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(stream));
     match hs.await {
         Ok(Ok(tls)) => {
@@ -194,7 +221,13 @@ async fn secure(
             let now = tokio::time::Instant::now();
             conn::serve_one(tls, app, limits, stop, proto, now).await
         }
-        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            None
+        }
     }
 }

@@ -142,6 +142,19 @@ async fn send(
     }
 }
 
+/// What woke an idle pump.
+enum Woke {
+    /// The subscription's next event, or why it ended.
+    Event(Result<Event, LogError>),
+    /// A keepalive's worth of silence.
+    Quiet,
+}
+
+/// Streams `stream` of session `id` to `tx`: the priming event, the replay
+/// up to `head`, then live. Every session with an open GET stream has one of
+/// these waiting for hours, so what it awaits only now and then (the replay,
+/// a delivery, a keepalive, an ending) is boxed and the task itself stays
+/// small.
 async fn pump(
     state: AppState,
     id: String,
@@ -157,93 +170,39 @@ async fn pump(
         stream,
         last: cursor,
     };
-    if !send(
-        &tx,
-        &mut shutdown,
-        priming(&event_id(stream, cursor), state.config.retry.as_millis()).into(),
-    )
-    .await
-    {
+    if !Box::pin(start(&state, &id, head, &mut pos, &tx, &mut shutdown)).await {
         return;
-    }
-    // Replay `cursor+1 ..= head` from the log; every event up to `head` is
-    // committed, so a short or empty read below it is a fault, never the end.
-    while pos.last < head {
-        let events = match state.log.read(&id, stream, pos.last, REPLAY_CHUNK).await {
-            Ok(events) if !events.is_empty() => events,
-            Ok(_) => {
-                let why = format!(
-                    "the log returned nothing after {} below the head {head}; resume from {}",
-                    pos.last, pos.last
-                );
-                tracing::warn!(session = %id, "{why}");
-                let _ = send(&tx, &mut shutdown, Bytes::from(ending("log-gap", &why))).await;
-                return;
-            }
-            Err(e) => {
-                // Trimmed under us (the resume gets its 409) or the log went away.
-                tracing::info!(session = %id, error = %e, "SSE replay ended");
-                let _ = send(
-                    &tx,
-                    &mut shutdown,
-                    Bytes::from(ending(log_code(&e), &e.to_string())),
-                )
-                .await;
-                return;
-            }
-        };
-        let upto: Vec<Event> = events.into_iter().take_while(|e| e.seq <= head).collect();
-        if !pos.deliver(&upto, &id, &tx, &mut shutdown).await {
-            return;
-        }
     }
     let mut touched = tokio::time::Instant::now();
     loop {
         // An open reader is activity: its session does not idle out under it.
-        touch_every(
-            &state,
-            &id,
-            state.config.reader_touch_every(),
-            state.config.keepalive,
-            &mut touched,
-        )
-        .await;
-        let next = tokio::select! {
-            ev = sub.next() => ev,
-            _ = tokio::time::sleep(state.config.keepalive) => {
-                // A request stream silent this long may belong to a handler that died
-                // with another instance since this reader began (a shared log): end
-                // the call then, and its error arrives through the subscription.
-                if let StreamKey::Request(r) = stream {
-                    if let Err(e) = crate::route::orphans::end_if_orphaned(&state, &id, r).await {
-                        tracing::debug!(session = %id, stream = r, error = %e, "orphan check failed");
-                    }
-                }
-                if !send(&tx, &mut shutdown, Bytes::from_static(KEEPALIVE)).await {
-                    return;
-                }
-                continue;
-            }
+        if touched.elapsed() >= state.config.reader_touch_every() {
+            Box::pin(touch_every(
+                &state,
+                &id,
+                state.config.reader_touch_every(),
+                state.config.keepalive,
+                &mut touched,
+            ))
+            .await;
+        }
+        let woke = tokio::select! {
+            ev = sub.next() => Woke::Event(ev),
+            _ = tokio::time::sleep(state.config.keepalive) => Woke::Quiet,
             _ = crate::route::state::stopped(&mut shutdown) => return,
             _ = tx.closed() => return,
         };
-        let first = match next {
-            Ok(first) => first,
-            Err(e) => {
-                if let LogError::Lagged { cursor } = e {
-                    tracing::info!(session = %id, cursor, "SSE reader lagged; ending its stream so it resumes");
-                } else {
-                    tracing::info!(session = %id, error = %e, "SSE stream ended by the log");
-                }
-                let why = match e {
-                    LogError::Lagged { cursor } => {
-                        format!("reader too far behind; resume from {cursor}")
-                    }
-                    LogError::SessionEnded => "the session ended".into(),
-                    ref other => other.to_string(),
-                };
-                let _ = send(&tx, &mut shutdown, Bytes::from(ending(log_code(&e), &why))).await;
+        let first = match woke {
+            Woke::Event(Ok(first)) => first,
+            Woke::Event(Err(e)) => {
+                Box::pin(end_with(&id, e, &tx, &mut shutdown)).await;
                 return;
+            }
+            Woke::Quiet => {
+                if !Box::pin(quiet(&state, &id, stream, &tx, &mut shutdown)).await {
+                    return;
+                }
+                continue;
             }
         };
         let mut batch = vec![first];
@@ -253,10 +212,100 @@ async fn pump(
                 None => break,
             }
         }
-        if !pos.deliver(&batch, &id, &tx, &mut shutdown).await {
+        if !Box::pin(pos.deliver(&batch, &id, &tx, &mut shutdown)).await {
             return;
         }
     }
+}
+
+/// The priming event, then the replay of `pos.last+1 ..= head` from the log;
+/// false when the stream is over (the client went, or the replay ended it).
+async fn start(
+    state: &AppState,
+    id: &str,
+    head: Seq,
+    pos: &mut Position,
+    tx: &mpsc::Sender<feed::Chunk>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    let primer = priming(
+        &event_id(pos.stream, pos.last),
+        state.config.retry.as_millis(),
+    );
+    if !send(tx, shutdown, primer.into()).await {
+        return false;
+    }
+    // Every event up to `head` is committed, so a short or empty read below
+    // it is a fault, never the end.
+    while pos.last < head {
+        let events = match state.log.read(id, pos.stream, pos.last, REPLAY_CHUNK).await {
+            Ok(events) if !events.is_empty() => events,
+            Ok(_) => {
+                let why = format!(
+                    "the log returned nothing after {} below the head {head}; resume from {}",
+                    pos.last, pos.last
+                );
+                tracing::warn!(session = %id, "{why}");
+                let _ = send(tx, shutdown, Bytes::from(ending("log-gap", &why))).await;
+                return false;
+            }
+            Err(e) => {
+                // Trimmed under us (the resume gets its 409) or the log went away.
+                tracing::info!(session = %id, error = %e, "SSE replay ended");
+                let _ = send(
+                    tx,
+                    shutdown,
+                    Bytes::from(ending(log_code(&e), &e.to_string())),
+                )
+                .await;
+                return false;
+            }
+        };
+        let upto: Vec<Event> = events.into_iter().take_while(|e| e.seq <= head).collect();
+        if !pos.deliver(&upto, id, tx, shutdown).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// A keepalive's worth of silence: a request stream's handler may have died
+/// with another instance since this reader began (a shared log), so the call
+/// is ended then (its error arrives through the subscription); then the
+/// keepalive comment. False when the client is gone.
+async fn quiet(
+    state: &AppState,
+    id: &str,
+    stream: StreamKey,
+    tx: &mpsc::Sender<feed::Chunk>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    if let StreamKey::Request(r) = stream {
+        if let Err(e) = crate::route::orphans::end_if_orphaned(state, id, r).await {
+            tracing::debug!(session = %id, stream = r, error = %e, "orphan check failed");
+        }
+    }
+    send(tx, shutdown, Bytes::from_static(KEEPALIVE)).await
+}
+
+/// Ends the stream with the comment that says why the log ended it.
+async fn end_with(
+    id: &str,
+    e: LogError,
+    tx: &mpsc::Sender<feed::Chunk>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    if let LogError::Lagged { cursor } = e {
+        tracing::info!(session = %id, cursor, "SSE reader lagged; ending its stream so it resumes");
+    } else {
+        tracing::info!(session = %id, error = %e, "SSE stream ended by the log");
+    }
+    let why = match e {
+        LogError::Lagged { cursor } => format!("reader too far behind; resume from {cursor}"),
+        LogError::SessionEnded => "the session ended".into(),
+        ref other => other.to_string(),
+    };
+    let _ = send(tx, shutdown, Bytes::from(ending(log_code(&e), &why))).await;
 }
 
 /// The code in an ending comment for a log error.
