@@ -148,6 +148,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1800)]
     session_ttl_secs: u64,
 
+    /// Seconds a session's in-process handler (the built-in tools) may have
+    /// nothing in flight before it is parked: stopped, its memory freed, and
+    /// restored from the session's stored `initialize` on its next message,
+    /// so an idle session holds little more than its open streams. A
+    /// gateway's child or upstream session is never parked (it holds state a
+    /// restart would lose).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    park_after_secs: u64,
+
     /// Seconds an ended session's id is remembered (never reused, always 404)
     /// before maintenance forgets it and its storage.
     #[arg(long, default_value_t = 24 * 3600)]
@@ -375,10 +384,12 @@ pub async fn run_with(args: ServeArgs, sessions: Sessions) -> Result<ExitCode, S
     config.auth = auth.clone();
     config.max_body_bytes = args.max_body_bytes;
     config.session_ttl = Duration::from_secs(args.session_ttl_secs);
-    // Idle sessions end within about half a TTL past it, not up to 30 s
-    // later when the TTL is short.
-    config.maintenance_interval =
-        (config.session_ttl / 2).clamp(Duration::from_secs(1), config.maintenance_interval);
+    config.park_after = Some(Duration::from_secs(args.park_after_secs));
+    // Idle sessions end (and idle handlers park) within about half a TTL
+    // (half the park time) past it, not up to 30 s later when it is short.
+    config.maintenance_interval = (config.session_ttl / 2)
+        .min(Duration::from_secs(args.park_after_secs) / 2)
+        .clamp(Duration::from_secs(1), config.maintenance_interval);
     config.tombstone_ttl = Duration::from_secs(args.tombstone_ttl_secs);
     config.keepalive = Duration::from_secs(args.heartbeat_secs.max(1));
     config.upgrade_timeout = Duration::from_millis(args.upgrade_timeout_ms);

@@ -55,6 +55,12 @@ struct Args {
     /// durable, no resumption), as a baseline.
     #[arg(long, default_value = "rmcp", value_parser = ["rmcp", "mcp-resume", "rmcp-alone"])]
     transport: String,
+    /// With `--transport mcp-resume`: seconds a session's handler may have
+    /// nothing in flight before it is parked (dropped, and made again from
+    /// the session's stored `initialize` on its next message), as
+    /// `mcp-resume serve --park-after-secs`.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    park_after_secs: u64,
 }
 
 /// The demo tools.
@@ -268,7 +274,14 @@ async fn run(args: Args) -> Result<(), String> {
     let listener = args.serving.listen().await?;
     if args.transport == "mcp-resume" {
         let backend = Arc::new(mcp_resume_rmcp::RmcpBackend::new(|| Demo));
-        let server = McpServer::with_backend(log, backend, McpConfig::default());
+        let mut config = McpConfig::default();
+        let park_after = std::time::Duration::from_secs(args.park_after_secs);
+        config.park_after = Some(park_after);
+        config.maintenance_interval = (park_after / 2).clamp(
+            std::time::Duration::from_secs(1),
+            config.maintenance_interval,
+        );
+        let server = McpServer::with_backend(log, backend, config);
         return server
             .serve(listener, example::ctrl_c())
             .await

@@ -31,6 +31,15 @@ pub struct ServerConfig {
     pub max_request_streams: u64,
     /// Sessions idle longer than this end.
     pub session_ttl: Duration,
+    /// How long a session's in-process handler (the built-in tools, a hosted
+    /// rmcp handler) may have nothing in flight before it is parked: stopped,
+    /// its memory freed, and restored from the session's stored `initialize`
+    /// params on its next message. An idle session then holds only its
+    /// streams. `None`: the backend's own
+    /// [`park_after`](crate::backend::Backend::park_after) (120 s). A backend
+    /// that never parks (a gateway's child, an upstream session: state a
+    /// restart would lose) is not parked whatever this says.
+    pub park_after: Option<Duration>,
     /// How long an ended session's id is remembered (so it is never confused
     /// with a new one) before maintenance forgets it.
     pub tombstone_ttl: Duration,
@@ -92,6 +101,7 @@ impl Default for ServerConfig {
             max_sessions: 100_000,
             max_request_streams: 100_000,
             session_ttl: Duration::from_secs(30 * 60),
+            park_after: None,
             tombstone_ttl: Duration::from_secs(24 * 3600),
             keepalive: Duration::from_secs(15),
             upgrade_timeout: Duration::from_secs(10),

@@ -57,6 +57,8 @@ pub struct Metrics {
     maintenance_duration: Histogram,
     /// Sessions maintenance ended for being idle.
     sessions_expired: Counter,
+    /// Session handlers parked for having nothing in flight.
+    pub(crate) handlers_parked: Counter,
 }
 
 impl Default for Metrics {
@@ -87,6 +89,12 @@ impl Default for Metrics {
             prometheus_client::metrics::histogram::exponential_buckets(0.001, 2.0, 17),
         );
         let sessions_expired = Counter::default();
+        let handlers_parked = Counter::default();
+        registry.register(
+            "handlers_parked",
+            "Session handlers this instance parked: stopped after nothing was in flight for the park time, made again from the session's initialize on its next message",
+            handlers_parked.clone(),
+        );
         registry.register(
             "maintenance_buckets",
             "Session buckets (of 64) this instance maintains: on a shared log each bucket is leased to one live instance",
@@ -145,6 +153,7 @@ impl Default for Metrics {
             maintenance_buckets,
             maintenance_duration,
             sessions_expired,
+            handlers_parked,
         }
     }
 }

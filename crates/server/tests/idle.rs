@@ -78,3 +78,48 @@ async fn a_session_nobody_reads_still_ends_after_the_idle_ttl() {
         .await;
     assert_eq!(r.status(), 404);
 }
+
+/// The text of `/metrics`.
+async fn metrics(s: &TestServer) -> String {
+    reqwest::get(s.url.replace("/mcp", "/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// An idle session's handler is parked after `park_after` (its memory
+/// freed) while its GET stream stays open, and the session's next call
+/// makes it again: the call is answered and what it sends reaches the
+/// stream that was open all along, with no gap.
+#[tokio::test]
+async fn an_idle_handler_is_parked_under_its_open_stream_and_made_again_on_the_next_call() {
+    let mut config = short_ttl();
+    config.session_ttl = Duration::from_secs(60);
+    config.park_after = Some(Duration::from_secs(1));
+    let s = TestServer::start(config).await;
+    let sid = s.init().await;
+    let resp = s.session_stream(&sid, None).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let reader = tokio::spawn(common::read_sse(resp, 2, 10_000));
+    s.emit_and_wait(&sid, 1).await;
+    let parked = async {
+        loop {
+            if metrics(&s)
+                .await
+                .contains("mcp_resume_handlers_parked_total 1")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), parked)
+        .await
+        .expect("the idle handler was parked");
+    s.emit_and_wait(&sid, 1).await;
+    let events = reader.await.unwrap();
+    assert_eq!(common::seqs(&events), vec![1, 2]);
+    s.shutdown().await;
+}

@@ -247,12 +247,17 @@ impl Routes {
     /// instance). The log is asked only about a route unused for a session
     /// TTL (its session may have expired by then; a route in use has a live
     /// session), so an instance with thousands of idle routes does not read
-    /// thousands of records every pass.
-    pub(crate) async fn sweep(&self, state: &AppState, ended: &[String]) {
+    /// thousands of records every pass. Returns how many routes it parked or
+    /// closed.
+    pub(crate) async fn sweep(&self, state: &AppState, ended: &[String]) -> usize {
+        let mut released = ended.len();
         for id in ended {
             self.close(id);
         }
-        let park_after = state.backend.park_after();
+        let park_after = state
+            .backend
+            .park_after()
+            .map(|own| state.config.park_after.unwrap_or(own));
         let stale_after = state.config.session_ttl;
         let routes: Vec<(String, std::time::Duration)> = self
             .lock()
@@ -261,6 +266,8 @@ impl Routes {
             .collect();
         for (id, unused) in routes {
             if park_after.is_some_and(|after| unused >= after && self.park_if_unused(&id, after)) {
+                state.metrics.handlers_parked.inc();
+                released += 1;
                 continue;
             }
             let ended = unused >= stale_after
@@ -270,8 +277,10 @@ impl Routes {
                 );
             if ended {
                 self.close(&id);
+                released += 1;
             }
         }
+        released
     }
 
     /// Run by maintenance before each pass: touches every session with a
