@@ -233,6 +233,13 @@ impl McpServer {
 
     /// As [`McpServer::serve`], for an application that merged [`McpServer::router`]
     /// with routes of its own: the same maintenance and clean shutdown.
+    ///
+    /// An HTTP/1.1 GET stream is written to its socket by the connection once
+    /// its head is out, not through the response body (it frees hyper's
+    /// buffers for the hours an idle stream lives): a layer of `app` that
+    /// rewrites an event stream's bytes without setting `Content-Encoding`
+    /// or changing its `Content-Type` would be bypassed. Compression sets
+    /// the header, and the stream then stays with hyper.
     pub async fn serve_app(
         self,
         listener: tokio::net::TcpListener,

@@ -12,28 +12,38 @@ use mcp_resume_log::{LogError, Pass};
 
 use crate::route::{self, state::AppState};
 
+/// Routes parked or closed after which their memory is handed back to the
+/// OS ([`give_back_freed_memory`]): a few sessions' worth is kept for reuse.
+const GIVE_BACK_AFTER: usize = 64;
+
 /// Runs until the server stops.
 pub(crate) async fn run(state: AppState) {
     let mut shutdown = state.shutdown.clone();
     // The first pass waits out an unavailable log: calls whose handler died
     // with an earlier process must not wait for a client to resume them.
     let mut outcome = route::reply::retrying(&state, None, || pass(&state)).await;
-    // Whether the last pass parked or closed routes: their handlers' memory
-    // is freed as their tasks end, after the pass, so it is given back to
-    // the OS on this pass and the next.
-    let mut released = false;
+    // Routes parked or closed since memory was last given back, and whether
+    // to give it back again on the next pass: their handlers' memory is freed
+    // as their tasks end, after the pass that released them.
+    let mut released = 0;
+    let mut again = false;
     loop {
-        let now = match outcome {
+        released += match outcome {
             Ok(pass) => after(&state, pass).await,
             Err(e) => {
                 tracing::warn!(error = %e, "maintenance failed");
-                false
+                0
             }
         };
-        if now || released {
-            give_back_freed_memory();
+        let due = released >= GIVE_BACK_AFTER;
+        if due || again {
+            // It walks the whole heap: not on a worker thread.
+            tokio::task::spawn_blocking(give_back_freed_memory);
         }
-        released = now;
+        again = due;
+        if due {
+            released = 0;
+        }
         tokio::select! {
             _ = tokio::time::sleep(state.config.maintenance_interval) => {}
             _ = crate::route::state::stopped(&mut shutdown) => return,
@@ -57,13 +67,13 @@ async fn pass(state: &AppState) -> Result<Pass, LogError> {
 }
 
 /// What the server does with a pass: closes the routes of ended sessions
-/// and ends the orphaned calls of the sessions handed over. Whether it
-/// parked or closed any route.
-async fn after(state: &AppState, pass: Pass) -> bool {
+/// and ends the orphaned calls of the sessions handed over. How many routes
+/// it parked or closed.
+async fn after(state: &AppState, pass: Pass) -> usize {
     if !pass.ended.is_empty() {
         tracing::info!(count = pass.ended.len(), "idle sessions ended");
     }
-    let released = state.routes.sweep(state, &pass.ended).await > 0;
+    let released = state.routes.sweep(state, &pass.ended).await;
     match route::orphans::sweep(state, &pass.sweep).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(count = n, "ended calls whose handler died with its process"),
@@ -76,8 +86,9 @@ async fn after(state: &AppState, pass: Pass) -> bool {
 /// keeps freed memory resident for this process to reuse, so a server whose
 /// thousands of idle handlers were parked (or whose sessions ended) would
 /// keep their peak resident for as long as it runs; `malloc_trim` releases
-/// the free pages of every arena. At most once a maintenance pass, and only
-/// on the two passes after routes were released.
+/// the free pages of every arena. Only once [`GIVE_BACK_AFTER`] routes were
+/// released (and on the pass after), at most once a maintenance pass: it
+/// walks the whole heap.
 fn give_back_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages to the OS; it touches no

@@ -91,7 +91,17 @@ impl Activity {
     /// Arms `resp`'s SSE feed, when it has one and is a `200`, to be taken
     /// over once its head is flushed; its head then says `connection: close`.
     fn offer(&self, resp: &mut axum::response::Response) {
-        if resp.status() != hyper::StatusCode::OK {
+        // The chunks go to the socket as the pump encoded them: not when a
+        // layer declared an encoding of the body (compression), or made it
+        // something other than an event stream.
+        let h = resp.headers();
+        let event_stream = h
+            .get(hyper::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        if resp.status() != hyper::StatusCode::OK
+            || !event_stream
+            || h.contains_key(hyper::header::CONTENT_ENCODING)
+        {
             return;
         }
         let Some(FeedHandle(feed)) = resp.extensions_mut().remove::<FeedHandle>() else {

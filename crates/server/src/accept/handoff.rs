@@ -49,8 +49,13 @@ pub(super) async fn stream<S>(
         let mut chunks = match first {
             Some(chunk) => vec![*chunk],
             None => {
-                let _ = write(&mut io, b"0\r\n\r\n", &mut stop).await;
-                let _ = io.shutdown().await;
+                if write(&mut io, b"0\r\n\r\n", &mut stop).await.is_ok() {
+                    tokio::select! {
+                        biased;
+                        _ = io.shutdown() => {}
+                        _ = stop.wait_for(|s| *s) => {}
+                    }
+                }
                 return;
             }
         };
@@ -83,8 +88,11 @@ fn frame(chunks: &[Bytes]) -> Vec<u8> {
     out
 }
 
-/// Writes and flushes `bytes`, unless the server stops first (a client that
-/// does not read must not hold its connection past shutdown).
+/// Writes and flushes `bytes`, unless the server stops while the write is
+/// blocked (a client that does not read must not hold its connection past
+/// shutdown). The write is tried first: at shutdown the pump has ended the
+/// stream, and what it sent before, then the final chunk, still go out to a
+/// client that reads.
 async fn write<S: AsyncWrite + Unpin>(
     io: &mut S,
     bytes: &[u8],
@@ -94,6 +102,7 @@ async fn write<S: AsyncWrite + Unpin>(
         return Ok(());
     }
     tokio::select! {
+        biased;
         r = async { io.write_all(bytes).await?; io.flush().await } => r,
         _ = stop.wait_for(|s| *s) => Err(io::ErrorKind::Interrupted.into()),
     }
@@ -140,5 +149,30 @@ mod tests {
             .expect("the writer ends when its client goes")
             .unwrap();
         assert!(tx.is_closed(), "and drops the receiver, so the pump stops");
+    }
+
+    /// At shutdown the pump ends the stream; what it sent before, and the
+    /// final chunk, still reach a client that reads (the stop only cuts a
+    /// write that is blocked).
+    #[tokio::test]
+    async fn after_the_stop_what_can_be_written_still_is() {
+        for _ in 0..20 {
+            let (server, mut client) = tokio::io::duplex(64 * 1024);
+            let (tx, rx) = mpsc::channel(8);
+            let (stop_tx, stop) = watch::channel(false);
+            stop_tx.send(true).unwrap();
+            for i in 0..8 {
+                tx.send(Box::new(Bytes::from(format!("data: {i}\n\n"))))
+                    .await
+                    .unwrap();
+            }
+            drop(tx);
+            stream(server, rx, stop).await;
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.unwrap();
+            let text = String::from_utf8(got).unwrap();
+            assert!(text.contains("data: 7\n\n"), "{text}");
+            assert!(text.ends_with("\r\n0\r\n\r\n"), "{text}");
+        }
     }
 }
