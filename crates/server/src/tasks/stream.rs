@@ -16,6 +16,10 @@ use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use mcp_resume_log::{Event, LogError, Seq, Subscription};
 use mcp_resume_proto::sse::{encode, KEEPALIVE};
+
+/// One chunk of the SSE body (`crate::sse`'s chunk type, spelled out here:
+/// the SSE module depends on the routes, which depend on tasks).
+type Chunk = Box<Bytes>;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
@@ -163,7 +167,7 @@ pub(crate) async fn open(
 pub(crate) async fn pump(
     store: TaskStore,
     o: Opened,
-    tx: mpsc::Sender<crate::sse::feed::Chunk>,
+    tx: mpsc::Sender<Chunk>,
     mut shutdown: watch::Receiver<bool>,
     keepalive: Duration,
 ) {
@@ -258,7 +262,7 @@ enum Step {
 /// One reader's position and where it writes.
 struct Reader {
     store: TaskStore,
-    tx: mpsc::Sender<crate::sse::feed::Chunk>,
+    tx: mpsc::Sender<Chunk>,
     /// The last log seq sent.
     last: Seq,
     task: String,
