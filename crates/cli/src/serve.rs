@@ -385,11 +385,10 @@ pub async fn run_with(args: ServeArgs, sessions: Sessions) -> Result<ExitCode, S
     config.max_body_bytes = args.max_body_bytes;
     config.session_ttl = Duration::from_secs(args.session_ttl_secs);
     config.park_after = Some(Duration::from_secs(args.park_after_secs));
-    // Idle sessions end (and idle handlers park) within about half a TTL
-    // (half the park time) past it, not up to 30 s later when it is short.
-    config.maintenance_interval = (config.session_ttl / 2)
-        .min(Duration::from_secs(args.park_after_secs) / 2)
-        .clamp(Duration::from_secs(1), config.maintenance_interval);
+    // Idle sessions end within about half a TTL past it, not up to 30 s
+    // later when the TTL is short (the server shortens it for parking).
+    config.maintenance_interval =
+        (config.session_ttl / 2).clamp(Duration::from_secs(1), config.maintenance_interval);
     config.tombstone_ttl = Duration::from_secs(args.tombstone_ttl_secs);
     config.keepalive = Duration::from_secs(args.heartbeat_secs.max(1));
     config.upgrade_timeout = Duration::from_millis(args.upgrade_timeout_ms);

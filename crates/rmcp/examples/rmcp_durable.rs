@@ -275,12 +275,7 @@ async fn run(args: Args) -> Result<(), String> {
     if args.transport == "mcp-resume" {
         let backend = Arc::new(mcp_resume_rmcp::RmcpBackend::new(|| Demo));
         let mut config = McpConfig::default();
-        let park_after = std::time::Duration::from_secs(args.park_after_secs);
-        config.park_after = Some(park_after);
-        config.maintenance_interval = (park_after / 2).clamp(
-            std::time::Duration::from_secs(1),
-            config.maintenance_interval,
-        );
+        config.park_after = Some(std::time::Duration::from_secs(args.park_after_secs));
         let server = McpServer::with_backend(log, backend, config);
         return server
             .serve(listener, example::ctrl_c())

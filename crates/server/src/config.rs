@@ -38,7 +38,9 @@ pub struct ServerConfig {
     /// streams. `None`: the backend's own
     /// [`park_after`](crate::backend::Backend::park_after) (120 s). A backend
     /// that never parks (a gateway's child, an upstream session: state a
-    /// restart would lose) is not parked whatever this says.
+    /// restart would lose) is not parked whatever this says. Maintenance runs
+    /// often enough for it (at least every half park time, at most once a
+    /// second for that).
     pub park_after: Option<Duration>,
     /// How long an ended session's id is remembered (so it is never confused
     /// with a new one) before maintenance forgets it.

@@ -45,7 +45,7 @@ pub(crate) async fn run(state: AppState) {
             released = 0;
         }
         tokio::select! {
-            _ = tokio::time::sleep(state.config.maintenance_interval) => {}
+            _ = tokio::time::sleep(interval(&state)) => {}
             _ = crate::route::state::stopped(&mut shutdown) => return,
         }
         outcome = pass(&state).await;
@@ -64,6 +64,17 @@ async fn pass(state: &AppState) -> Result<Pass, LogError> {
         .metrics
         .maintained(pass.buckets, pass.ended.len(), started.elapsed());
     Ok(pass)
+}
+
+/// The time between passes: the configured interval, or less, so that an
+/// idle handler parks within about half its park time past it (at most one
+/// pass a second for that).
+fn interval(state: &AppState) -> std::time::Duration {
+    let every = state.config.maintenance_interval;
+    match state.park_after() {
+        Some(park) => every.min((park / 2).max(std::time::Duration::from_secs(1))),
+        None => every,
+    }
 }
 
 /// What the server does with a pass: closes the routes of ended sessions

@@ -14,8 +14,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 
 use axum::body::{Body, HttpBody};
@@ -46,9 +45,6 @@ struct State {
     /// Whether the connection speaks HTTP/2, whose control frames (PING,
     /// WINDOW_UPDATE) arrive between requests and are no request header.
     h2: bool,
-    /// The SSE answer this HTTP/1.1 connection takes over once its head is
-    /// flushed.
-    offer: Option<Arc<Feed>>,
 }
 
 /// The shared activity record of one connection, and the bell that rings
@@ -56,8 +52,10 @@ struct State {
 struct Activity {
     state: Mutex<State>,
     changed: Notify,
-    /// Whether `state.offer` is set (looked at on every flush, lock-free).
-    offered: AtomicBool,
+    /// The SSE answer this HTTP/1.1 connection takes over once its head is
+    /// flushed: at most one, as the connection ends with it (looked at on
+    /// every flush, without a lock).
+    offer: OnceLock<Arc<Feed>>,
     /// Rung when the offered answer's head is on the wire.
     handoff: Notify,
 }
@@ -80,10 +78,9 @@ impl Activity {
                 read_since_request: None,
                 served: false,
                 h2: false,
-                offer: None,
             }),
             changed: Notify::new(),
-            offered: AtomicBool::new(false),
+            offer: OnceLock::new(),
             handoff: Notify::new(),
         }
     }
@@ -107,31 +104,25 @@ impl Activity {
         let Some(FeedHandle(feed)) = resp.extensions_mut().remove::<FeedHandle>() else {
             return;
         };
-        if feed.arm() {
+        if feed.arm() && self.offer.set(feed).is_ok() {
             resp.headers_mut().insert(
                 hyper::header::CONNECTION,
                 hyper::header::HeaderValue::from_static("close"),
             );
-            self.lock().offer = Some(feed);
-            self.offered.store(true, Ordering::Release);
         }
     }
 
     /// hyper flushed: if it has polled the offered answer's body, its head
     /// (all hyper will write of it) is on the wire now.
     fn on_flushed(&self) {
-        if !self.offered.load(Ordering::Acquire) {
-            return;
-        }
-        if self.lock().offer.as_ref().is_some_and(|f| f.parked()) {
+        if self.offer.get().is_some_and(|f| f.parked()) {
             self.handoff.notify_one();
         }
     }
 
     /// The offered answer's chunks, for the writer that takes over.
     fn take_offer(&self) -> Option<mpsc::Receiver<Chunk>> {
-        self.offered.store(false, Ordering::Release);
-        self.lock().offer.take()?.take()
+        self.offer.get()?.take()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -377,6 +368,18 @@ where
     // trait for a graceful shutdown, hence one closure per type.
     type Served<S> = Pin<Box<dyn std::future::Future<Output = Option<Handover<S>>> + Send>>;
     let watched = (activity.clone(), limits, stop.clone());
+    // A connection that is never handed over (HTTP/2, or not told yet).
+    macro_rules! to_its_end {
+        ($conn:expr) => {{
+            let conn = $conn;
+            Box::pin(async move {
+                let (activity, limits, stop) = watched;
+                tokio::pin!(conn);
+                drive(conn, |c| c.graceful_shutdown(), &activity, limits, stop).await;
+                None
+            })
+        }};
+    }
     let served: Served<S> = match proto {
         Proto::Http1 => {
             let mut b = hyper::server::conn::http1::Builder::new();
@@ -405,25 +408,11 @@ where
             let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             b.timer(TokioTimer::new())
                 .keep_alive_interval(limits.h2_ping_interval);
-            let conn = b.serve_connection(io, service);
-            Box::pin(async move {
-                let (activity, limits, stop) = watched;
-                tokio::pin!(conn);
-                drive(conn, |c| c.graceful_shutdown(), &activity, limits, stop).await;
-                None
-            })
+            to_its_end!(b.serve_connection(io, service))
         }
-        Proto::Either => {
-            let conn = builder(&limits)
-                .serve_connection_with_upgrades(io, service)
-                .into_owned();
-            Box::pin(async move {
-                let (activity, limits, stop) = watched;
-                tokio::pin!(conn);
-                drive(conn, |c| c.graceful_shutdown(), &activity, limits, stop).await;
-                None
-            })
-        }
+        Proto::Either => to_its_end!(builder(&limits)
+            .serve_connection_with_upgrades(io, service)
+            .into_owned()),
     };
     drop(activity);
     let (io, rx) = served.await?;

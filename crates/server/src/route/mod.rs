@@ -254,10 +254,7 @@ impl Routes {
         for id in ended {
             self.close(id);
         }
-        let park_after = state
-            .backend
-            .park_after()
-            .map(|own| state.config.park_after.unwrap_or(own));
+        let park_after = state.park_after();
         let stale_after = state.config.session_ttl;
         let routes: Vec<(String, std::time::Duration)> = self
             .lock()

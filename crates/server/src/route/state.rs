@@ -129,6 +129,15 @@ impl AppState {
         u64::from_le_bytes(b)
     }
 
+    /// How long a session's handler may have nothing in flight before it is
+    /// parked: [`crate::ServerConfig::park_after`] when set, else the
+    /// backend's own; `None` for a backend that never parks.
+    pub(crate) fn park_after(&self) -> Option<std::time::Duration> {
+        self.backend
+            .park_after()
+            .map(|own| self.config.park_after.unwrap_or(own))
+    }
+
     /// Spawns a task the server's shutdown waits for.
     pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
     where

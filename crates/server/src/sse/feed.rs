@@ -68,16 +68,13 @@ impl Feed {
     /// already been read from (then it stays with hyper).
     pub(crate) fn arm(&self) -> bool {
         let mut s = self.lock();
-        match std::mem::replace(&mut *s, State::Taken) {
-            State::Live(rx) => {
-                *s = State::Armed { rx, parked: false };
-                true
-            }
-            other => {
-                *s = other;
-                false
-            }
+        if !matches!(*s, State::Live(_)) {
+            return false;
         }
+        if let State::Live(rx) = std::mem::replace(&mut *s, State::Taken) {
+            *s = State::Armed { rx, parked: false };
+        }
+        true
     }
 
     /// Whether hyper has polled the armed body: everything hyper will ever
