@@ -46,29 +46,47 @@ pub(super) async fn stream<S>(
                 Ok(_) => continue,
             },
         };
-        let mut chunks = match first {
-            Some(chunk) => vec![*chunk],
-            None => {
-                if write(&mut io, b"0\r\n\r\n", &mut stop).await.is_ok() {
-                    tokio::select! {
-                        biased;
-                        _ = io.shutdown() => {}
-                        _ = stop.wait_for(|s| *s) => {}
-                    }
+        // Writing is boxed: the task waits idle far longer than it writes,
+        // and the state of a write would size it for all of its life.
+        match first {
+            Some(chunk) => {
+                if Box::pin(write_ready(&mut io, *chunk, &mut rx, &mut stop))
+                    .await
+                    .is_err()
+                {
+                    return;
                 }
-                return;
             }
-        };
-        // What else is ready goes in the same write; the end is left for
-        // the next turn, after what came before it is written.
-        while chunks.len() < BATCH {
-            match rx.try_recv() {
-                Ok(chunk) => chunks.push(*chunk),
-                Err(_) => break,
-            }
+            None => return Box::pin(finish(&mut io, &mut stop)).await,
         }
-        if write(&mut io, &frame(&chunks), &mut stop).await.is_err() {
-            return;
+    }
+}
+
+/// Writes `first` and what else is ready as one chunk; the end is left for
+/// the next turn, after what came before it is written.
+async fn write_ready<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    first: Bytes,
+    rx: &mut mpsc::Receiver<Chunk>,
+    stop: &mut watch::Receiver<bool>,
+) -> io::Result<()> {
+    let mut chunks = vec![first];
+    while chunks.len() < BATCH {
+        match rx.try_recv() {
+            Ok(chunk) => chunks.push(*chunk),
+            Err(_) => break,
+        }
+    }
+    write(io, &frame(&chunks), stop).await
+}
+
+/// The final chunk, then the close (unless the server stops first).
+async fn finish<S: AsyncWrite + Unpin>(io: &mut S, stop: &mut watch::Receiver<bool>) {
+    if write(io, b"0\r\n\r\n", stop).await.is_ok() {
+        tokio::select! {
+            biased;
+            _ = io.shutdown() => {}
+            _ = stop.wait_for(|s| *s) => {}
         }
     }
 }

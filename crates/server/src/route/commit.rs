@@ -111,37 +111,77 @@ pub(super) async fn encoded(
 
 /// Commits what a session's backend sends, in order, until the backend
 /// stops; then answers every call still in flight with an error. Every
-/// session has one, idle most of the time: what it awaits (a commit and its
-/// retries, a stream's opening) is boxed, so the task itself stays small.
+/// session has one, idle most of the time: a batch and the ending run
+/// boxed, so what the task holds while it waits is only [`Committer`] and
+/// the queue.
 pub(super) async fn commit_loop(
-    state: AppState,
-    session: String,
-    table: Arc<Mutex<Table>>,
+    committer: Committer,
     mut rx: mpsc::UnboundedReceiver<Box<Queued>>,
-    pending: Arc<Pending>,
-    epoch: Option<u64>,
 ) {
     // Grown by a burst and shrunk after it: an idle session's route holds
     // no room for a batch (every session has a route).
     let mut queued = Vec::new();
     let mut ended = false;
     let mut lease_lost = false;
-    let fenced = epoch.is_some();
     while rx.recv_many(&mut queued, BATCH).await > 0 {
         let taken = queued.len();
-        if lapsed(epoch, &*state.log) {
+        if lapsed(committer.epoch, &*committer.state.log) {
             // Another instance may run the session now: nothing more from
             // this backend is committed, and it stops.
-            tracing::warn!(%session, dropped = queued.len(), "the session's lease lapsed here; what its backend sent since is not committed");
-            pending.done(count_messages(&queued));
-            pending.handled(taken);
+            tracing::warn!(session = %committer.session, dropped = queued.len(), "the session's lease lapsed here; what its backend sent since is not committed");
+            committer.pending.done(count_messages(&queued));
+            committer.pending.handled(taken);
             queued.clear();
             lease_lost = true;
             break;
         }
-        // Route each message (under the lock, no I/O) and commit runs bound
-        // for one stream together, in order; a lazy call's first related
-        // message first commits what came before, then opens its stream.
+        let end = Box::pin(committer.batch(&mut queued, taken, &mut lease_lost)).await;
+        if lease_lost {
+            break;
+        }
+        if rx.is_empty() {
+            // Idle again: give back the room a burst took.
+            queued.shrink_to(IDLE_ROOM);
+        }
+        if let Some(why) = end {
+            tracing::warn!(session = %committer.session, "the session's backend ended it: {why}");
+            ended = true;
+            break;
+        }
+    }
+    Box::pin(committer.wind_down(rx, lease_lost, ended)).await;
+}
+
+/// What a session's commit loop commits for: its route's table, the
+/// backend's count of what is not committed yet, and the lease epoch of a
+/// route under a lease.
+pub(super) struct Committer {
+    pub(super) state: AppState,
+    pub(super) session: String,
+    pub(super) table: Arc<Mutex<Table>>,
+    pub(super) pending: Arc<Pending>,
+    pub(super) epoch: Option<u64>,
+}
+
+impl Committer {
+    /// Routes what one wake took (under the lock, no I/O) and commits the
+    /// runs bound for one stream together, in order; a lazy call's first
+    /// related message first commits what came before, then opens its
+    /// stream. Sets `lease_lost` once another instance holds the lease;
+    /// returns why the backend ended the session, if it did.
+    async fn batch(
+        &self,
+        queued: &mut Vec<Box<Queued>>,
+        taken: usize,
+        lease_lost: &mut bool,
+    ) -> Option<String> {
+        let (state, session, table, pending) = (
+            &self.state,
+            self.session.as_str(),
+            &*self.table,
+            &*self.pending,
+        );
+        let fenced = self.epoch.is_some();
         let mut runs: Vec<Run> = Vec::new();
         let mut end = None;
         let mut flushes = Vec::new();
@@ -168,15 +208,13 @@ pub(super) async fn commit_loop(
                     done,
                 } => {
                     // After everything queued before it, in one append.
-                    lease_lost |=
-                        Box::pin(flush(&state, &session, &mut runs, &pending, &table, fenced))
-                            .await;
-                    let committed = if lease_lost {
-                        Err(LogError::LeaseLost(session.clone()))
+                    *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
+                    let committed = if *lease_lost {
+                        Err(LogError::LeaseLost(session.to_owned()))
                     } else {
-                        Box::pin(encoded(&state, &session, messages, key, fenced)).await
+                        encoded(state, session, messages, key, fenced).await
                     };
-                    lease_lost |= matches!(committed, Err(LogError::LeaseLost(_)));
+                    *lease_lost |= matches!(committed, Err(LogError::LeaseLost(_)));
                     let _ = done.send(committed);
                     continue;
                 }
@@ -193,10 +231,10 @@ pub(super) async fn commit_loop(
                 // Answers forwarded from other instances open request
                 // streams after this count: taken before the request is
                 // committed, so none can come earlier.
-                let seen = state.log.request_streams(&session).await.unwrap_or(0);
+                let seen = state.log.request_streams(session).await.unwrap_or(0);
                 tokio::spawn(inbox::watch(
                     state.clone(),
-                    session.clone(),
+                    session.to_owned(),
                     seen,
                     false,
                     None,
@@ -206,8 +244,7 @@ pub(super) async fn commit_loop(
             // backend sent before it is committed: a client never reads a
             // response before the notifications its call sent first.
             if matches!(routed, Routed::Answer(..) | Routed::AnswerLazy(..)) && !runs.is_empty() {
-                lease_lost |=
-                    Box::pin(flush(&state, &session, &mut runs, &pending, &table, fenced)).await;
+                *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
             }
             match routed {
                 Routed::Commit(k, m) => push(&mut runs, k, &m),
@@ -218,10 +255,8 @@ pub(super) async fn commit_loop(
                     let _ = tx.send(Answer::Json(m));
                 }
                 Routed::Open { call, message } => {
-                    lease_lost |=
-                        Box::pin(flush(&state, &session, &mut runs, &pending, &table, fenced))
-                            .await;
-                    if let Some(k) = Box::pin(open_lazy(&state, &session, &table, &call)).await {
+                    *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
+                    if let Some(k) = open_lazy(state, session, table, &call).await {
                         push(&mut runs, k, &message);
                     }
                 }
@@ -230,73 +265,83 @@ pub(super) async fn commit_loop(
                 }
             }
         }
-        lease_lost |= Box::pin(flush(&state, &session, &mut runs, &pending, &table, fenced)).await;
+        *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
         pending.done(messages);
         pending.handled(taken);
         for ack in flushes {
-            let _ = ack.send(if lease_lost {
-                Err(LogError::LeaseLost(session.clone()))
+            let _ = ack.send(if *lease_lost {
+                Err(LogError::LeaseLost(session.to_owned()))
             } else {
                 Ok(())
             });
         }
+        end
+    }
+
+    /// The loop is over: answers what is still in flight, and unlists the
+    /// route (its backend stopped, the session ended, or the lease lapsed).
+    async fn wind_down(
+        self,
+        mut rx: mpsc::UnboundedReceiver<Box<Queued>>,
+        lease_lost: bool,
+        ended: bool,
+    ) {
+        let Committer {
+            state,
+            session,
+            table,
+            pending,
+            epoch,
+        } = self;
+        // Nothing more is taken: senders waiting for room learn it now.
+        rx.close();
+        let mut rest = Vec::new();
+        while let Ok(q) = rx.try_recv() {
+            rest.push(q);
+        }
+        pending.done(count_messages(&rest));
+        pending.close();
+        // The backend stopped (closed, parked, or its task ended) or its lease
+        // lapsed: nothing will answer what is in flight, so the transport does.
+        let lease_lost = lease_lost || lapsed(epoch, &*state.log);
+        let (why, reason) = if lease_lost {
+            (
+                "this instance lost the session's lease while this call ran (it was stalled); it may be retried",
+                "lease-lost",
+            )
+        } else {
+            (
+                "the session's backend stopped while this call ran; it may be retried",
+                "backend-stopped",
+            )
+        };
+        let in_flight = table.lock().unwrap_or_else(|e| e.into_inner()).drain();
+        for (id, dest) in in_flight {
+            let reply = jsonrpc::error_with_data(
+                &id,
+                jsonrpc::INTERNAL_ERROR,
+                why,
+                json!({"reason": reason}),
+            );
+            answer(&state, &session, dest, reply).await;
+        }
         if lease_lost {
-            break;
+            state.routes.close_if(&session, &table);
         }
-        if rx.is_empty() {
-            // Idle again: give back the room a burst took.
-            queued.shrink_to(IDLE_ROOM);
+        if ended {
+            if let Err(e) = state.log.end_session(&session).await {
+                tracing::warn!(%session, error = %e, "could not end the session");
+            }
         }
-        if let Some(why) = end {
-            tracing::warn!(%session, "the session's backend ended it: {why}");
-            ended = true;
-            break;
+        // If its backend ended by itself, the route is still listed: unlist it
+        // (not a newer one), so that the next message starts a new backend.
+        let mut map = state.routes.lock();
+        if map
+            .get(&session)
+            .is_some_and(|r| Arc::ptr_eq(&r.table, &table))
+        {
+            map.remove(&session);
         }
-    }
-    // Nothing more is taken: senders waiting for room learn it now.
-    rx.close();
-    let mut rest = Vec::new();
-    while let Ok(q) = rx.try_recv() {
-        rest.push(q);
-    }
-    pending.done(count_messages(&rest));
-    pending.close();
-    // The backend stopped (closed, parked, or its task ended) or its lease
-    // lapsed: nothing will answer what is in flight, so the transport does.
-    let lease_lost = lease_lost || lapsed(epoch, &*state.log);
-    let (why, reason) = if lease_lost {
-        (
-            "this instance lost the session's lease while this call ran (it was stalled); it may be retried",
-            "lease-lost",
-        )
-    } else {
-        (
-            "the session's backend stopped while this call ran; it may be retried",
-            "backend-stopped",
-        )
-    };
-    let in_flight = table.lock().unwrap_or_else(|e| e.into_inner()).drain();
-    for (id, dest) in in_flight {
-        let reply =
-            jsonrpc::error_with_data(&id, jsonrpc::INTERNAL_ERROR, why, json!({"reason": reason}));
-        Box::pin(answer(&state, &session, dest, reply)).await;
-    }
-    if lease_lost {
-        state.routes.close_if(&session, &table);
-    }
-    if ended {
-        if let Err(e) = state.log.end_session(&session).await {
-            tracing::warn!(%session, error = %e, "could not end the session");
-        }
-    }
-    // If its backend ended by itself, the route is still listed: unlist it
-    // (not a newer one), so that the next message starts a new backend.
-    let mut map = state.routes.lock();
-    if map
-        .get(&session)
-        .is_some_and(|r| Arc::ptr_eq(&r.table, &table))
-    {
-        map.remove(&session);
     }
 }
 

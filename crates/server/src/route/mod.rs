@@ -30,7 +30,7 @@ use serde_json::Value;
 use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Shortcut};
 use crate::route::state::AppState;
 pub(crate) use commit::answer;
-use commit::commit_loop;
+use commit::{commit_loop, Committer};
 use table::{Dest, Table};
 
 /// How the wire ids of server requests start (then the instance of the
@@ -171,14 +171,14 @@ impl Routes {
             inbox_seen: std::sync::atomic::AtomicU64::new(lease.map_or(0, |(seen, _)| seen)),
         });
         map.insert(session.to_owned(), route.clone());
-        tokio::spawn(commit_loop(
-            state.clone(),
-            session.to_owned(),
+        let committer = Committer {
+            state: state.clone(),
+            session: session.to_owned(),
             table,
-            rx,
             pending,
-            route.epoch,
-        ));
+            epoch: route.epoch,
+        };
+        tokio::spawn(commit_loop(committer, rx));
         if let Some((seen, _)) = lease {
             tokio::spawn(inbox::watch(
                 state.clone(),
