@@ -1,6 +1,6 @@
 //! JSON-RPC 2.0 envelopes: classify what arrives, build what leaves.
 
-use serde_json::{json, Value};
+use serde_json::{Map, Value};
 
 /// Parse error.
 pub const PARSE_ERROR: i64 = -32700;
@@ -13,17 +13,18 @@ pub const INVALID_PARAMS: i64 = -32602;
 /// Server-side failure.
 pub const INTERNAL_ERROR: i64 = -32603;
 
-/// One incoming JSON-RPC message, classified.
-#[derive(Debug, Clone)]
-pub enum Incoming {
+/// One incoming JSON-RPC message, classified: borrowed from the message,
+/// so that classifying copies nothing of it.
+#[derive(Debug, Clone, Copy)]
+pub enum Incoming<'a> {
     /// Expects a response.
     Request {
         /// The request id (string or number).
-        id: Value,
+        id: &'a Value,
         /// Method name.
-        method: String,
-        /// Params, if any.
-        params: Value,
+        method: &'a str,
+        /// Params (`null` when it has none).
+        params: &'a Value,
     },
     /// Expects nothing.
     Notification,
@@ -31,9 +32,10 @@ pub enum Incoming {
     Response,
 }
 
-impl Incoming {
+impl<'a> Incoming<'a> {
     /// Classifies a parsed JSON value; the error is the message of a -32600.
-    pub fn classify(v: &Value) -> Result<Self, String> {
+    pub fn classify(v: &'a Value) -> Result<Self, String> {
+        const NULL: &Value = &Value::Null;
         let obj = v
             .as_object()
             .ok_or("a JSON-RPC message must be an object")?;
@@ -48,9 +50,9 @@ impl Incoming {
         }
         match (obj.get("method"), id) {
             (Some(Value::String(m)), Some(id)) => Ok(Self::Request {
-                id: id.clone(),
-                method: m.clone(),
-                params: obj.get("params").cloned().unwrap_or(Value::Null),
+                id,
+                method: m,
+                params: obj.get("params").unwrap_or(NULL),
             }),
             (Some(Value::String(_)), None) => Ok(Self::Notification),
             (Some(_), _) => Err("\"method\" must be a string".into()),
@@ -64,17 +66,39 @@ impl Incoming {
 
 /// A success response.
 pub fn result(id: &Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    response(id, "result", result)
 }
 
 /// An error response.
 pub fn error(id: &Value, code: i64, message: impl Into<String>) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
+    response(id, "error", error_object(code, message.into(), None))
 }
 
 /// An error response with `data`.
 pub fn error_with_data(id: &Value, code: i64, message: impl Into<String>, data: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into(), "data": data}})
+    response(id, "error", error_object(code, message.into(), Some(data)))
+}
+
+/// `{"jsonrpc": "2.0", "id": id, field: value}`, built in place: `json!`
+/// would serialize `value` into a copy of itself (a deep copy of every
+/// answer, a tenth of a `tools/call`'s instructions).
+fn response(id: &Value, field: &str, value: Value) -> Value {
+    let mut m = Map::new();
+    m.insert("jsonrpc".to_owned(), Value::String("2.0".to_owned()));
+    m.insert("id".to_owned(), id.clone());
+    m.insert(field.to_owned(), value);
+    Value::Object(m)
+}
+
+/// A JSON-RPC error object.
+fn error_object(code: i64, message: String, data: Option<Value>) -> Value {
+    let mut m = Map::new();
+    m.insert("code".to_owned(), Value::from(code));
+    m.insert("message".to_owned(), Value::String(message));
+    if let Some(data) = data {
+        m.insert("data".to_owned(), data);
+    }
+    Value::Object(m)
 }
 
 /// Whether a message (JSON text) is a response: it has `result` or `error`.
@@ -92,5 +116,9 @@ pub fn is_response(message: &[u8]) -> bool {
 
 /// A notification.
 pub fn notification(method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "method": method, "params": params})
+    let mut m = Map::new();
+    m.insert("jsonrpc".to_owned(), Value::String("2.0".to_owned()));
+    m.insert("method".to_owned(), Value::String(method.to_owned()));
+    m.insert("params".to_owned(), params);
+    Value::Object(m)
 }

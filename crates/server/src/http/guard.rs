@@ -157,15 +157,33 @@ pub(crate) async fn live_session(
         return Ok(None);
     }
     if !need_record {
+        // A session routed here was checked once already: its creator and
+        // revision are kept with its route (the touch above still finds a
+        // session ended elsewhere).
+        let route = state.routes.peek(id);
+        if let Some(known) = route.as_ref().and_then(|r| r.head()) {
+            fits(
+                id,
+                principal,
+                version,
+                known.principal.as_deref(),
+                false,
+                known.version,
+            )?;
+            return Ok(None);
+        }
         let head = crate::session::SessionHead::decode(&state.log.session(id).await?.meta);
         fits(
             id,
             principal,
             version,
-            &head.principal,
+            head.principal.as_deref(),
             head.is_task(),
             &head.protocol_version,
         )?;
+        if let Some(route) = route.filter(|_| !head.is_task()) {
+            route.remember_head(head.principal.as_deref(), &head.protocol_version);
+        }
         return Ok(None);
     }
     let rec = state.record(id).await?;
@@ -173,7 +191,7 @@ pub(crate) async fn live_session(
         id,
         principal,
         version,
-        &rec.principal,
+        rec.principal.as_deref(),
         rec.task.is_some(),
         &rec.protocol_version,
     )?;
@@ -187,11 +205,11 @@ fn fits(
     id: &str,
     principal: &Principal,
     version: Option<&str>,
-    owner: &Option<String>,
+    owner: Option<&str>,
     is_task: bool,
     negotiated: &str,
 ) -> Result<(), ApiError> {
-    if owner != principal || is_task {
+    if owner != principal.as_deref() || is_task {
         return Err(ApiError::NoSession(id.to_owned()));
     }
     if let Some(v) = version {

@@ -76,17 +76,19 @@ pub async fn post(
             ))
         }
     };
-    if let Incoming::Request { method, .. } = &msg {
-        if method == "initialize" {
-            if session.is_some() {
-                return Ok(jsonrpc_error(
-                    StatusCode::BAD_REQUEST,
-                    jsonrpc::INVALID_REQUEST,
-                    "initialize must not carry Mcp-Session-Id",
-                ));
-            }
-            return super::relay::initialize(&state, principal, acc.json, value).await;
+    if let Incoming::Request {
+        method: "initialize",
+        ..
+    } = msg
+    {
+        if session.is_some() {
+            return Ok(jsonrpc_error(
+                StatusCode::BAD_REQUEST,
+                jsonrpc::INVALID_REQUEST,
+                "initialize must not carry Mcp-Session-Id",
+            ));
         }
+        return super::relay::initialize(&state, principal, acc.json, value).await;
     }
     let Some(session) = session else {
         return Err(ApiError::bad(

@@ -342,13 +342,13 @@ pub(super) async fn batch(
         match jsonrpc::Incoming::classify(item) {
             Ok(jsonrpc::Incoming::Request { id, params, .. }) => {
                 let (tx, rx) = oneshot::channel();
-                if let Err(why) = route.register(&id, &params, Dest::Json(tx)) {
-                    replies.push(why.reply(&id));
+                if let Err(why) = route.register(id, params, Dest::Json(tx)) {
+                    replies.push(why.reply(id));
                     continue;
                 }
-                let work = deliver(state, session, &route, item.clone(), &id).await;
+                let work = deliver(state, session, &route, item.clone(), id).await;
                 spawn_work(state, work);
-                waiting.push((id, rx));
+                waiting.push((id.clone(), rx));
             }
             Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await?,
             Ok(jsonrpc::Incoming::Notification) => {
@@ -377,8 +377,8 @@ async fn forwarded_batch(
         match jsonrpc::Incoming::classify(item) {
             Ok(jsonrpc::Incoming::Request { id, .. }) => {
                 let (stream, _, sub) =
-                    super::forward::request(state, session, owner, item, &id).await?;
-                waiting.push((id, stream, sub));
+                    super::forward::request(state, session, owner, item, id).await?;
+                waiting.push((id.clone(), stream, sub));
             }
             Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await?,
             Ok(jsonrpc::Incoming::Notification) => {

@@ -155,7 +155,10 @@ impl BackendSession for ToolsSession {
             shared: self.shared.clone(),
             session: self.session.clone(),
             outbox: self.outbox.clone(),
-            progress_token: params.pointer("/_meta/progressToken").cloned(),
+            progress_token: params
+                .get("_meta")
+                .and_then(|m| m.get("progressToken"))
+                .cloned(),
             call: id.clone(),
             cancel: self.cancel.clone(),
         };

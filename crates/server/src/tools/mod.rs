@@ -144,5 +144,14 @@ impl ToolRegistry {
 
 /// A text-only `CallToolResult`.
 pub fn text_result(text: impl Into<String>) -> Value {
-    json!({"content": [{"type": "text", "text": text.into()}]})
+    // Built in place: `json!` would copy `text` through a serializer.
+    let mut block = serde_json::Map::new();
+    block.insert("type".to_owned(), Value::String("text".to_owned()));
+    block.insert("text".to_owned(), Value::String(text.into()));
+    let mut result = serde_json::Map::new();
+    result.insert(
+        "content".to_owned(),
+        Value::Array(vec![Value::Object(block)]),
+    );
+    Value::Object(result)
 }
