@@ -18,6 +18,7 @@
 //! pool of children initialized with the capabilities it declares
 //! (`stdio/pool.rs`).
 
+mod lines;
 mod pool;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
@@ -143,15 +144,19 @@ impl Backend for StdioBackend {
         let (Some(mut stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {
             return Err(BackendError::Failed("the child has no stdio".into()));
         };
-        let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+        let (mut out_lines, mut err_lines) = output(stdout, stderr)?;
+        // Boxed: a channel allocates room for 32 items when it is made, and
+        // every session's child has one.
+        let (tx, mut rx) = mpsc::unbounded_channel::<Box<Value>>();
         let initialized = Arc::new(AtomicBool::new(restore.is_some()));
         if let Some(params) = restore {
             // Re-initialize the new child as the client once did; its answer
             // (id RESTORE_ID) has no call waiting and is dropped.
-            let _ = tx.send(json!({"jsonrpc": "2.0", "id": RESTORE_ID, "method": "initialize", "params": params}));
-            let _ = tx.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+            let _ = tx.send(Box::new(json!({"jsonrpc": "2.0", "id": RESTORE_ID, "method": "initialize", "params": params})));
+            let _ = tx.send(Box::new(
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            ));
         }
-        let id = session.to_owned();
         tokio::spawn(async move {
             while let Some(m) = rx.recv().await {
                 let mut line = serde_json::to_vec(&m).unwrap_or_default();
@@ -159,12 +164,6 @@ impl Backend for StdioBackend {
                 if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
                     break;
                 }
-            }
-        });
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(session = %id, "child: {line}");
             }
         });
         let id = session.to_owned();
@@ -198,11 +197,17 @@ impl Backend for StdioBackend {
         tokio::spawn(async move {
             let _slot = slot;
             let _ended = ended_tx;
-            let mut lines = BufReader::new(stdout).lines();
             let mut killed = false;
+            // Its stderr is read in the same task: one task fewer for every
+            // session's child.
+            let mut stderr_open = true;
             loop {
                 tokio::select! {
-                    line = lines.next_line() => match line {
+                    line = err_lines.next_line(), if stderr_open => match line {
+                        Ok(Some(line)) => tracing::info!(session = %id, "child: {line}"),
+                        _ => stderr_open = false,
+                    },
+                    line = out_lines.next_line() => match line {
                         Ok(Some(line)) if line.trim().is_empty() => {}
                         Ok(Some(line)) => match serde_json::from_str::<Value>(&line) {
                             // Sent in order; awaiting each keeps a fast child
@@ -223,6 +228,17 @@ impl Backend for StdioBackend {
             if killed {
                 let _ = child.start_kill();
             } else {
+                // What a child that exits says last (a panic, a stack trace)
+                // is logged too, for as long as it takes to write.
+                let rest = async {
+                    while stderr_open {
+                        match err_lines.next_line().await {
+                            Ok(Some(line)) => tracing::info!(session = %id, "child: {line}"),
+                            _ => stderr_open = false,
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(1), rest).await;
                 let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
                 let why = match status {
                     Ok(Ok(s)) => format!("{program} exited ({s})"),
@@ -263,6 +279,18 @@ impl Backend for StdioBackend {
     }
 }
 
+/// A child's stdout and stderr, read line by line ([`lines`]).
+fn output(
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+) -> Result<(lines::Lines, lines::Lines), BackendError> {
+    let read = |fd: std::io::Result<std::os::fd::OwnedFd>| {
+        fd.and_then(lines::Lines::new)
+            .map_err(|e| BackendError::Failed(format!("cannot read the child's output: {e}")))
+    };
+    Ok((read(stdout.into_owned_fd())?, read(stderr.into_owned_fd())?))
+}
+
 /// Counts a running child until dropped.
 struct Slot(Arc<AtomicUsize>);
 
@@ -285,7 +313,7 @@ impl Drop for Slot {
 
 /// One session's child, as the transport sees it.
 struct StdioSession {
-    tx: mpsc::UnboundedSender<Value>,
+    tx: mpsc::UnboundedSender<Box<Value>>,
     kill: mpsc::Sender<()>,
     /// The client's `initialize` (or a restore's) reached the child.
     initialized: Arc<AtomicBool>,
@@ -296,7 +324,9 @@ impl BackendSession for StdioSession {
         if message.get("method").and_then(Value::as_str) == Some("initialize") {
             self.initialized.store(true, Ordering::Release);
         }
-        self.tx.send(message).map_err(|_| DeliverError::Closed)
+        self.tx
+            .send(Box::new(message))
+            .map_err(|_| DeliverError::Closed)
     }
 
     fn close(&self) {

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::error;
@@ -88,6 +88,7 @@ impl Pooled {
         ) else {
             return Err(BackendError::Failed("the child has no stdio".into()));
         };
+        let (mut out_lines, mut err_lines) = crate::backend::stdio::output(stdout, stderr)?;
         let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
         let (kill, mut killed) = mpsc::channel::<()>(1);
         let (init_tx, init) = watch::channel(None);
@@ -114,17 +115,15 @@ impl Pooled {
             }
         });
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            while let Ok(Some(line)) = err_lines.next_line().await {
                 tracing::info!("stateless child: {line}");
             }
         });
         let reader = child.clone();
         tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
             loop {
                 tokio::select! {
-                    line = lines.next_line() => match line {
+                    line = out_lines.next_line() => match line {
                         Ok(Some(line)) => reader.read(&line),
                         _ => break,
                     },
