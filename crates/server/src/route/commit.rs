@@ -169,6 +169,9 @@ impl Committer {
     /// related message first commits what came before, then opens its
     /// stream. Sets `lease_lost` once another instance holds the lease;
     /// returns why the backend ended the session, if it did.
+    // `queued` is what `recv_many` filled: the channel carries boxed items
+    // (an idle session's channel allocates room for 32 of them).
+    #[allow(clippy::vec_box)]
     async fn batch(
         &self,
         queued: &mut Vec<Box<Queued>>,
