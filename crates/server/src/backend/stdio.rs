@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, StatelessHttp};
 
@@ -168,7 +169,9 @@ impl Backend for StdioBackend {
         });
         let id = session.to_owned();
         let program = self.program.clone();
-        let (kill_tx, mut kill_rx) = mpsc::channel::<()>(1);
+        // Cancelled to stop the child (a channel would cost every session
+        // its room for 32 messages).
+        let kill = CancellationToken::new();
         // Dropped when the child's task ends (its reader stopped, the child
         // was reaped): the grace timer holds the outbox, and a route's commit
         // loop (and the calls in flight it answers when its backend stops)
@@ -177,7 +180,7 @@ impl Backend for StdioBackend {
         if !initialized.load(Ordering::Acquire) {
             let (initialized, kill, outbox, grace) = (
                 initialized.clone(),
-                kill_tx.clone(),
+                kill.clone(),
                 outbox.clone(),
                 self.init_grace,
             );
@@ -190,10 +193,11 @@ impl Backend for StdioBackend {
                 if !initialized.load(Ordering::Acquire) {
                     tracing::warn!(session = %id, "the child was not initialized within {grace:?}; it is stopped");
                     outbox.end_session(format!("no initialize within {grace:?}"));
-                    let _ = kill.try_send(());
+                    kill.cancel();
                 }
             });
         }
+        let stop = kill.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let _ended = ended_tx;
@@ -219,7 +223,7 @@ impl Backend for StdioBackend {
                         },
                         _ => break,
                     },
-                    _ = kill_rx.recv() => {
+                    _ = stop.cancelled() => {
                         killed = true;
                         break;
                     }
@@ -251,7 +255,7 @@ impl Backend for StdioBackend {
         });
         Ok(Box::new(StdioSession {
             tx,
-            kill: kill_tx,
+            kill,
             initialized,
         }))
     }
@@ -314,7 +318,7 @@ impl Drop for Slot {
 /// One session's child, as the transport sees it.
 struct StdioSession {
     tx: mpsc::UnboundedSender<Box<Value>>,
-    kill: mpsc::Sender<()>,
+    kill: CancellationToken,
     /// The client's `initialize` (or a restore's) reached the child.
     initialized: Arc<AtomicBool>,
 }
@@ -330,12 +334,12 @@ impl BackendSession for StdioSession {
     }
 
     fn close(&self) {
-        let _ = self.kill.try_send(());
+        self.kill.cancel();
     }
 }
 
 impl Drop for StdioSession {
     fn drop(&mut self) {
-        let _ = self.kill.try_send(());
+        self.kill.cancel();
     }
 }
