@@ -209,6 +209,11 @@ impl Backend for StdioBackend {
                 tokio::select! {
                     line = err_lines.next_line(), if stderr_open => match line {
                         Ok(Some(line)) => tracing::info!(session = %id, "child: {line}"),
+                        // A line that is not text is passed over: stopping
+                        // here would leave the child blocked on a full pipe.
+                        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                            tracing::info!(session = %id, "child: (a line that is not UTF-8)")
+                        }
                         _ => stderr_open = false,
                     },
                     line = out_lines.next_line() => match line {
@@ -238,6 +243,7 @@ impl Backend for StdioBackend {
                     while stderr_open {
                         match err_lines.next_line().await {
                             Ok(Some(line)) => tracing::info!(session = %id, "child: {line}"),
+                            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {}
                             _ => stderr_open = false,
                         }
                     }

@@ -81,9 +81,10 @@ pub(crate) struct SessionRoute {
     /// route that replaces it under a new lease epoch goes on from there.
     pub(crate) inbox_seen: std::sync::atomic::AtomicU64,
     /// What every request checks of the session's record (who created it,
-    /// its revision), kept after the first check: neither ever changes once
-    /// the session is initialized, and decoding the record was 4 % of a
-    /// `tools/call`'s instructions.
+    /// its revision), kept after the first check: neither changes once
+    /// `initialize` has answered (its answer is what gives the client the
+    /// session id; the revision the backend chose is written before it),
+    /// and decoding the record was 4 % of a `tools/call`'s instructions.
     head: std::sync::OnceLock<KnownHead>,
 }
 

@@ -175,11 +175,14 @@ mod tests {
         assert_eq!(lines.next_line().await.unwrap(), None);
     }
 
+    /// An error for that line only: the next one is read as usual (the
+    /// gateway goes on reading a child's stderr past it).
     #[tokio::test]
-    async fn a_line_that_is_not_utf8_is_an_error() {
+    async fn a_line_that_is_not_utf8_is_an_error_and_the_next_one_is_read() {
         let (mut lines, mut w) = pipe_pair();
-        w.write_all(b"\xff\xfe\n").unwrap();
+        w.write_all(b"\xff\xfe\nnext\n").unwrap();
         let e = lines.next_line().await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("next"));
     }
 }
