@@ -306,7 +306,11 @@ fn a_call_in_flight_keeps_its_session_past_the_ttl() {
     let gw = common::Serve::gateway(
         dir.path(),
         "127.0.0.1:0",
-        &["--session-ttl-secs", "2"],
+        // 3 s: the child's start (3 s, then Python's import) and the call
+        // (3.5 s) each outlast it, and each stays within the two TTLs a
+        // call keeps its session for, with room for a slow import on a
+        // loaded machine (a TTL of 2 s left the start 1 s of it).
+        &["--session-ttl-secs", "3"],
         &["/bin/sh", "-c", &slow],
     );
     rt().block_on(async {
