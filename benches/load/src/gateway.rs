@@ -4,8 +4,15 @@
 //! session (its children are processes of their own, not counted).
 //!
 //! The server is the Python SDK stdio server of the gateway tests
-//! (`interop/python/stdio_server.py`, its `add` tool); calls are sequential,
-//! so the numbers are latencies, not throughput.
+//! (`interop/python/stdio_server.py`, its `add` tool), or with `--child
+//! lean` this tool's own `stdio-child` (the same `add`, answered in
+//! microseconds, so the child's own noise does not hide the gateway's);
+//! calls are sequential, so the numbers are latencies, not throughput.
+//!
+//! A third row is the floor of any HTTP transport: the same client, the same
+//! sequential POSTs, answered by the bare hyper server (`bare-server`: one
+//! loopback round trip, the body parsed and answered, nothing behind it).
+//! What the gateway adds above that floor is what its own layers cost.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -17,15 +24,15 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use crate::{pct, servers};
 
 /// Latencies (ms) of `calls` sequential `tools/call add` over the child's own stdio.
-pub async fn direct(python: &Path, script: &Path, calls: usize) -> Vec<f64> {
-    let mut child = tokio::process::Command::new(python)
-        .arg(script)
+pub async fn direct(command: &[String], calls: usize) -> Vec<f64> {
+    let mut child = tokio::process::Command::new(&command[0])
+        .args(&command[1..])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("spawn the Python stdio server");
+        .unwrap_or_else(|e| panic!("spawn the stdio server {command:?}: {e}"));
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut rpc = async |m: Value, wait: bool| {
@@ -123,13 +130,38 @@ pub struct Gateway {
     pub sessions: usize,
 }
 
-/// Runs the gateway in front of the stdio server: `calls` sequential calls
-/// on one session, then `sessions` more sessions for the memory per session.
-pub async fn through(python: &Path, script: &Path, calls: usize, sessions: usize) -> Gateway {
+/// Latencies (ms) of `calls` sequential POSTs of the same `tools/call`,
+/// with the same client, to the bare hyper server: one HTTP round trip and
+/// nothing behind it, the floor under any HTTP transport's figure.
+pub async fn floor(calls: usize) -> Vec<f64> {
+    let bare = servers::bare();
+    let http = reqwest::Client::new();
+    let sid = session(&http, &bare.url).await;
+    let mut lat = Vec::with_capacity(calls);
+    for i in 0..calls + 20 {
+        let started = Instant::now();
+        let v: Value = post(&http, &bare.url, Some(&sid), add(i as u64))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["id"], i as u64 + 1, "{v}");
+        if i >= 20 {
+            lat.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    lat
+}
+
+/// Runs the gateway in front of the stdio server `command`: `calls`
+/// sequential calls on one session, then `sessions` more sessions for the
+/// memory per session.
+pub async fn through(command: &[String], calls: usize, sessions: usize) -> Gateway {
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
     let gw = servers::gateway(
         &servers::our_binary(),
         &["--max-children", &(sessions + 8).to_string()],
-        &[&python.display().to_string(), &script.display().to_string()],
+        &command,
     );
     let http = reqwest::Client::new();
     let sid = session(&http, &gw.url).await;
@@ -172,8 +204,9 @@ pub async fn through(python: &Path, script: &Path, calls: usize, sessions: usize
     }
 }
 
-/// The table: latency through the gateway and directly, with their ratio.
-pub fn table(direct: &[f64], gw: &Gateway) -> String {
+/// The table: latency through the gateway, directly, and the HTTP floor,
+/// with what the gateway adds over the child's stdio and over the floor.
+pub fn table(child: &str, direct: &[f64], floor: &[f64], gw: &Gateway) -> String {
     let row = |name: &str, v: &[f64]| {
         format!(
             "| {name} | {} | {:.3} | {:.3} | {:.3} |\n",
@@ -183,32 +216,59 @@ pub fn table(direct: &[f64], gw: &Gateway) -> String {
             pct(v, 1.0)
         )
     };
+    let added = pct(&gw.lat, 0.5) - pct(direct, 0.5);
+    let http = pct(floor, 0.5);
     format!(
-        "| tools/call `add`, sequential | calls | p50 ms | p99 ms | max ms |\n| --- | ---: | ---: | ---: | ---: |\n{}{}\n\
+        "| tools/call `add`, sequential ({child} child) | calls | p50 ms | p99 ms | max ms |\n| --- | ---: | ---: | ---: | ---: |\n{}{}{}\n\
          gateway/direct: p50 {:.2}x, p99 {:.2}x (the gateway adds {:.3} ms at p50)\n\n\
+         of which one HTTP round trip with this client (bare hyper) is {:.3} ms: \
+         the gateway's own layers add {:.3} ms at p50\n\n\
          gateway RSS per session (child not counted): {:.0} KiB over {} sessions\n",
         row("the stdio server's own stdin/stdout", direct),
+        row("the same client to bare hyper (the HTTP floor, no child)", floor),
         row("through `mcp-resume gateway` (disk log)", &gw.lat),
         pct(&gw.lat, 0.5) / pct(direct, 0.5),
         pct(&gw.lat, 0.99) / pct(direct, 0.99),
-        pct(&gw.lat, 0.5) - pct(direct, 0.5),
+        added,
+        http,
+        added - http,
         gw.kib_per_session,
         gw.sessions
     )
 }
 
-/// The `gateway` subcommand: both measurements with the Python SDK stdio
-/// server of the repository (`root`), printed and written to `out`.
-pub async fn run(root: &Path, calls: usize, sessions: usize, out: Option<std::path::PathBuf>) {
-    let python = root.join("interop/python/.venv/bin/python");
-    let script = root.join("interop/python/stdio_server.py");
-    assert!(
-        python.exists(),
-        "the Python SDK is not installed: run scripts/test's setup (interop/python/.venv)"
-    );
-    let direct = direct(&python, &script, calls).await;
-    let through = through(&python, &script, calls, sessions).await;
-    let text = table(&direct, &through);
+/// The `gateway` subcommand: the three measurements with `child` (`python`:
+/// the Python SDK stdio server of the repository at `root`; `lean`: this
+/// tool's `stdio-child`), printed and written to `out`.
+pub async fn run(
+    root: &Path,
+    child: &str,
+    calls: usize,
+    sessions: usize,
+    out: Option<std::path::PathBuf>,
+) {
+    let command = match child {
+        "lean" => vec![
+            std::env::current_exe()
+                .expect("this tool's path")
+                .display()
+                .to_string(),
+            "stdio-child".to_owned(),
+        ],
+        _ => {
+            let python = root.join("interop/python/.venv/bin/python");
+            assert!(
+                python.exists(),
+                "the Python SDK is not installed: run scripts/test's setup (interop/python/.venv)"
+            );
+            let script = root.join("interop/python/stdio_server.py");
+            vec![python.display().to_string(), script.display().to_string()]
+        }
+    };
+    let direct = direct(&command, calls).await;
+    let floor = floor(calls).await;
+    let through = through(&command, calls, sessions).await;
+    let text = table(child, &direct, &floor, &through);
     print!("{text}");
     if let Some(p) = out {
         std::fs::write(&p, text).unwrap();

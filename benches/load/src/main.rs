@@ -115,8 +115,13 @@ enum Cmd {
     },
     /// The gateway's cost: tools/call latency through `mcp-resume gateway`
     /// against the same stdio server driven directly, and the gateway's
-    /// memory per session (the Python SDK stdio server of the gateway tests).
+    /// memory per session (the Python SDK stdio server of the gateway tests),
+    /// beside the same client's round trip to bare hyper (the HTTP floor).
     Gateway {
+        /// The stdio server: `python` (the Python SDK's, as users run) or
+        /// `lean` (this tool's `stdio-child`, whose own time is negligible).
+        #[arg(long, default_value = "python", value_parser = ["python", "lean"])]
+        child: String,
         /// Sequential calls measured on each path.
         #[arg(long, default_value_t = 2000)]
         calls: usize,
@@ -329,10 +334,11 @@ async fn run(cli: Cli) {
             .await
         }
         Cmd::Gateway {
+            child,
             calls,
             sessions,
             out,
-        } => gateway::run(&root(), calls, sessions, out).await,
+        } => gateway::run(&root(), &child, calls, sessions, out).await,
         Cmd::Forwarded {
             baseline,
             rounds,
