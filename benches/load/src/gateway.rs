@@ -193,7 +193,18 @@ pub async fn through(command: &[String], calls: usize, sessions: usize) -> Gatew
             .await
             .unwrap();
         assert_eq!(v["result"]["structuredContent"]["result"], 2, "{v}");
-        ids.push(s);
+        // Each session holds a GET stream open, as an idle client does
+        // (the measure of issue 24 item 4): the stream's response is kept,
+        // unread, for as long as the memory is measured.
+        let stream = http
+            .get(&gw.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &s)
+            .send()
+            .await
+            .expect("GET stream");
+        assert!(stream.status().is_success(), "{}", stream.status());
+        ids.push((s, stream));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = gw.rss_kib();
@@ -223,7 +234,7 @@ pub fn table(child: &str, direct: &[f64], floor: &[f64], gw: &Gateway) -> String
          gateway/direct: p50 {:.2}x, p99 {:.2}x (the gateway adds {:.3} ms at p50)\n\n\
          of which one HTTP round trip with this client (bare hyper) is {:.3} ms: \
          the gateway's own layers add {:.3} ms at p50\n\n\
-         gateway RSS per session (child not counted): {:.0} KiB over {} sessions\n",
+         gateway RSS per session with a GET stream open (child not counted): {:.1} KiB over {} sessions\n",
         row("the stdio server's own stdin/stdout", direct),
         row("the same client to bare hyper (the HTTP floor, no child)", floor),
         row("through `mcp-resume gateway` (disk log)", &gw.lat),

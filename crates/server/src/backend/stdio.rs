@@ -20,15 +20,14 @@
 
 mod lines;
 mod pool;
+mod stdin;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, StatelessHttp};
@@ -139,75 +138,62 @@ impl Backend for StdioBackend {
                 self.max_children
             )));
         };
-        let mut child = self.launch.spawn()?;
+        // Boxed: the task that reads the child keeps it all its life and
+        // touches it only at the end.
+        let mut child = Box::new(self.launch.spawn()?);
         let (stdin, stdout, stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
-        let (Some(mut stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {
+        let (Some(stdin), Some(stdout), Some(stderr)) = (stdin, stdout, stderr) else {
             return Err(BackendError::Failed("the child has no stdio".into()));
         };
         let (mut out_lines, mut err_lines) = output(stdout, stderr)?;
-        // Boxed: a channel allocates room for 32 items when it is made, and
-        // every session's child has one.
-        let (tx, mut rx) = mpsc::unbounded_channel::<Box<Value>>();
+        // Written from the task that delivers each message; a task of its
+        // own only for a backlog the pipe does not take at once.
+        let stdin = stdin
+            .into_owned_fd()
+            .and_then(stdin::Stdin::new)
+            .map_err(|e| BackendError::Failed(format!("cannot write the child's input: {e}")))?;
         let initialized = Arc::new(AtomicBool::new(restore.is_some()));
         if let Some(params) = restore {
             // Re-initialize the new child as the client once did; its answer
             // (id RESTORE_ID) has no call waiting and is dropped.
-            let _ = tx.send(Box::new(json!({"jsonrpc": "2.0", "id": RESTORE_ID, "method": "initialize", "params": params})));
-            let _ = tx.send(Box::new(
-                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            ));
+            let init = json!({"jsonrpc": "2.0", "id": RESTORE_ID, "method": "initialize", "params": params});
+            let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+            let _ = write(&stdin, &init).and_then(|()| write(&stdin, &initialized));
         }
-        tokio::spawn(async move {
-            while let Some(m) = rx.recv().await {
-                let mut line = serde_json::to_vec(&m).unwrap_or_default();
-                line.push(b'\n');
-                if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
-                    break;
-                }
-            }
-        });
         let id = session.to_owned();
         let program = self.program.clone();
-        // Cancelled to stop the child (a channel would cost every session
-        // its room for 32 messages).
+        // Cancelled to stop the child.
         let kill = CancellationToken::new();
-        // Dropped when the child's task ends (its reader stopped, the child
-        // was reaped): the grace timer holds the outbox, and a route's commit
-        // loop (and the calls in flight it answers when its backend stops)
-        // waits for every holder to let go.
-        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
-        if !initialized.load(Ordering::Acquire) {
-            let (initialized, kill, outbox, grace) = (
-                initialized.clone(),
-                kill.clone(),
-                outbox.clone(),
-                self.init_grace,
-            );
-            let id = id.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = tokio::time::sleep(grace) => {}
-                    _ = ended_rx => return,
-                }
-                if !initialized.load(Ordering::Acquire) {
-                    tracing::warn!(session = %id, "the child was not initialized within {grace:?}; it is stopped");
-                    outbox.end_session(format!("no initialize within {grace:?}"));
-                    kill.cancel();
-                }
-            });
-        }
+        // The init grace runs in the task that reads the child (a timer task
+        // of its own cost every session its memory for 30 s), and goes as
+        // soon as the child is initialized.
+        let grace_for = self.init_grace;
+        let mut grace =
+            (!initialized.load(Ordering::Acquire)).then(|| Box::pin(tokio::time::sleep(grace_for)));
+        let initialized_seen = initialized.clone();
         let stop = kill.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let _ended = ended_tx;
             let mut killed = false;
             // Its stderr is read in the same task: one task fewer for every
             // session's child.
             let mut stderr_open = true;
             loop {
+                if grace.is_some() && initialized_seen.load(Ordering::Acquire) {
+                    grace = None;
+                }
                 tokio::select! {
-                    line = err_lines.next_line(), if stderr_open => match line {
+                    _ = async { grace.as_mut().expect("guarded").await }, if grace.is_some() => {
+                        grace = None;
+                        if !initialized_seen.load(Ordering::Acquire) {
+                            tracing::warn!(session = %id, "the child was not initialized within {grace_for:?}; it is stopped");
+                            outbox.end_session(format!("no initialize within {grace_for:?}"));
+                            killed = true;
+                            break;
+                        }
+                    },
+                    line = std::future::poll_fn(|cx| err_lines.poll_next_line(cx)), if stderr_open => match line {
                         Ok(Some(line)) => tracing::info!(session = %id, "child: {line}"),
                         // A line that is not text is passed over: stopping
                         // here would leave the child blocked on a full pipe.
@@ -216,13 +202,16 @@ impl Backend for StdioBackend {
                         }
                         _ => stderr_open = false,
                     },
-                    line = out_lines.next_line() => match line {
+                    line = std::future::poll_fn(|cx| out_lines.poll_next_line(cx)) => match line {
                         Ok(Some(line)) if line.trim().is_empty() => {}
                         Ok(Some(line)) => match serde_json::from_str::<Value>(&line) {
                             // Sent in order; awaiting each keeps a fast child
                             // from queueing without bound.
                             Ok(message) => {
-                                let _ = outbox.send(Outbound { message, related: None }).await;
+                                // Boxed (an allocation a message): inline, its state
+                                // (150 bytes) would size the task every idle
+                                // session's child keeps.
+                                let _ = Box::pin(outbox.send(Outbound { message, related: None })).await;
                             }
                             Err(e) => tracing::warn!(session = %id, error = %e, "the child wrote a line that is not JSON; ignored"),
                         },
@@ -234,33 +223,38 @@ impl Backend for StdioBackend {
                     }
                 }
             }
-            if killed {
-                let _ = child.start_kill();
-            } else {
-                // What a child that exits says last (a panic, a stack trace)
-                // is logged too, for as long as it takes to write.
-                let rest = async {
-                    while stderr_open {
-                        match err_lines.next_line().await {
-                            Ok(Some(line)) => tracing::info!(session = %id, "child: {line}"),
-                            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {}
-                            _ => stderr_open = false,
+            // Boxed: the task waits in the loop above nearly all its life,
+            // and would otherwise be sized by the timers of its ending.
+            Box::pin(async move {
+                if killed {
+                    let _ = child.start_kill();
+                } else {
+                    // What a child that exits says last (a panic, a stack
+                    // trace) is logged too, for as long as it takes to write.
+                    let rest = async {
+                        while stderr_open {
+                            match err_lines.next_line().await {
+                                Ok(Some(line)) => tracing::info!(session = %id, "child: {line}"),
+                                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {}
+                                _ => stderr_open = false,
+                            }
                         }
-                    }
-                };
-                let _ = tokio::time::timeout(Duration::from_secs(1), rest).await;
-                let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-                let why = match status {
-                    Ok(Ok(s)) => format!("{program} exited ({s})"),
-                    _ => format!("{program} closed its stdout"),
-                };
-                let _ = child.start_kill();
-                outbox.end_session(why);
-            }
-            let _ = child.wait().await;
+                    };
+                    let _ = tokio::time::timeout(Duration::from_secs(1), rest).await;
+                    let status = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                    let why = match status {
+                        Ok(Ok(s)) => format!("{program} exited ({s})"),
+                        _ => format!("{program} closed its stdout"),
+                    };
+                    let _ = child.start_kill();
+                    outbox.end_session(why);
+                }
+                let _ = child.wait().await;
+            })
+            .await;
         });
         Ok(Box::new(StdioSession {
-            tx,
+            stdin,
             kill,
             initialized,
         }))
@@ -321,9 +315,16 @@ impl Drop for Slot {
     }
 }
 
+/// Writes `message` to the child as one line.
+fn write(stdin: &stdin::Stdin, message: &Value) -> Result<(), stdin::Broken> {
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    stdin.send(&line)
+}
+
 /// One session's child, as the transport sees it.
 struct StdioSession {
-    tx: mpsc::UnboundedSender<Box<Value>>,
+    stdin: stdin::Stdin,
     kill: CancellationToken,
     /// The client's `initialize` (or a restore's) reached the child.
     initialized: Arc<AtomicBool>,
@@ -334,9 +335,7 @@ impl BackendSession for StdioSession {
         if message.get("method").and_then(Value::as_str) == Some("initialize") {
             self.initialized.store(true, Ordering::Release);
         }
-        self.tx
-            .send(Box::new(message))
-            .map_err(|_| DeliverError::Closed)
+        write(&self.stdin, &message).map_err(|_| DeliverError::Closed)
     }
 
     fn close(&self) {
