@@ -5,18 +5,21 @@
 //! wrote it): one wake-up per call, and one task and channel held by every
 //! session for its whole life, idle or not. A pipe takes a line at once
 //! nearly always, so [`Stdin::send`] writes it there and then, without
-//! blocking (once the reactor has seen the new pipe writable: the first
-//! lines of a child may go through the backlog). Only what the pipe does not take (the child reads slower than
-//! the client sends) is kept as a backlog, written in order by a task
-//! started for it, which ends once the backlog is written; while it runs,
-//! later lines join the backlog behind it, so the child reads every line
-//! whole and in the order it was sent.
+//! blocking (the pipe is in non-blocking mode). Only what the pipe does not
+//! take (the child reads slower than the client sends) is kept as a
+//! backlog, written in order by a task started for it, which registers the
+//! pipe with the reactor for as long as it waits and ends once the backlog
+//! is written; while it runs, later lines join the backlog behind it, so the
+//! child reads every line whole and in the order it was sent. An idle
+//! child's stdin costs no task, no channel and no reactor registration.
 
-use std::io;
-use std::os::fd::OwnedFd;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
-use tokio::net::unix::pipe;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 /// The child's stdin is closed or broken: it reads nothing more.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +31,8 @@ pub(super) struct Broken;
 pub(super) struct Stdin(Arc<Inner>);
 
 struct Inner {
-    pipe: pipe::Sender,
+    /// The pipe, in non-blocking mode.
+    pipe: File,
     state: Mutex<State>,
 }
 
@@ -43,11 +47,53 @@ struct State {
     broken: bool,
 }
 
+/// The pipe, held open while the reactor watches it for a backlog.
+struct Held(Arc<Inner>);
+
+impl AsRawFd for Held {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.pipe.as_raw_fd()
+    }
+}
+
+/// What one non-blocking write did.
+enum Wrote {
+    /// This many bytes went into the pipe.
+    Some(usize),
+    /// The pipe is full.
+    Full,
+    /// The pipe is closed or broken.
+    Broken,
+}
+
+impl Inner {
+    fn write(&self, bytes: &[u8]) -> Wrote {
+        loop {
+            return match (&self.pipe).write(bytes) {
+                Ok(n) => Wrote::Some(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Wrote::Full,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => Wrote::Broken,
+            };
+        }
+    }
+}
+
 impl Stdin {
-    /// Writes to the pipe `fd` (a child's stdin). Inside a runtime.
+    /// Writes to the pipe `fd` (a child's stdin), switched to non-blocking
+    /// mode.
     pub(super) fn new(fd: OwnedFd) -> io::Result<Self> {
+        // SAFETY: fcntl on a descriptor this function owns, with flags it
+        // read from it and one more.
+        let set = unsafe {
+            let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) >= 0
+        };
+        if !set {
+            return Err(io::Error::last_os_error());
+        }
         Ok(Self(Arc::new(Inner {
-            pipe: pipe::Sender::from_owned_fd(fd)?,
+            pipe: File::from(fd),
             state: Mutex::default(),
         })))
     }
@@ -66,11 +112,10 @@ impl Stdin {
         }
         let mut at = 0;
         while at < line.len() {
-            match self.0.pipe.try_write(&line[at..]) {
-                Ok(n) => at += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
+            match self.0.write(&line[at..]) {
+                Wrote::Some(n) => at += n,
+                Wrote::Full => break,
+                Wrote::Broken => {
                     state.broken = true;
                     return Err(Broken);
                 }
@@ -84,26 +129,31 @@ impl Stdin {
         Ok(())
     }
 
-    /// Writes the backlog as the pipe takes it; ends once it is written (or
-    /// the pipe broke), giving its memory back.
+    /// Writes the backlog as the pipe takes it, registered with the reactor
+    /// meanwhile; ends once it is written (or the pipe broke), giving its
+    /// memory and its registration back.
     async fn write_backlog(self) {
+        // SAFETY: `Held` keeps the pipe's `File` (and so its descriptor)
+        // open for as long as the `AsyncFd` lives, and always names it.
+        let registered =
+            unsafe { AsyncFd::register_with_interest(Held(self.0.clone()), Interest::WRITABLE) };
+        let Ok(ready) = registered else {
+            self.fail();
+            return;
+        };
         loop {
-            if self.0.pipe.writable().await.is_err() {
+            let Ok(mut guard) = ready.writable().await else {
                 self.fail();
                 return;
-            }
+            };
             let mut state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
             let State {
                 backlog, written, ..
             } = &mut *state;
-            match self.0.pipe.try_write(&backlog[*written..]) {
-                Ok(n) => *written += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    ) => {}
-                Err(_) => {
+            match self.0.write(&backlog[*written..]) {
+                Wrote::Some(n) => *written += n,
+                Wrote::Full => guard.clear_ready(),
+                Wrote::Broken => {
                     drop(state);
                     self.fail();
                     return;
@@ -134,10 +184,11 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     /// A pipe: the writing end as a [`Stdin`], the reading end as tokio's.
-    fn pipe_pair() -> (Stdin, pipe::Receiver) {
-        let (tx, rx) = pipe::pipe().expect("a pipe");
-        let fd = tx.into_blocking_fd().expect("the writing end's fd");
-        (Stdin::new(fd).expect("stdin"), rx)
+    fn pipe_pair() -> (Stdin, tokio::net::unix::pipe::Receiver) {
+        let (r, w) = std::io::pipe().expect("a pipe");
+        let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(r))
+            .expect("the reading end");
+        (Stdin::new(OwnedFd::from(w)).expect("stdin"), rx)
     }
 
     #[tokio::test]
@@ -173,13 +224,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_line_the_pipe_takes_is_written_at_once_with_no_task() {
+        let (stdin, mut rx) = pipe_pair();
+        stdin.send(b"{\"id\":1}\n").expect("sent");
+        assert!(!stdin.0.state.lock().unwrap().writing, "no backlog");
+        let mut got = [0u8; 9];
+        rx.read_exact(&mut got).await.expect("read");
+        assert_eq!(&got, b"{\"id\":1}\n");
+    }
+
+    #[tokio::test]
     async fn a_closed_reader_is_an_error_not_a_silent_loss() {
         let (stdin, rx) = pipe_pair();
         stdin.send(b"one\n").expect("the reader is still there");
         drop(rx);
-        // The write that finds the pipe closed may be the backlog's task's
-        // (a new pipe is writable once the reactor has said so): the error
-        // shows at a later send, within a bound.
+        // The write that finds the pipe closed may be a backlog's task's:
+        // the error then shows at a later send, within a bound.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while stdin.send(b"two\n").is_ok() {
             assert!(
