@@ -18,6 +18,7 @@
 //! - everything else goes onto the session stream.
 
 mod outbox;
+mod queue;
 pub mod stdio;
 pub mod upstream;
 

@@ -19,17 +19,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mcp_resume_log::LogError;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 
+use super::queue::Queue;
 use super::Outbound;
 
 /// Sends of one session queued but not yet committed, past which a send
 /// waits.
 pub(crate) const MAX_UNCOMMITTED: usize = 1024;
 
-/// An outgoing message in the session's commit queue. Queued boxed: the
-/// queue's first block (32 slots, allocated with it) then costs 256 bytes
-/// instead of 2 KiB, and every session, idle or not, has one.
+/// An outgoing message in the session's commit queue.
 pub(crate) enum Queued {
     /// A message to route and commit.
     Message(Outbound),
@@ -54,10 +53,12 @@ pub(crate) enum Queued {
     },
 }
 
-/// What a session's outbox and its commit loop share: how many sends wait
-/// for their commit, and the first commit that failed.
+/// What a session's outbox and its commit loop share: the queue, how many
+/// sends wait for their commit, and the first commit that failed.
 #[derive(Default)]
 pub(crate) struct Pending {
+    /// What the backend sent, for the commit loop to take.
+    pub(crate) queue: Queue,
     uncommitted: AtomicUsize,
     /// Items queued and not yet fully handled by the commit loop (of every
     /// kind): while it is not 0, nothing may skip the queue.
@@ -105,11 +106,27 @@ impl Pending {
 /// time: [`Outbox::send`] queues before it returns, and its future resolves
 /// once there is room in the queue (see the module's doc); the message is
 /// committed (or handed to a waiting POST) after everything sent before it.
-#[derive(Clone)]
 pub struct Outbox {
-    tx: mpsc::UnboundedSender<Box<Queued>>,
     pending: Arc<Pending>,
     shortcut: Option<Arc<dyn Shortcut>>,
+}
+
+/// Every clone is a sender of the queue: the commit loop ends once the last
+/// one is dropped (the backend is gone) and what was queued is committed.
+impl Clone for Outbox {
+    fn clone(&self) -> Self {
+        self.pending.queue.add_sender();
+        Self {
+            pending: self.pending.clone(),
+            shortcut: self.shortcut.clone(),
+        }
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        self.pending.queue.drop_sender();
+    }
 }
 
 /// What lets a message skip the commit queue (see the module doc): the
@@ -121,20 +138,16 @@ pub(crate) trait Shortcut: Send + Sync {
 }
 
 impl Outbox {
-    /// A new outbox and the receiving end of its queue; with `shortcut`,
-    /// JSON answers sent while the queue is empty skip it.
-    pub(crate) fn new(
-        shortcut: Option<Arc<dyn Shortcut>>,
-    ) -> (Self, mpsc::UnboundedReceiver<Box<Queued>>, Arc<Pending>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// A new outbox and what its commit loop shares with it (the queue is
+    /// in it); with `shortcut`, JSON answers sent while the queue is empty
+    /// skip it.
+    pub(crate) fn new(shortcut: Option<Arc<dyn Shortcut>>) -> (Self, Arc<Pending>) {
         let pending = Arc::new(Pending::default());
         (
             Self {
-                tx,
                 pending: pending.clone(),
                 shortcut,
             },
-            rx,
             pending,
         )
     }
@@ -142,7 +155,7 @@ impl Outbox {
     /// Queues `item`, counted until the commit loop has handled it.
     fn queue(&self, item: Queued) -> Result<(), LogError> {
         self.pending.queued.fetch_add(1, Ordering::AcqRel);
-        self.tx.send(Box::new(item)).map_err(|_| {
+        self.pending.queue.push(item).map_err(|_| {
             self.pending.queued.fetch_sub(1, Ordering::AcqRel);
             ended()
         })

@@ -10,10 +10,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use mcp_resume_log::{LogError, Seq, StreamKey};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 use super::table::{Answer, Dest, Routed, Table};
-use super::{inbox, lapsed, streams, BATCH, IDLE_ROOM};
+use super::{inbox, lapsed, streams, BATCH};
 use crate::backend::{Pending, Queued};
 use crate::jsonrpc;
 use crate::route::state::AppState;
@@ -22,10 +21,10 @@ use crate::route::state::AppState;
 pub(super) type Run = (StreamKey, Vec<Bytes>);
 
 /// How many of `queued` are messages (what the outbox counts as uncommitted).
-pub(super) fn count_messages(queued: &[Box<Queued>]) -> usize {
+pub(super) fn count_messages(queued: &[Queued]) -> usize {
     queued
         .iter()
-        .filter(|q| matches!(***q, Queued::Message(_) | Queued::Raw(_)))
+        .filter(|q| matches!(q, Queued::Message(_) | Queued::Raw(_)))
         .count()
 }
 
@@ -114,15 +113,14 @@ pub(super) async fn encoded(
 /// session has one, idle most of the time: a batch and the ending run
 /// boxed, so what the task holds while it waits is only [`Committer`] and
 /// the queue.
-pub(super) async fn commit_loop(
-    committer: Committer,
-    mut rx: mpsc::UnboundedReceiver<Box<Queued>>,
-) {
+pub(super) async fn commit_loop(committer: Committer) {
     // Grown by a burst and shrunk after it: an idle session's route holds
     // no room for a batch (every session has a route).
     let mut queued = Vec::new();
     let mut ended = false;
     let mut lease_lost = false;
+    let pending = committer.pending.clone();
+    let rx = &pending.queue;
     while rx.recv_many(&mut queued, BATCH).await > 0 {
         let taken = queued.len();
         if lapsed(committer.epoch, &*committer.state.log) {
@@ -141,7 +139,8 @@ pub(super) async fn commit_loop(
         }
         if rx.is_empty() {
             // Idle again: give back the room a burst took.
-            queued.shrink_to(IDLE_ROOM);
+            queued.shrink_to(0);
+            rx.shrink_to(0);
         }
         if let Some(why) = end {
             tracing::warn!(session = %committer.session, "the session's backend ended it: {why}");
@@ -149,7 +148,7 @@ pub(super) async fn commit_loop(
             break;
         }
     }
-    Box::pin(committer.wind_down(rx, lease_lost, ended)).await;
+    Box::pin(committer.wind_down(lease_lost, ended)).await;
 }
 
 /// What a session's commit loop commits for: its route's table, the
@@ -169,12 +168,9 @@ impl Committer {
     /// related message first commits what came before, then opens its
     /// stream. Sets `lease_lost` once another instance holds the lease;
     /// returns why the backend ended the session, if it did.
-    // `queued` is what `recv_many` filled: the channel carries boxed items
-    // (an idle session's channel allocates room for 32 of them).
-    #[allow(clippy::vec_box)]
     async fn batch(
         &self,
-        queued: &mut Vec<Box<Queued>>,
+        queued: &mut Vec<Queued>,
         taken: usize,
         lease_lost: &mut bool,
     ) -> Option<String> {
@@ -190,7 +186,7 @@ impl Committer {
         let mut flushes = Vec::new();
         let mut messages = 0;
         for q in queued.drain(..) {
-            let out = match *q {
+            let out = match q {
                 Queued::Message(out) => out,
                 Queued::Raw(bytes) => {
                     messages += 1;
@@ -283,12 +279,7 @@ impl Committer {
 
     /// The loop is over: answers what is still in flight, and unlists the
     /// route (its backend stopped, the session ended, or the lease lapsed).
-    async fn wind_down(
-        self,
-        mut rx: mpsc::UnboundedReceiver<Box<Queued>>,
-        lease_lost: bool,
-        ended: bool,
-    ) {
+    async fn wind_down(self, lease_lost: bool, ended: bool) {
         let Committer {
             state,
             session,
@@ -297,9 +288,10 @@ impl Committer {
             epoch,
         } = self;
         // Nothing more is taken: senders waiting for room learn it now.
+        let rx = &pending.queue;
         rx.close();
         let mut rest = Vec::new();
-        while let Ok(q) = rx.try_recv() {
+        while let Some(q) = rx.try_recv() {
             rest.push(q);
         }
         pending.done(count_messages(&rest));

@@ -45,8 +45,6 @@ pub(crate) fn asker(wire: &str) -> Option<&str> {
 }
 /// Most queued messages committed in one pass.
 const BATCH: usize = 256;
-/// Room kept for queued messages between passes.
-const IDLE_ROOM: usize = 4;
 
 /// The routes of the sessions live on this instance.
 #[derive(Default)]
@@ -176,7 +174,7 @@ impl Routes {
             None => Some(Arc::new(JsonAnswers(table.clone())) as Arc<dyn Shortcut>),
             Some(_) => None,
         };
-        let (outbox, rx, pending) = Outbox::new(shortcut);
+        let (outbox, pending) = Outbox::new(shortcut);
         let session_backend = state.backend.open(session, outbox, restore)?;
         let route = Arc::new(SessionRoute {
             backend: session_backend,
@@ -194,7 +192,7 @@ impl Routes {
             pending,
             epoch: route.epoch,
         };
-        tokio::spawn(commit_loop(committer, rx));
+        tokio::spawn(commit_loop(committer));
         if let Some((seen, _)) = lease {
             tokio::spawn(inbox::watch(
                 state.clone(),

@@ -1,0 +1,216 @@
+//! A session's commit queue: what its backend sent, in order, until the
+//! route's commit loop takes it.
+//!
+//! Why not a tokio channel: every session has one for its whole life, idle
+//! or not, and an unbounded channel costs about 800 bytes when it is made
+//! (its cache-padded state, 512 bytes, and a first block of 32 slots). This
+//! queue is a lock over a `VecDeque` that holds nothing while idle (so its
+//! items need no box of their own, as a channel's first block would have
+//! wanted), a [`Notify`] and a count of the senders; the commit loop waits
+//! on the `Notify`, and learns that every sender is gone as it would from
+//! a channel.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+
+use super::Queued;
+
+/// The queue; senders are counted by whoever clones them
+/// ([`Queue::add_sender`], [`Queue::drop_sender`]).
+pub(crate) struct Queue {
+    state: Mutex<State>,
+    ready: Notify,
+    /// Counted outside the lock: a backend clones its sender for every call
+    /// (the built-in tools' context), and calls of one session run at once.
+    senders: AtomicUsize,
+}
+
+struct State {
+    items: VecDeque<Queued>,
+    /// The receiver stopped taking: a push is refused.
+    closed: bool,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Queue {
+    /// An empty queue with one sender.
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Mutex::new(State {
+                items: VecDeque::new(),
+                closed: false,
+            }),
+            ready: Notify::new(),
+            senders: AtomicUsize::new(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `item` behind everything before it; gives it back once the
+    /// receiver has closed the queue.
+    pub(crate) fn push(&self, item: Queued) -> Result<(), Queued> {
+        {
+            let mut s = self.lock();
+            if s.closed {
+                return Err(item);
+            }
+            s.items.push_back(item);
+        }
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// One more sender.
+    pub(crate) fn add_sender(&self) {
+        self.senders.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One sender fewer; once none is left, the receiver learns it after
+    /// taking what is queued.
+    pub(crate) fn drop_sender(&self) {
+        // Release: what this sender pushed is seen by the receiver that
+        // sees the count reach 0 (Acquire below).
+        if self.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.ready.notify_one();
+        }
+    }
+
+    /// Waits for at least one item and moves up to `limit` of them into
+    /// `out`, in order; 0 once the queue is empty and every sender is gone
+    /// (or the receiver closed it), as a channel's `recv_many`.
+    pub(crate) async fn recv_many(&self, out: &mut Vec<Queued>, limit: usize) -> usize {
+        loop {
+            {
+                let mut s = self.lock();
+                if !s.items.is_empty() {
+                    let n = limit.min(s.items.len());
+                    out.extend(s.items.drain(..n));
+                    return n;
+                }
+                if s.closed || self.senders.load(Ordering::Acquire) == 0 {
+                    return 0;
+                }
+            }
+            // A push between the check above and this wait leaves a permit:
+            // the wait ends at once.
+            self.ready.notified().await;
+        }
+    }
+
+    /// Nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().items.is_empty()
+    }
+
+    /// Gives back the room a burst took, keeping `keep` slots.
+    pub(crate) fn shrink_to(&self, keep: usize) {
+        self.lock().items.shrink_to(keep);
+    }
+
+    /// Refuses every later push; what is queued can still be taken.
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
+    }
+
+    /// The next queued item, without waiting.
+    pub(crate) fn try_recv(&self) -> Option<Queued> {
+        self.lock().items.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn item(n: u8) -> Queued {
+        Queued::Raw(bytes::Bytes::from(vec![n]))
+    }
+
+    fn byte(q: &Queued) -> u8 {
+        match q {
+            Queued::Raw(b) => b[0],
+            _ => unreachable!(),
+        }
+    }
+
+    #[tokio::test]
+    async fn items_come_out_in_order_in_batches_then_none_once_the_senders_are_gone() {
+        let q = Arc::new(Queue::new());
+        q.add_sender();
+        let producer = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                for n in 0..200u8 {
+                    q.push(item(n)).map_err(|_| ()).expect("open");
+                    if n % 7 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                q.drop_sender();
+            })
+        };
+        let mut got = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let n = q.recv_many(&mut out, 16).await;
+            if n == 0 {
+                // One sender (the first) is still counted.
+                break;
+            }
+            assert!(n <= 16);
+            got.extend(out.drain(..).map(|b| byte(&b)));
+            if got.len() == 200 {
+                q.drop_sender();
+            }
+        }
+        producer.await.expect("producer");
+        assert_eq!(got, (0..200u8).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn a_waiting_receiver_wakes_for_a_push_and_for_the_last_sender_leaving() {
+        let q = Arc::new(Queue::new());
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                let first = q.recv_many(&mut out, 8).await;
+                let second = q.recv_many(&mut out, 8).await;
+                (first, second, out.len())
+            })
+        };
+        tokio::task::yield_now().await;
+        q.push(item(1)).map_err(|_| ()).expect("open");
+        tokio::task::yield_now().await;
+        q.drop_sender();
+        let (first, second, len) = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken within 5 s")
+            .expect("waiter");
+        assert_eq!((first, second, len), (1, 0, 1));
+    }
+
+    #[tokio::test]
+    async fn a_closed_queue_refuses_pushes_and_keeps_what_it_holds() {
+        let q = Queue::new();
+        q.push(item(1)).map_err(|_| ()).expect("open");
+        q.close();
+        assert!(q.push(item(2)).is_err());
+        assert_eq!(q.try_recv().map(|b| byte(&b)), Some(1));
+        assert!(q.try_recv().is_none());
+        let mut out = Vec::new();
+        assert_eq!(q.recv_many(&mut out, 8).await, 0);
+    }
+}
