@@ -24,9 +24,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 
 use super::sniff::Proto;
-use crate::sse::feed::{Chunk, Feed, FeedHandle};
+use crate::sse::feed::{Feed, FeedHandle};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -121,7 +121,7 @@ impl Activity {
     }
 
     /// The offered answer's chunks, for the writer that takes over.
-    fn take_offer(&self) -> Option<mpsc::Receiver<Chunk>> {
+    fn take_offer(&self) -> Option<crate::sse::chunks::Receiver> {
         self.offer.get()?.take()
     }
 
@@ -420,7 +420,7 @@ where
 }
 
 /// An HTTP/1.1 connection's socket and the SSE answer it writes from now on.
-type Handover<S> = (S, mpsc::Receiver<Chunk>);
+type Handover<S> = (S, crate::sse::chunks::Receiver);
 
 /// Drives `conn` to its end, closing it at once when a request header is
 /// late, and gracefully (`shutdown`) when it has idled too long or the

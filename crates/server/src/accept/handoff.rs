@@ -15,9 +15,9 @@ use std::io;
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
-use crate::sse::feed::Chunk;
+use crate::sse::chunks::Receiver;
 
 /// The most chunks already waiting that one write carries.
 const BATCH: usize = 64;
@@ -26,11 +26,8 @@ const BATCH: usize = 64;
 /// the sender ends (the final chunk is written, then the connection
 /// closes), the client goes (a read finds the end or fails), or the server
 /// stops while a write is blocked.
-pub(super) async fn stream<S>(
-    mut io: S,
-    mut rx: mpsc::Receiver<Chunk>,
-    mut stop: watch::Receiver<bool>,
-) where
+pub(super) async fn stream<S>(mut io: S, mut rx: Receiver, mut stop: watch::Receiver<bool>)
+where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     // Bytes the client sends on a connection whose response never ends are a
@@ -50,7 +47,7 @@ pub(super) async fn stream<S>(
         // and the state of a write would size it for all of its life.
         match first {
             Some(chunk) => {
-                if Box::pin(write_ready(&mut io, *chunk, &mut rx, &mut stop))
+                if Box::pin(write_ready(&mut io, chunk, &mut rx, &mut stop))
                     .await
                     .is_err()
                 {
@@ -67,14 +64,14 @@ pub(super) async fn stream<S>(
 async fn write_ready<S: AsyncWrite + Unpin>(
     io: &mut S,
     first: Bytes,
-    rx: &mut mpsc::Receiver<Chunk>,
+    rx: &mut Receiver,
     stop: &mut watch::Receiver<bool>,
 ) -> io::Result<()> {
     let mut chunks = vec![first];
     while chunks.len() < BATCH {
         match rx.try_recv() {
-            Ok(chunk) => chunks.push(*chunk),
-            Err(_) => break,
+            Some(chunk) => chunks.push(chunk),
+            None => break,
         }
     }
     write(io, &frame(&chunks), stop).await
@@ -145,12 +142,10 @@ mod tests {
     #[tokio::test]
     async fn the_end_is_a_final_chunk_then_close() {
         let (server, mut client) = tokio::io::duplex(1024);
-        let (tx, rx) = mpsc::channel(8);
+        let (tx, rx) = crate::sse::chunks::channel(8);
         let (_stop_tx, stop) = watch::channel(false);
         let writer = tokio::spawn(stream(server, rx, stop));
-        tx.send(Box::new(Bytes::from_static(b"data: 1\n\n")))
-            .await
-            .unwrap();
+        tx.send(Bytes::from_static(b"data: 1\n\n")).await.unwrap();
         drop(tx);
         let mut got = Vec::new();
         client.read_to_end(&mut got).await.unwrap();
@@ -158,7 +153,7 @@ mod tests {
         writer.await.unwrap();
 
         let (server, client) = tokio::io::duplex(1024);
-        let (tx, rx) = mpsc::channel::<Chunk>(8);
+        let (tx, rx) = crate::sse::chunks::channel(8);
         let (_stop_tx, stop) = watch::channel(false);
         let writer = tokio::spawn(stream(server, rx, stop));
         drop(client);
@@ -176,11 +171,11 @@ mod tests {
     async fn after_the_stop_what_can_be_written_still_is() {
         for _ in 0..20 {
             let (server, mut client) = tokio::io::duplex(64 * 1024);
-            let (tx, rx) = mpsc::channel(8);
+            let (tx, rx) = crate::sse::chunks::channel(8);
             let (stop_tx, stop) = watch::channel(false);
             stop_tx.send(true).unwrap();
             for i in 0..8 {
-                tx.send(Box::new(Bytes::from(format!("data: {i}\n\n"))))
+                tx.send(Bytes::from(format!("data: {i}\n\n")))
                     .await
                     .unwrap();
             }

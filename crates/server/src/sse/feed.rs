@@ -16,15 +16,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
+use super::chunks::Receiver;
 use axum::body::HttpBody;
 use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
-use tokio::sync::mpsc;
-
-/// One chunk of an SSE body (events already encoded). Boxed: a channel's
-/// first block of 32 slots is allocated with the channel, and every open
-/// stream has one; boxed chunks make it 256 bytes instead of 1 KiB.
-pub(crate) type Chunk = Box<Bytes>;
 
 /// The receiving end of an SSE response's chunks, shared by the response
 /// body and the connection that may take it over.
@@ -34,14 +29,11 @@ pub(crate) struct Feed {
 
 enum State {
     /// The body reads the chunks (and hands them to hyper).
-    Live(mpsc::Receiver<Chunk>),
+    Live(Receiver),
     /// The connection will take the chunks once the head is out: the body
     /// yields nothing; `parked` once hyper has polled it (the head is then
     /// in hyper's write buffer, and its next flush puts it on the wire).
-    Armed {
-        rx: mpsc::Receiver<Chunk>,
-        parked: bool,
-    },
+    Armed { rx: Receiver, parked: bool },
     /// The connection has the receiver.
     Taken,
 }
@@ -52,7 +44,7 @@ pub(crate) struct FeedHandle(pub(crate) Arc<Feed>);
 
 impl Feed {
     /// A feed of `rx`, and the body that reads it.
-    pub(crate) fn new(rx: mpsc::Receiver<Chunk>) -> (Arc<Self>, FeedBody) {
+    pub(crate) fn new(rx: Receiver) -> (Arc<Self>, FeedBody) {
         let feed = Arc::new(Self {
             state: Mutex::new(State::Live(rx)),
         });
@@ -84,7 +76,7 @@ impl Feed {
     }
 
     /// The receiver, for the connection that writes the chunks from now on.
-    pub(crate) fn take(&self) -> Option<mpsc::Receiver<Chunk>> {
+    pub(crate) fn take(&self) -> Option<Receiver> {
         let mut s = self.lock();
         match std::mem::replace(&mut *s, State::Taken) {
             State::Armed { rx, .. } | State::Live(rx) => Some(rx),
@@ -106,7 +98,7 @@ impl HttpBody for FeedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let mut s = self.0.lock();
         match &mut *s {
-            State::Live(rx) => rx.poll_recv(cx).map(|c| c.map(|c| Ok(Frame::data(*c)))),
+            State::Live(rx) => rx.poll_recv(cx).map(|c| c.map(|c| Ok(Frame::data(c)))),
             // The connection takes over and drops hyper's side with this
             // body: nothing to wake.
             State::Armed { parked, .. } => {

@@ -1,14 +1,13 @@
 //! The one SSE encoder, and the reader that streams a log from a cursor.
 
+use crate::route::state::AppState;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
 use mcp_resume_log::{Event, LogError, Seq, StreamKey, Subscription};
 use mcp_resume_proto::sse::{encode, ending, priming, KEEPALIVE};
-use tokio::sync::mpsc;
 
-use crate::route::state::AppState;
-
+pub(crate) mod chunks;
 pub(crate) mod feed;
 
 /// Events replayed per log read, and the most live events sent in one write.
@@ -36,7 +35,7 @@ pub fn respond(
     head: Seq,
     sub: Subscription,
 ) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<feed::Chunk>(8);
+    let (tx, rx) = chunks::channel(8);
     state.spawn(pump(state.clone(), id, stream, cursor, head, sub, tx));
     channel_response(rx)
 }
@@ -44,7 +43,7 @@ pub fn respond(
 /// A `200 text/event-stream` response whose body is what `rx` receives. Its
 /// [`feed::FeedHandle`] lets an HTTP/1.1 connection write the chunks itself
 /// once the head is out (see [`feed`]).
-pub(crate) fn channel_response(rx: mpsc::Receiver<feed::Chunk>) -> Response<Body> {
+pub(crate) fn channel_response(rx: chunks::Receiver) -> Response<Body> {
     let (feed, body) = feed::Feed::new(rx);
     let mut resp = Response::new(Body::new(body));
     resp.extensions_mut().insert(feed::FeedHandle(feed));
@@ -110,7 +109,7 @@ impl Position {
         &mut self,
         events: &[Event],
         id: &str,
-        tx: &mpsc::Sender<feed::Chunk>,
+        tx: &chunks::Sender,
         shutdown: &mut tokio::sync::watch::Receiver<bool>,
     ) -> bool {
         let (chunk, next) = self.encode(events);
@@ -132,12 +131,12 @@ impl Position {
 /// Sends one chunk unless the client is gone or the server stops first (a
 /// client that does not read must not hold a pump past shutdown).
 async fn send(
-    tx: &mpsc::Sender<feed::Chunk>,
+    tx: &chunks::Sender,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
     chunk: Bytes,
 ) -> bool {
     tokio::select! {
-        sent = tx.send(Box::new(chunk)) => sent.is_ok(),
+        sent = tx.send(chunk) => sent.is_ok(),
         _ = crate::route::state::stopped(shutdown) => false,
     }
 }
@@ -162,7 +161,7 @@ async fn pump(
     cursor: Seq,
     head: Seq,
     mut sub: Subscription,
-    tx: mpsc::Sender<feed::Chunk>,
+    tx: chunks::Sender,
 ) {
     let _reader = state.metrics.reader("sse");
     let mut shutdown = state.shutdown.clone();
@@ -225,7 +224,7 @@ async fn start(
     id: &str,
     head: Seq,
     pos: &mut Position,
-    tx: &mpsc::Sender<feed::Chunk>,
+    tx: &chunks::Sender,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> bool {
     let primer = priming(
@@ -277,7 +276,7 @@ async fn quiet(
     state: &AppState,
     id: &str,
     stream: StreamKey,
-    tx: &mpsc::Sender<feed::Chunk>,
+    tx: &chunks::Sender,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> bool {
     if let StreamKey::Request(r) = stream {
@@ -292,7 +291,7 @@ async fn quiet(
 async fn end_with(
     id: &str,
     e: LogError,
-    tx: &mpsc::Sender<feed::Chunk>,
+    tx: &chunks::Sender,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) {
     if let LogError::Lagged { cursor } = e {

@@ -17,11 +17,8 @@ use bytes::Bytes;
 use mcp_resume_log::{Event, LogError, Seq, Subscription};
 use mcp_resume_proto::sse::{encode, KEEPALIVE};
 
-/// One chunk of the SSE body (`crate::sse`'s chunk type, spelled out here:
-/// the SSE module depends on the routes, which depend on tasks).
-type Chunk = Box<Bytes>;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::events::{self, EVENTS};
 use super::serve::{check, record, state, Checked, Lookup, Refused};
@@ -167,7 +164,7 @@ pub(crate) async fn open(
 pub(crate) async fn pump(
     store: TaskStore,
     o: Opened,
-    tx: mpsc::Sender<Chunk>,
+    tx: crate::sse::chunks::Sender,
     mut shutdown: watch::Receiver<bool>,
     keepalive: Duration,
 ) {
@@ -201,7 +198,7 @@ pub(crate) async fn pump(
                     if quiet.elapsed() >= keepalive {
                         quiet = tokio::time::Instant::now();
                         let _ = r.store.log().touch(&r.task).await;
-                        if r.tx.send(Box::new(Bytes::from_static(KEEPALIVE))).await.is_err() { return; }
+                        if r.tx.send(Bytes::from_static(KEEPALIVE)).await.is_err() { return; }
                     }
                     continue;
                 }
@@ -262,7 +259,7 @@ enum Step {
 /// One reader's position and where it writes.
 struct Reader {
     store: TaskStore,
-    tx: mpsc::Sender<Chunk>,
+    tx: crate::sse::chunks::Sender,
     /// The last log seq sent.
     last: Seq,
     task: String,
@@ -316,7 +313,7 @@ impl Reader {
                     e.seq - 1,
                     self.last as i64 - 1
                 );
-                let _ = self.tx.send(Box::new(out.into())).await;
+                let _ = self.tx.send(out.into()).await;
                 self.finish(Err(self.broken("log-gap", &why))).await;
                 return Step::Stop;
             }
@@ -332,14 +329,14 @@ impl Reader {
                 &data,
             );
             if terminal {
-                if self.tx.send(Box::new(out.into())).await.is_err() {
+                if self.tx.send(out.into()).await.is_err() {
                     return Step::Stop;
                 }
                 self.finish(Ok(json!({"resultType": "complete"}))).await;
                 return Step::Stop;
             }
         }
-        if !out.is_empty() && self.tx.send(Box::new(out.into())).await.is_err() {
+        if !out.is_empty() && self.tx.send(out.into()).await.is_err() {
             return Step::Stop;
         }
         Step::More
@@ -386,6 +383,6 @@ impl Reader {
             Some("message"),
             &serde_json::to_vec(&reply).unwrap_or_default(),
         );
-        let _ = self.tx.send(Box::new(out.into())).await;
+        let _ = self.tx.send(out.into()).await;
     }
 }
