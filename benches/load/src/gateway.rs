@@ -137,15 +137,31 @@ pub async fn floor(calls: usize) -> Vec<f64> {
     let bare = servers::bare();
     let http = reqwest::Client::new();
     let sid = session(&http, &bare.url).await;
+    // The bare server answers with the request's id and no tool.
+    timed_calls(&http, &bare.url, &sid, calls, |i, v| {
+        assert_eq!(v["id"], i + 1, "{v}")
+    })
+    .await
+}
+
+/// Latencies (ms) of `calls` sequential `tools/call add` on session `sid`
+/// at `url` (after 20 unmeasured), each answer checked by `check`.
+async fn timed_calls(
+    http: &reqwest::Client,
+    url: &str,
+    sid: &str,
+    calls: usize,
+    check: impl Fn(u64, &Value),
+) -> Vec<f64> {
     let mut lat = Vec::with_capacity(calls);
-    for i in 0..calls + 20 {
+    for i in 0..calls as u64 + 20 {
         let started = Instant::now();
-        let v: Value = post(&http, &bare.url, Some(&sid), add(i as u64))
+        let v: Value = post(http, url, Some(sid), add(i))
             .await
             .json()
             .await
             .unwrap();
-        assert_eq!(v["id"], i as u64 + 1, "{v}");
+        check(i, &v);
         if i >= 20 {
             lat.push(started.elapsed().as_secs_f64() * 1000.0);
         }
@@ -165,23 +181,10 @@ pub async fn through(command: &[String], calls: usize, sessions: usize) -> Gatew
     );
     let http = reqwest::Client::new();
     let sid = session(&http, &gw.url).await;
-    let mut lat = Vec::with_capacity(calls);
-    for i in 0..calls + 20 {
-        let started = Instant::now();
-        let v: Value = post(&http, &gw.url, Some(&sid), add(i as u64))
-            .await
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(
-            v["result"]["structuredContent"]["result"],
-            i as u64 + 1,
-            "{v}"
-        );
-        if i >= 20 {
-            lat.push(started.elapsed().as_secs_f64() * 1000.0);
-        }
-    }
+    let lat = timed_calls(&http, &gw.url, &sid, calls, |i, v| {
+        assert_eq!(v["result"]["structuredContent"]["result"], i + 1, "{v}")
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = gw.rss_kib();
     let mut ids = Vec::new();

@@ -30,6 +30,7 @@
 pub mod accept;
 pub mod auth;
 pub mod backend;
+mod chunks;
 mod config;
 mod cors;
 pub mod demo;

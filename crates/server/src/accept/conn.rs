@@ -121,7 +121,7 @@ impl Activity {
     }
 
     /// The offered answer's chunks, for the writer that takes over.
-    fn take_offer(&self) -> Option<crate::sse::chunks::Receiver> {
+    fn take_offer(&self) -> Option<crate::chunks::Receiver> {
         self.offer.get()?.take()
     }
 
@@ -420,7 +420,7 @@ where
 }
 
 /// An HTTP/1.1 connection's socket and the SSE answer it writes from now on.
-type Handover<S> = (S, crate::sse::chunks::Receiver);
+type Handover<S> = (S, crate::chunks::Receiver);
 
 /// Drives `conn` to its end, closing it at once when a request header is
 /// late, and gracefully (`shutdown`) when it has idled too long or the

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-use crate::sse::chunks::Receiver;
+use crate::chunks::Receiver;
 
 /// The most chunks already waiting that one write carries.
 const BATCH: usize = 64;
@@ -142,7 +142,7 @@ mod tests {
     #[tokio::test]
     async fn the_end_is_a_final_chunk_then_close() {
         let (server, mut client) = tokio::io::duplex(1024);
-        let (tx, rx) = crate::sse::chunks::channel(8);
+        let (tx, rx) = crate::chunks::channel(8);
         let (_stop_tx, stop) = watch::channel(false);
         let writer = tokio::spawn(stream(server, rx, stop));
         tx.send(Bytes::from_static(b"data: 1\n\n")).await.unwrap();
@@ -153,7 +153,7 @@ mod tests {
         writer.await.unwrap();
 
         let (server, client) = tokio::io::duplex(1024);
-        let (tx, rx) = crate::sse::chunks::channel(8);
+        let (tx, rx) = crate::chunks::channel(8);
         let (_stop_tx, stop) = watch::channel(false);
         let writer = tokio::spawn(stream(server, rx, stop));
         drop(client);
@@ -171,7 +171,7 @@ mod tests {
     async fn after_the_stop_what_can_be_written_still_is() {
         for _ in 0..20 {
             let (server, mut client) = tokio::io::duplex(64 * 1024);
-            let (tx, rx) = crate::sse::chunks::channel(8);
+            let (tx, rx) = crate::chunks::channel(8);
             let (stop_tx, stop) = watch::channel(false);
             stop_tx.send(true).unwrap();
             for i in 0..8 {

@@ -108,7 +108,7 @@ pub async fn task_events(
 
 /// The stream of `opened` as an SSE response, pumped by a task of the server's.
 pub(super) fn sse(state: &AppState, store: TaskStore, opened: tasks::stream::Opened) -> Response {
-    let (tx, rx) = crate::sse::chunks::channel(8);
+    let (tx, rx) = crate::chunks::channel(8);
     state.spawn(tasks::stream::pump(
         store,
         opened,
@@ -141,7 +141,7 @@ impl TaskSocket {
         ack_deadline: tokio::time::Instant,
     ) {
         let _reader = state.metrics.reader("websocket");
-        let (tx, rx) = crate::sse::chunks::channel(8);
+        let (tx, rx) = crate::chunks::channel(8);
         state.spawn(tasks::stream::pump(
             store,
             opened,
@@ -173,7 +173,7 @@ impl TaskSocket {
 
     async fn serve(
         &mut self,
-        mut rx: crate::sse::chunks::Receiver,
+        mut rx: crate::chunks::Receiver,
         ack_deadline: tokio::time::Instant,
     ) -> Closing {
         let mut parser = SseParser::new();

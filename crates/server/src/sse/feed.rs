@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
-use super::chunks::Receiver;
+use crate::chunks::Receiver;
 use axum::body::HttpBody;
 use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};

@@ -1,5 +1,6 @@
 //! The one SSE encoder, and the reader that streams a log from a cursor.
 
+use crate::chunks;
 use crate::route::state::AppState;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
@@ -7,7 +8,6 @@ use bytes::Bytes;
 use mcp_resume_log::{Event, LogError, Seq, StreamKey, Subscription};
 use mcp_resume_proto::sse::{encode, ending, priming, KEEPALIVE};
 
-pub(crate) mod chunks;
 pub(crate) mod feed;
 
 /// Events replayed per log read, and the most live events sent in one write.

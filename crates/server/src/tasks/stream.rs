@@ -164,7 +164,7 @@ pub(crate) async fn open(
 pub(crate) async fn pump(
     store: TaskStore,
     o: Opened,
-    tx: crate::sse::chunks::Sender,
+    tx: crate::chunks::Sender,
     mut shutdown: watch::Receiver<bool>,
     keepalive: Duration,
 ) {
@@ -259,7 +259,7 @@ enum Step {
 /// One reader's position and where it writes.
 struct Reader {
     store: TaskStore,
-    tx: crate::sse::chunks::Sender,
+    tx: crate::chunks::Sender,
     /// The last log seq sent.
     last: Seq,
     task: String,

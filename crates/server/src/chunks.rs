@@ -6,7 +6,8 @@
 //! costs about 800 bytes when it is made (its cache-padded state, 512
 //! bytes, and a first block of 32 slots). This one is a lock over a
 //! `VecDeque` that holds nothing while the writer keeps up, and a waker for
-//! each side.
+//! each side. A module of its own, below both `sse` and `tasks` (whose task
+//! streams are SSE bodies too), so neither depends on the other.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
