@@ -108,14 +108,15 @@ impl Queue {
         }
     }
 
-    /// Nothing is queued.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.lock().items.is_empty()
-    }
-
-    /// Gives back the room a burst took, keeping `keep` slots.
-    pub(crate) fn shrink_to(&self, keep: usize) {
-        self.lock().items.shrink_to(keep);
+    /// If nothing is queued, gives back the room a burst took and says so
+    /// (one lock for both, after every batch of the commit loop).
+    pub(crate) fn release_if_empty(&self) -> bool {
+        let mut s = self.lock();
+        let empty = s.items.is_empty();
+        if empty {
+            s.items = VecDeque::new();
+        }
+        empty
     }
 
     /// Refuses every later push; what is queued can still be taken.

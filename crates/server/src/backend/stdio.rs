@@ -184,7 +184,7 @@ impl Backend for StdioBackend {
                     grace = None;
                 }
                 tokio::select! {
-                    _ = async { grace.as_mut().expect("guarded").await }, if grace.is_some() => {
+                    _ = async { if let Some(g) = grace.as_mut() { g.await } }, if grace.is_some() => {
                         grace = None;
                         if !initialized_seen.load(Ordering::Acquire) {
                             tracing::warn!(session = %id, "the child was not initialized within {grace_for:?}; it is stopped");
@@ -193,7 +193,7 @@ impl Backend for StdioBackend {
                             break;
                         }
                     },
-                    line = std::future::poll_fn(|cx| err_lines.poll_next_line(cx)), if stderr_open => match line {
+                    line = err_lines.next_line(), if stderr_open => match line {
                         Ok(Some(line)) => tracing::info!(session = %id, "child: {line}"),
                         // A line that is not text is passed over: stopping
                         // here would leave the child blocked on a full pipe.
@@ -202,7 +202,7 @@ impl Backend for StdioBackend {
                         }
                         _ => stderr_open = false,
                     },
-                    line = std::future::poll_fn(|cx| out_lines.poll_next_line(cx)) => match line {
+                    line = out_lines.next_line() => match line {
                         Ok(Some(line)) if line.trim().is_empty() => {}
                         Ok(Some(line)) => match serde_json::from_str::<Value>(&line) {
                             // Sent in order; awaiting each keeps a fast child

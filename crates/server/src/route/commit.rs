@@ -137,10 +137,9 @@ pub(super) async fn commit_loop(committer: Committer) {
         if lease_lost {
             break;
         }
-        if rx.is_empty() {
+        if rx.release_if_empty() {
             // Idle again: give back the room a burst took.
             queued.shrink_to(0);
-            rx.shrink_to(0);
         }
         if let Some(why) = end {
             tracing::warn!(session = %committer.session, "the session's backend ended it: {why}");

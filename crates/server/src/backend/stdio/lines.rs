@@ -51,10 +51,7 @@ impl Lines {
     /// [`Lines::next_line`] as a poll: waiting on it stores nothing but the
     /// waker in the reactor, where a readiness future would be kept in the
     /// waiting task (176 bytes a pipe, in every idle session's reader).
-    pub(super) fn poll_next_line(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<Option<String>>> {
+    fn poll_next_line(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<String>>> {
         loop {
             if let Some(line) = self.take_line() {
                 return Poll::Ready(line.map(Some));
