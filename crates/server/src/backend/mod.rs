@@ -193,3 +193,4 @@ pub struct Outbound {
 
 pub use outbox::Outbox;
 pub(crate) use outbox::{Pending, Queued, Shortcut};
+pub use queue::Queue;

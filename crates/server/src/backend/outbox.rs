@@ -58,7 +58,7 @@ pub(crate) enum Queued {
 #[derive(Default)]
 pub(crate) struct Pending {
     /// What the backend sent, for the commit loop to take.
-    pub(crate) queue: Queue,
+    pub(crate) queue: Queue<Queued>,
     uncommitted: AtomicUsize,
     /// Items queued and not yet fully handled by the commit loop (of every
     /// kind): while it is not 0, nothing may skip the queue.

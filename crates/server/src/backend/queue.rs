@@ -1,14 +1,15 @@
-//! A session's commit queue: what its backend sent, in order, until the
-//! route's commit loop takes it.
+//! A queue for one receiver that costs nothing while idle: a session's
+//! commit queue (what its backend sent, in order, until the route's commit
+//! loop takes it), and a hosted handler's inbox (`mcp-resume-rmcp`).
 //!
 //! Why not a tokio channel: every session has one for its whole life, idle
 //! or not, and an unbounded channel costs about 800 bytes when it is made
-//! (its cache-padded state, 512 bytes, and a first block of 32 slots). This
+//! (its cache-padded state, 512 bytes) plus a first block of 32 slots, of
+//! 32 times its item: 11.5 KiB for rmcp's client message of 360 bytes. This
 //! queue is a lock over a `VecDeque` that holds nothing while idle (so its
-//! items need no box of their own, as a channel's first block would have
-//! wanted), a [`Notify`] and a count of the senders; the commit loop waits
-//! on the `Notify`, and learns that every sender is gone as it would from
-//! a channel.
+//! items need no box of their own), a [`Notify`] and a count of the
+//! senders; the receiver waits on the `Notify`, and learns that every
+//! sender is gone as it would from a channel.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,33 +17,32 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use super::Queued;
-
 /// The queue; senders are counted by whoever clones them
-/// ([`Queue::add_sender`], [`Queue::drop_sender`]).
-pub(crate) struct Queue {
-    state: Mutex<State>,
+/// ([`Queue::add_sender`], [`Queue::drop_sender`]). One receiver: it takes
+/// items with [`Queue::recv`] or [`Queue::recv_many`].
+pub struct Queue<T> {
+    state: Mutex<State<T>>,
     ready: Notify,
     /// Counted outside the lock: a backend clones its sender for every call
     /// (the built-in tools' context), and calls of one session run at once.
     senders: AtomicUsize,
 }
 
-struct State {
-    items: VecDeque<Queued>,
+struct State<T> {
+    items: VecDeque<T>,
     /// The receiver stopped taking: a push is refused.
     closed: bool,
 }
 
-impl Default for Queue {
+impl<T> Default for Queue<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Queue {
+impl<T> Queue<T> {
     /// An empty queue with one sender.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self {
             state: Mutex::new(State {
                 items: VecDeque::new(),
@@ -53,13 +53,13 @@ impl Queue {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queues `item` behind everything before it; gives it back once the
     /// receiver has closed the queue.
-    pub(crate) fn push(&self, item: Queued) -> Result<(), Queued> {
+    pub fn push(&self, item: T) -> Result<(), T> {
         {
             let mut s = self.lock();
             if s.closed {
@@ -72,13 +72,13 @@ impl Queue {
     }
 
     /// One more sender.
-    pub(crate) fn add_sender(&self) {
+    pub fn add_sender(&self) {
         self.senders.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One sender fewer; once none is left, the receiver learns it after
     /// taking what is queued.
-    pub(crate) fn drop_sender(&self) {
+    pub fn drop_sender(&self) {
         // Release: what this sender pushed is seen by the receiver that
         // sees the count reach 0 (Acquire below).
         if self.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -89,7 +89,7 @@ impl Queue {
     /// Waits for at least one item and moves up to `limit` of them into
     /// `out`, in order; 0 once the queue is empty and every sender is gone
     /// (or the receiver closed it), as a channel's `recv_many`.
-    pub(crate) async fn recv_many(&self, out: &mut Vec<Queued>, limit: usize) -> usize {
+    pub async fn recv_many(&self, out: &mut Vec<T>, limit: usize) -> usize {
         loop {
             {
                 let mut s = self.lock();
@@ -108,9 +108,31 @@ impl Queue {
         }
     }
 
+    /// The next item, waiting for one; `None` once the queue is empty and
+    /// every sender is gone (or the receiver closed it). Cancel-safe: an
+    /// item is taken only by the poll that returns it. The queue's room is
+    /// given back when it empties, so an idle receiver holds none.
+    pub async fn recv(&self) -> Option<T> {
+        loop {
+            {
+                let mut s = self.lock();
+                if let Some(item) = s.items.pop_front() {
+                    if s.items.is_empty() {
+                        s.items = VecDeque::new();
+                    }
+                    return Some(item);
+                }
+                if s.closed || self.senders.load(Ordering::Acquire) == 0 {
+                    return None;
+                }
+            }
+            self.ready.notified().await;
+        }
+    }
+
     /// If nothing is queued, gives back the room a burst took and says so
     /// (one lock for both, after every batch of the commit loop).
-    pub(crate) fn release_if_empty(&self) -> bool {
+    pub fn release_if_empty(&self) -> bool {
         let mut s = self.lock();
         let empty = s.items.is_empty();
         if empty {
@@ -120,12 +142,12 @@ impl Queue {
     }
 
     /// Refuses every later push; what is queued can still be taken.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         self.lock().closed = true;
     }
 
     /// The next queued item, without waiting.
-    pub(crate) fn try_recv(&self) -> Option<Queued> {
+    pub fn try_recv(&self) -> Option<T> {
         self.lock().items.pop_front()
     }
 }
@@ -133,6 +155,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Queued;
     use std::sync::Arc;
 
     fn item(n: u8) -> Queued {
@@ -201,6 +224,33 @@ mod tests {
             .expect("woken within 5 s")
             .expect("waiter");
         assert_eq!((first, second, len), (1, 0, 1));
+    }
+
+    #[tokio::test]
+    async fn recv_takes_one_at_a_time_loses_nothing_when_cancelled_and_ends_with_the_senders() {
+        let q = Arc::new(Queue::<u32>::new());
+        // A recv cancelled while it waits takes nothing.
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(20), q.recv())
+                .await
+                .is_err()
+        );
+        q.push(1).expect("open");
+        q.push(2).expect("open");
+        assert_eq!(q.recv().await, Some(1));
+        assert_eq!(q.recv().await, Some(2));
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { (q.recv().await, q.recv().await) })
+        };
+        tokio::task::yield_now().await;
+        q.push(3).expect("open");
+        q.drop_sender();
+        let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken within 5 s")
+            .expect("waiter");
+        assert_eq!(got, (Some(3), None));
     }
 
     #[tokio::test]
