@@ -173,8 +173,8 @@ struct RmcpSession {
 
 impl BackendSession for RmcpSession {
     fn deliver(&self, message: Value) -> Result<(), DeliverError> {
-        let typed: ClientJsonRpcMessage =
-            serde_json::from_value(message).map_err(|e| DeliverError::Invalid(e.to_string()))?;
+        let typed =
+            crate::inbound::typed(message).map_err(|e| DeliverError::Invalid(e.to_string()))?;
         self.inbox.push(typed).map_err(|_| DeliverError::Closed)
     }
 

@@ -30,6 +30,7 @@ mod error;
 pub mod event_id;
 mod event_store;
 mod gate;
+mod inbound;
 mod manager;
 mod owner;
 mod queue;
