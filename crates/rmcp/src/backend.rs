@@ -28,6 +28,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures_util::FutureExt;
@@ -117,9 +118,9 @@ where
         outbox: Outbox,
         restore: Option<Value>,
     ) -> Result<Box<dyn BackendSession>, BackendError> {
-        let inbox = Arc::new(Queue::new());
+        let seam = Arc::new(Seam::default());
         let port = Port {
-            inbox: inbox.clone(),
+            seam: seam.clone(),
             outbox,
         };
         let ct = CancellationToken::new();
@@ -160,14 +161,29 @@ where
                 });
             }
         }
-        Ok(Box::new(RmcpSession { inbox, ct }))
+        Ok(Box::new(RmcpSession { seam, ct }))
     }
+}
+
+/// What the transport's side and rmcp's side of one session share.
+#[derive(Default)]
+struct Seam {
+    /// Client messages for rmcp's service loop: a queue that holds nothing
+    /// while the session is idle (a channel's first block of 32 client
+    /// messages would cost 11.5 KiB per session).
+    inbox: Queue<ClientJsonRpcMessage>,
+    /// Messages the handler has sent, and how many of them the last
+    /// [`BackendSession::busy`] had seen: a handler's background task sends
+    /// through a clone of its `Peer`, which the transport cannot see start
+    /// or end, so sending is the sign that it runs.
+    sent: AtomicU64,
+    seen: AtomicU64,
 }
 
 /// One session's rmcp service, as the transport sees it: the only sender
 /// of its inbox.
 struct RmcpSession {
-    inbox: Arc<Queue<ClientJsonRpcMessage>>,
+    seam: Arc<Seam>,
     ct: CancellationToken,
 }
 
@@ -175,7 +191,20 @@ impl BackendSession for RmcpSession {
     fn deliver(&self, message: Value) -> Result<(), DeliverError> {
         let typed =
             crate::inbound::typed(message).map_err(|e| DeliverError::Invalid(e.to_string()))?;
-        self.inbox.push(typed).map_err(|_| DeliverError::Closed)
+        self.seam
+            .inbox
+            .push(typed)
+            .map_err(|_| DeliverError::Closed)
+    }
+
+    /// Busy if the handler sent anything since the route last asked (once
+    /// a maintenance pass, when the session has had nothing in flight for
+    /// the park time): a handler still notifying after its call answered is
+    /// not parked under its background task, which would end it. A quiet
+    /// handler is parked one pass later than one never asked about.
+    fn busy(&self) -> bool {
+        let sent = self.seam.sent.load(Ordering::Relaxed);
+        self.seam.seen.swap(sent, Ordering::Relaxed) != sent
     }
 
     fn close(&self) {
@@ -185,17 +214,15 @@ impl BackendSession for RmcpSession {
 
 impl Drop for RmcpSession {
     fn drop(&mut self) {
-        self.inbox.drop_sender();
+        self.seam.inbox.drop_sender();
         self.ct.cancel();
     }
 }
 
-/// rmcp's side of the seam: client messages in (an inbox that holds
-/// nothing while the session is idle: a channel's first block of 32 client
-/// messages would cost 11.5 KiB per session), server messages out to the
+/// rmcp's side of the seam: client messages in, server messages out to the
 /// session's commit queue.
 struct Port {
-    inbox: Arc<Queue<ClientJsonRpcMessage>>,
+    seam: Arc<Seam>,
     outbox: Outbox,
 }
 
@@ -211,6 +238,7 @@ impl Transport<RoleServer> for Port {
         &mut self,
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.seam.sent.fetch_add(1, Ordering::Relaxed);
         let related = match &item {
             JsonRpcMessage::Request(r) => r
                 .request
@@ -243,11 +271,11 @@ impl Transport<RoleServer> for Port {
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<ClientJsonRpcMessage>> + Send {
-        self.inbox.recv()
+        self.seam.inbox.recv()
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        self.inbox.close();
+        self.seam.inbox.close();
         Ok(())
     }
 }
