@@ -28,7 +28,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures_util::FutureExt;
@@ -133,11 +133,8 @@ where
                     // The handshake's future is large and runs once: boxed and
                     // dropped once it is done, so the task that waits out the
                     // session holds only the running service.
-                    let started = {
-                        let handshake =
-                            Box::pin(rmcp::service::serve_server_with_ct(handler, port, ct));
-                        handshake.await
-                    };
+                    let started =
+                        Box::pin(rmcp::service::serve_server_with_ct(handler, port, ct)).await;
                     match started {
                         Ok(running) => {
                             let _ = running.waiting().await;
@@ -172,12 +169,22 @@ struct Seam {
     /// while the session is idle (a channel's first block of 32 client
     /// messages would cost 11.5 KiB per session).
     inbox: Queue<ClientJsonRpcMessage>,
-    /// Messages the handler has sent, and how many of them the last
-    /// [`BackendSession::busy`] had seen: a handler's background task sends
-    /// through a clone of its `Peer`, which the transport cannot see start
-    /// or end, so sending is the sign that it runs.
-    sent: AtomicU64,
-    seen: AtomicU64,
+    /// The handler sent something since [`BackendSession::busy`] last
+    /// asked: a handler's background task sends through a clone of its
+    /// `Peer`, which the transport cannot see start or end, so sending is
+    /// the sign that it runs.
+    sent: AtomicBool,
+}
+
+impl Seam {
+    /// rmcp's side is gone (its service loop ended, or its handshake gave
+    /// up, with or without `Transport::close`): later client messages are
+    /// refused (the route answers their calls with an error instead of
+    /// leaving them to wait) and what is queued is freed now.
+    fn hang_up(&self) {
+        self.inbox.close();
+        while self.inbox.try_recv().is_some() {}
+    }
 }
 
 /// One session's rmcp service, as the transport sees it: the only sender
@@ -197,14 +204,15 @@ impl BackendSession for RmcpSession {
             .map_err(|_| DeliverError::Closed)
     }
 
-    /// Busy if the handler sent anything since the route last asked (once
-    /// a maintenance pass, when the session has had nothing in flight for
-    /// the park time): a handler still notifying after its call answered is
-    /// not parked under its background task, which would end it. A quiet
-    /// handler is parked one pass later than one never asked about.
+    /// Busy if the handler sent anything since the route last asked (at
+    /// most once a maintenance pass, once the session has had nothing in
+    /// flight for the park time): a handler still notifying after its call
+    /// answered is not parked under its background task, which would end
+    /// it. A background task counts as running only while it sends at
+    /// least once a pass (every half park time at most); a quiet handler
+    /// is parked one pass later than one never asked about.
     fn busy(&self) -> bool {
-        let sent = self.seam.sent.load(Ordering::Relaxed);
-        self.seam.seen.swap(sent, Ordering::Relaxed) != sent
+        self.seam.sent.swap(false, Ordering::Relaxed)
     }
 
     fn close(&self) {
@@ -214,6 +222,8 @@ impl BackendSession for RmcpSession {
 
 impl Drop for RmcpSession {
     fn drop(&mut self) {
+        // The inbox's one sender, counted since the queue was made: rmcp's
+        // service loop learns the session is gone once it has read the rest.
         self.seam.inbox.drop_sender();
         self.ct.cancel();
     }
@@ -224,6 +234,12 @@ impl Drop for RmcpSession {
 struct Port {
     seam: Arc<Seam>,
     outbox: Outbox,
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        self.seam.hang_up();
+    }
 }
 
 /// A message rmcp sent could not be committed.
@@ -238,7 +254,7 @@ impl Transport<RoleServer> for Port {
         &mut self,
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.seam.sent.fetch_add(1, Ordering::Relaxed);
+        self.seam.sent.store(true, Ordering::Relaxed);
         let related = match &item {
             JsonRpcMessage::Request(r) => r
                 .request
@@ -317,5 +333,37 @@ impl<S: Service<RoleServer>> Service<RoleServer> for Guarded<S> {
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         self.0.supported_protocol_versions()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ping(id: u32) -> ClientJsonRpcMessage {
+        crate::inbound::typed(serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "ping"}))
+            .expect("a ping")
+    }
+
+    #[test]
+    fn a_hung_up_seam_refuses_messages_and_frees_what_was_queued() {
+        let seam = Seam::default();
+        seam.inbox.push(ping(1)).map_err(|_| ()).expect("open");
+        seam.hang_up();
+        assert!(seam.inbox.try_recv().is_none(), "freed");
+        assert!(seam.inbox.push(ping(2)).is_err(), "refused");
+    }
+
+    #[test]
+    fn busy_says_whether_anything_was_sent_since_it_last_asked() {
+        let seam = Seam::default();
+        let session = RmcpSession {
+            seam: Arc::new(seam),
+            ct: CancellationToken::new(),
+        };
+        assert!(!session.busy());
+        session.seam.sent.store(true, Ordering::Relaxed);
+        assert!(session.busy());
+        assert!(!session.busy(), "asked once, then quiet");
     }
 }

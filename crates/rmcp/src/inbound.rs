@@ -52,12 +52,28 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Which request type a message is (a `CustomRequest` named
+    /// `tools/call` writes out as a `CallToolRequest` does).
+    fn variant(m: &ClientJsonRpcMessage) -> Option<std::mem::Discriminant<ClientRequest>> {
+        match m {
+            JsonRpcMessage::Request(r) => Some(std::mem::discriminant(&r.request)),
+            _ => None,
+        }
+    }
+
     /// The message as rmcp's own path types it, and as the fast one does,
-    /// both written back out (which includes `_meta`, kept in extensions).
+    /// both written back out (which includes `_meta`, kept in extensions);
+    /// where both typed it, they chose the same request type.
     fn both(message: Value) -> (Option<Value>, Value) {
-        let fast = hot_request(&message).map(|m| serde_json::to_value(m).unwrap());
+        let fast = hot_request(&message);
         let rmcp: ClientJsonRpcMessage = serde_json::from_value(message).expect("rmcp parses it");
-        (fast, serde_json::to_value(rmcp).unwrap())
+        if let Some(fast) = &fast {
+            assert_eq!(variant(fast), variant(&rmcp));
+        }
+        (
+            fast.map(|m| serde_json::to_value(m).unwrap()),
+            serde_json::to_value(rmcp).unwrap(),
+        )
     }
 
     #[test]

@@ -144,7 +144,10 @@ pub trait BackendSession: Send + Sync {
 
     /// Whether the backend runs work for the session that the transport
     /// cannot see in its routing table (a tool's background task, which
-    /// sends after its call answered): a busy session is not parked.
+    /// sends after its call answered): a busy session is not parked. Asked
+    /// at most once a maintenance pass, only of a session the pass would
+    /// otherwise park; an answer may reset what the next one reports
+    /// (`RmcpBackend`'s: "sent since last asked").
     fn busy(&self) -> bool {
         false
     }

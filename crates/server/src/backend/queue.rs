@@ -3,9 +3,9 @@
 //! loop takes it), and a hosted handler's inbox (`mcp-resume-rmcp`).
 //!
 //! Why not a tokio channel: every session has one for its whole life, idle
-//! or not, and an unbounded channel costs about 800 bytes when it is made
-//! (its cache-padded state, 512 bytes) plus a first block of 32 slots, of
-//! 32 times its item: 11.5 KiB for rmcp's client message of 360 bytes. This
+//! or not, and an unbounded channel is made with 512 bytes of cache-padded
+//! state and a first block of 32 slots: about 800 bytes for the commit
+//! queue's items, 11.5 KiB for rmcp's client message of 360 bytes. This
 //! queue is a lock over a `VecDeque` that holds nothing while idle (so its
 //! items need no box of their own), a [`Notify`] and a count of the
 //! senders; the receiver waits on the `Notify`, and learns that every
@@ -18,8 +18,10 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 /// The queue; senders are counted by whoever clones them
-/// ([`Queue::add_sender`], [`Queue::drop_sender`]). One receiver: it takes
-/// items with [`Queue::recv`] or [`Queue::recv_many`].
+/// ([`Queue::add_sender`], [`Queue::drop_sender`]), and whoever makes the
+/// queue holds its first sender. One receiver: it takes items with
+/// [`Queue::recv`] or [`Queue::recv_many`] (a sender leaving wakes one
+/// waiter).
 pub struct Queue<T> {
     state: Mutex<State<T>>,
     ready: Notify,
@@ -81,7 +83,9 @@ impl<T> Queue<T> {
     pub fn drop_sender(&self) {
         // Release: what this sender pushed is seen by the receiver that
         // sees the count reach 0 (Acquire below).
-        if self.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let before = self.senders.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "a sender dropped twice");
+        if before == 1 {
             self.ready.notify_one();
         }
     }
@@ -144,6 +148,7 @@ impl<T> Queue<T> {
     /// Refuses every later push; what is queued can still be taken.
     pub fn close(&self) {
         self.lock().closed = true;
+        self.ready.notify_one();
     }
 
     /// The next queued item, without waiting.
