@@ -30,27 +30,14 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tower_service::Service;
 
+use super::due::State;
 use super::ConnLimits;
-
-/// What the watch knows about a connection.
-struct State {
-    /// Requests whose responses have not ended.
-    active: usize,
-    /// When `active` last dropped to zero (or the connection began).
-    idle_since: Instant,
-    /// When the first byte arrived since the last request began, if any did.
-    read_since_request: Option<Instant>,
-    /// Whether any request has begun.
-    served: bool,
-    /// Whether the connection speaks HTTP/2, whose control frames (PING,
-    /// WINDOW_UPDATE) arrive between requests and are no request header.
-    h2: bool,
-}
 
 /// The shared activity record of one connection, and the bell that rings
 /// the watch when it changes.
 struct Activity {
     state: Mutex<State>,
+    limits: ConnLimits,
     changed: Notify,
     /// The SSE answer this HTTP/1.1 connection takes over once its head is
     /// flushed: at most one, as the connection ends with it (looked at on
@@ -69,8 +56,9 @@ enum Expiry {
 }
 
 impl Activity {
-    /// A connection made at `since` (its first request's header is due from then).
-    fn new(since: Instant) -> Self {
+    /// A connection made at `since` (its first request's header is due
+    /// from then), held to `limits`.
+    fn new(since: Instant, limits: ConnLimits) -> Self {
         Self {
             state: Mutex::new(State {
                 active: 0,
@@ -78,7 +66,9 @@ impl Activity {
                 read_since_request: None,
                 served: false,
                 h2: false,
+                armed: None,
             }),
+            limits,
             changed: Notify::new(),
             offer: OnceLock::new(),
             handoff: Notify::new(),
@@ -129,25 +119,31 @@ impl Activity {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Rings the watch if the change just made (under `s`) makes the
+    /// connection due before the watch would look again.
+    fn changed(&self, s: MutexGuard<'_, State>) {
+        if s.due_sooner(&self.limits) {
+            drop(s);
+            self.changed.notify_one();
+        }
+    }
+
     fn on_read(&self) {
         let mut s = self.lock();
         if s.read_since_request.is_none() {
             s.read_since_request = Some(Instant::now());
-            if s.active == 0 {
-                drop(s);
-                self.changed.notify_one();
-            }
+            self.changed(s);
         }
     }
 
+    /// A request began: nothing is due while it is in flight, so the watch
+    /// is not rung (it finds that out when it next looks).
     fn on_request(&self, h2: bool) {
         let mut s = self.lock();
         s.active += 1;
         s.served = true;
         s.h2 |= h2;
         s.read_since_request = None;
-        drop(s);
-        self.changed.notify_one();
     }
 
     fn on_response_end(&self) {
@@ -155,49 +151,35 @@ impl Activity {
         s.active -= 1;
         if s.active == 0 {
             s.idle_since = Instant::now();
-            drop(s);
-            self.changed.notify_one();
+            self.changed(s);
         }
     }
 
-    /// The verdict now, or the instant to look again (`None`: when told).
-    fn check(&self, limits: &ConnLimits) -> Result<Option<Instant>, Expiry> {
-        let s = self.lock();
-        if s.active > 0 {
-            return Ok(None);
-        }
+    /// The verdict now, or the instant to look again (`None`: when told),
+    /// which the changes that follow compare with.
+    fn check(&self) -> Result<Option<Instant>, Expiry> {
+        let mut s = self.lock();
+        let (header_due, idle_at) = s.deadlines(&self.limits);
         let now = Instant::now();
-        // The first request's header is due from the start; a later one from
-        // its first byte (HTTP/1 only: HTTP/2 control frames are no header).
-        let header_from = if !s.served {
-            Some(s.idle_since)
-        } else if s.h2 {
-            None
-        } else {
-            s.read_since_request.map(|t| t.max(s.idle_since))
-        };
-        let header_due = header_from.map(|t| t + limits.header_read_timeout);
         if header_due.is_some_and(|due| now >= due) {
             return Err(Expiry::HeaderTimeout);
         }
-        // HTTP/1 bytes after the last request are the next request's header,
-        // timed above; HTTP/2 is idle whatever control frames arrive.
-        let idle_at = (s.h2 || s.read_since_request.is_none())
-            .then_some(s.idle_since + limits.keep_alive_idle);
         if idle_at.is_some_and(|at| now >= at) {
             return Err(Expiry::Idle);
         }
-        Ok(match (header_due, idle_at) {
+        s.armed = match (header_due, idle_at) {
             (Some(due), Some(at)) => Some(due.min(at)),
             (due, at) => due.or(at),
-        })
+        };
+        Ok(s.armed)
     }
 
     /// Resolves when the connection has expired.
-    async fn watch(&self, limits: ConnLimits) -> Expiry {
+    async fn watch(&self) -> Expiry {
         loop {
+            // Made before the check: a ring between the two is kept.
             let wake = self.changed.notified();
-            match self.check(&limits) {
+            match self.check() {
                 Err(e) => return e,
                 Ok(Some(at)) => {
                     tokio::select! {
@@ -330,7 +312,7 @@ pub(super) async fn serve_one<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Arc::new(Activity::new(since));
+    let activity = Arc::new(Activity::new(since, limits));
     let io = TokioIo::new(Watched {
         io,
         activity: activity.clone(),
@@ -367,15 +349,15 @@ where
     // its connection's task for hours). hyper's connection types share no
     // trait for a graceful shutdown, hence one closure per type.
     type Served<S> = Pin<Box<dyn std::future::Future<Output = Option<Handover<S>>> + Send>>;
-    let watched = (activity.clone(), limits, stop.clone());
+    let watched = (activity.clone(), stop.clone());
     // A connection that is never handed over (HTTP/2, or not told yet).
     macro_rules! to_its_end {
         ($conn:expr) => {{
             let conn = $conn;
             Box::pin(async move {
-                let (activity, limits, stop) = watched;
+                let (activity, stop) = watched;
                 tokio::pin!(conn);
-                drive(conn, |c| c.graceful_shutdown(), &activity, limits, stop).await;
+                drive(conn, |c| c.graceful_shutdown(), &activity, stop).await;
                 None
             })
         }};
@@ -387,12 +369,11 @@ where
             b.header_read_timeout(None);
             let mut conn = b.serve_connection(io, service).with_upgrades();
             Box::pin(async move {
-                let (activity, limits, stop) = watched;
+                let (activity, stop) = watched;
                 let ended = drive(
                     Pin::new(&mut conn),
                     |c| c.graceful_shutdown(),
                     &activity,
-                    limits,
                     stop,
                 )
                 .await;
@@ -431,14 +412,13 @@ async fn drive<C, E>(
     mut conn: Pin<&mut C>,
     shutdown: impl Fn(Pin<&mut C>),
     activity: &Activity,
-    limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
 ) -> bool
 where
     C: std::future::Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    let watch = activity.watch(limits);
+    let watch = activity.watch();
     tokio::pin!(watch);
     let mut closing = false;
     let mut watching = true;

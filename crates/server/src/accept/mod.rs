@@ -11,6 +11,7 @@
 //! for in-flight requests at most [`ConnLimits::shutdown_grace`].
 
 mod conn;
+mod due;
 mod handoff;
 mod sniff;
 mod tls;
