@@ -34,7 +34,8 @@ use super::due::State;
 use super::ConnLimits;
 
 /// The shared activity record of one connection, and the bell that rings
-/// the watch when it changes.
+/// the watch when a change makes the connection due before it would look
+/// again.
 struct Activity {
     state: Mutex<State>,
     limits: ConnLimits,
@@ -121,7 +122,7 @@ impl Activity {
 
     /// Rings the watch if the change just made (under `s`) makes the
     /// connection due before the watch would look again.
-    fn changed(&self, s: MutexGuard<'_, State>) {
+    fn ring_if_due_sooner(&self, s: MutexGuard<'_, State>) {
         if s.due_sooner(&self.limits) {
             drop(s);
             self.changed.notify_one();
@@ -132,7 +133,7 @@ impl Activity {
         let mut s = self.lock();
         if s.read_since_request.is_none() {
             s.read_since_request = Some(Instant::now());
-            self.changed(s);
+            self.ring_if_due_sooner(s);
         }
     }
 
@@ -151,12 +152,16 @@ impl Activity {
         s.active -= 1;
         if s.active == 0 {
             s.idle_since = Instant::now();
-            self.changed(s);
+            self.ring_if_due_sooner(s);
         }
     }
 
-    /// The verdict now, or the instant to look again (`None`: when told),
-    /// which the changes that follow compare with.
+    /// The verdict now, or the instant to look again, which the changes
+    /// that follow compare with. It is never further off than the shorter
+    /// of the two limits: any deadline a later read or response end makes
+    /// is at least that far from it, so those never ring the watch (a
+    /// connection's watch wakes once per that limit, instead of at each of
+    /// its requests).
     fn check(&self) -> Result<Option<Instant>, Expiry> {
         let mut s = self.lock();
         let (header_due, idle_at) = s.deadlines(&self.limits);
@@ -167,17 +172,24 @@ impl Activity {
         if idle_at.is_some_and(|at| now >= at) {
             return Err(Expiry::Idle);
         }
-        s.armed = match (header_due, idle_at) {
-            (Some(due), Some(at)) => Some(due.min(at)),
-            (due, at) => due.or(at),
+        let horizon = now
+            + self
+                .limits
+                .header_read_timeout
+                .min(self.limits.keep_alive_idle);
+        let due = match (header_due, idle_at) {
+            (Some(due), Some(at)) => due.min(at),
+            (due, at) => due.or(at).unwrap_or(horizon),
         };
+        s.armed = Some(due.min(horizon));
         Ok(s.armed)
     }
 
     /// Resolves when the connection has expired.
     async fn watch(&self) -> Expiry {
         loop {
-            // Made before the check: a ring between the two is kept.
+            // A ring after the check is kept (`notify_one` leaves a permit
+            // when nobody waits yet).
             let wake = self.changed.notified();
             match self.check() {
                 Err(e) => return e,
@@ -449,5 +461,42 @@ where
                 shutdown(conn.as_mut());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    /// Whether the watch was rung (a permit is waiting), taking the ring.
+    fn rung(a: &Activity) -> bool {
+        a.changed.notified().now_or_never().is_some()
+    }
+
+    #[test]
+    fn a_keep_alive_connections_requests_do_not_ring_its_watch() {
+        let a = Activity::new(Instant::now(), ConnLimits::default());
+        for _ in 0..3 {
+            // The watch looks while the connection is idle (armed for idle
+            // time) and while a request is in flight (nothing due): neither
+            // the next request's first byte nor a response's end is due
+            // before it looks again.
+            assert!(matches!(a.check(), Ok(Some(_))), "not expired, armed");
+            a.on_read();
+            a.on_request(false);
+            assert!(matches!(a.check(), Ok(Some(_))), "armed while in flight");
+            a.on_response_end();
+            assert!(!rung(&a));
+        }
+    }
+
+    #[test]
+    fn a_change_before_the_watch_first_looked_rings_it() {
+        let a = Activity::new(Instant::now(), ConnLimits::default());
+        a.on_request(false);
+        assert!(!rung(&a), "nothing is due while a request is in flight");
+        a.on_response_end();
+        assert!(rung(&a));
     }
 }

@@ -70,10 +70,11 @@ mod tests {
     use std::time::Duration;
 
     fn limits() -> ConnLimits {
-        let mut l = ConnLimits::default();
-        l.header_read_timeout = Duration::from_secs(30);
-        l.keep_alive_idle = Duration::from_secs(60);
-        l
+        ConnLimits {
+            header_read_timeout: Duration::from_secs(30),
+            keep_alive_idle: Duration::from_secs(60),
+            ..ConnLimits::default()
+        }
     }
 
     fn fresh(t0: Instant) -> State {
@@ -120,8 +121,9 @@ mod tests {
         s.read_since_request = Some(t0 + Duration::from_secs(2));
         assert_eq!(s.deadlines(&l), (Some(t0 + Duration::from_secs(32)), None));
         assert!(!s.due_sooner(&l));
-        // Armed later than that (the watch last looked long ago): rung.
-        s.armed = Some(t0 + Duration::from_secs(40));
+        // Armed for the idle instant the response's end made (t0 + 61 s):
+        // the header, due sooner, rings it.
+        s.armed = Some(t0 + Duration::from_secs(61));
         assert!(s.due_sooner(&l));
     }
 }
