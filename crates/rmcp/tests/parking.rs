@@ -19,7 +19,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
 mod common;
-use common::mcp_http::{init, read_until, rpc};
+use common::mcp_http::{init, listen, read_until, rpc};
 
 /// Notifications `tick` sends after answering, and the time between them:
 /// 3 s of background work against a park time of 1 s, about twenty sends
@@ -92,14 +92,7 @@ async fn a_handler_notifying_in_the_background_is_parked_only_once_quiet() {
 
     let http = reqwest::Client::new();
     let sid = init(&http, &url).await;
-    let mut stream = http
-        .get(&url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", &sid)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stream.status(), 200);
+    let mut stream = listen(&http, &url, &sid).await;
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": {"name": "tick", "arguments": {}}});
     let answer = rpc(&http, &url, &sid, call.clone()).await;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::mcp_http::{init, post};
+use common::mcp_http::{init, listen, post};
 use common::rt;
 use faulty::{Faults, FaultyLog};
 use mcp_resume_log::{Log, MemoryLog, Retention, StreamKey};
@@ -143,14 +143,7 @@ fn a_handler_finishes_while_the_log_holds_its_sends_and_nobody_sees_them_before_
         let http = reqwest::Client::new();
         let sid = init(&http, &url).await;
 
-        let get = http
-            .get(&url)
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &sid)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(get.status(), 200);
+        let get = listen(&http, &url, &sid).await;
         let standalone = Arc::new(std::sync::Mutex::new(Vec::new()));
         tokio::spawn(drain(get, standalone.clone()));
 

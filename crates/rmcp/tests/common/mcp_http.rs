@@ -168,6 +168,20 @@ pub async fn rpc(http: &reqwest::Client, url: &str, sid: &str, body: Value) -> V
         .unwrap()
 }
 
+/// `GET url` in session `sid` without a cursor: its standalone stream,
+/// which must be opened.
+pub async fn listen(http: &reqwest::Client, url: &str, sid: &str) -> reqwest::Response {
+    let resp = http
+        .get(url)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", sid)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp
+}
+
 /// `GET url` with `Last-Event-ID: cursor`: a resume, which must be accepted.
 pub async fn resume(
     http: &reqwest::Client,
