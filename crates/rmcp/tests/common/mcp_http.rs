@@ -171,15 +171,7 @@ pub async fn rpc(http: &reqwest::Client, url: &str, sid: &str, body: Value) -> V
 /// `GET url` in session `sid` without a cursor: its standalone stream,
 /// which must be opened.
 pub async fn listen(http: &reqwest::Client, url: &str, sid: &str) -> reqwest::Response {
-    let resp = http
-        .get(url)
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", sid)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp
+    stream(http, url, sid, None).await
 }
 
 /// `GET url` with `Last-Event-ID: cursor`: a resume, which must be accepted.
@@ -189,14 +181,24 @@ pub async fn resume(
     sid: &str,
     cursor: &str,
 ) -> reqwest::Response {
-    let resp = http
+    stream(http, url, sid, Some(cursor)).await
+}
+
+/// `GET url` in session `sid`, from `cursor` if any: must answer 200.
+async fn stream(
+    http: &reqwest::Client,
+    url: &str,
+    sid: &str,
+    cursor: Option<&str>,
+) -> reqwest::Response {
+    let mut get = http
         .get(url)
         .header("accept", "text/event-stream")
-        .header("mcp-session-id", sid)
-        .header("last-event-id", cursor)
-        .send()
-        .await
-        .unwrap();
+        .header("mcp-session-id", sid);
+    if let Some(cursor) = cursor {
+        get = get.header("last-event-id", cursor);
+    }
+    let resp = get.send().await.unwrap();
     assert_eq!(resp.status(), 200);
     resp
 }

@@ -1,0 +1,35 @@
+//! The connection watch: when a change rings it.
+
+use super::*;
+use futures_util::FutureExt;
+
+/// Whether the watch was rung (a permit is waiting), taking the ring.
+fn rung(a: &Activity) -> bool {
+    a.changed.notified().now_or_never().is_some()
+}
+
+#[test]
+fn a_keep_alive_connections_requests_do_not_ring_its_watch() {
+    let a = Activity::new(Instant::now(), ConnLimits::default());
+    for _ in 0..3 {
+        // The watch looks while the connection is idle (armed for idle
+        // time) and while a request is in flight (nothing due): neither
+        // the next request's first byte nor a response's end is due
+        // before it looks again.
+        assert!(matches!(a.check(), Ok(Some(_))), "not expired, armed");
+        a.on_read();
+        a.on_request(false);
+        assert!(matches!(a.check(), Ok(Some(_))), "armed while in flight");
+        a.on_response_end();
+        assert!(!rung(&a));
+    }
+}
+
+#[test]
+fn a_change_before_the_watch_first_looked_rings_it() {
+    let a = Activity::new(Instant::now(), ConnLimits::default());
+    a.on_request(false);
+    assert!(!rung(&a), "nothing is due while a request is in flight");
+    a.on_response_end();
+    assert!(rung(&a));
+}
