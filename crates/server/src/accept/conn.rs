@@ -129,9 +129,13 @@ impl Activity {
         }
     }
 
+    /// Bytes arrived. Only those read with no request in flight begin the
+    /// next request's header: a read during one is its body (a POST's body
+    /// often comes in a read of its own), or a pipelined request, which the
+    /// idle limit bounds.
     fn on_read(&self) {
         let mut s = self.lock();
-        if s.read_since_request.is_none() {
+        if s.active == 0 && s.read_since_request.is_none() {
             s.read_since_request = Some(Instant::now());
             self.ring_if_due_sooner(s);
         }

@@ -33,3 +33,18 @@ fn a_change_before_the_watch_first_looked_rings_it() {
     a.on_response_end();
     assert!(rung(&a));
 }
+
+#[test]
+fn a_body_read_after_its_request_began_is_no_next_header() {
+    let limits = ConnLimits::default();
+    let a = Activity::new(Instant::now(), limits);
+    a.on_read();
+    a.on_request(false);
+    // The POST's body arrives in a read of its own.
+    a.on_read();
+    a.on_response_end();
+    let s = a.lock();
+    let (header_due, idle_at) = s.deadlines(&limits);
+    assert_eq!(header_due, None, "no next header has begun");
+    assert_eq!(idle_at, Some(s.idle_since + limits.keep_alive_idle));
+}
