@@ -165,12 +165,13 @@ impl McpServer {
                 &format!("{p}/tasks/{{id}}/events"),
                 get(http::task_events).fallback(|| async { not_allowed("GET") }),
             )
-            .layer(axum::middleware::from_fn_with_state(
-                self.state.clone(),
-                http::ops::count_refusals,
+            // One layer (a stack), not one per layer: `Router::layer` boxes
+            // each route under every layer it is given, and each box is
+            // cloned and its future boxed again for every request.
+            .layer(tower_layer::Stack::new(
+                cors::layer(&self.state),
+                trace::layer(&self.state),
             ))
-            .layer(cors::layer(&self.state))
-            .layer(trace::layer())
             .with_state(self.state.clone());
         let mcp = match self.state.config.auth.metadata_router() {
             Some(metadata) => mcp.merge(metadata),

@@ -3,7 +3,7 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use mcp_resume_proto::{
     headers as h, EventId, STATELESS_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS,
@@ -15,6 +15,12 @@ use crate::error::ApiError;
 use crate::jsonrpc;
 use crate::route::state::AppState;
 use crate::session::{valid_session_id, SessionRecord};
+
+/// `Mcp-Session-Id` as a [`HeaderName`]: a lookup by `&str` parses and
+/// classifies the name first, on every request.
+pub(crate) const SESSION_ID: HeaderName = HeaderName::from_static(h::MCP_SESSION_ID);
+/// `MCP-Protocol-Version` as a [`HeaderName`] (see [`SESSION_ID`]).
+pub(crate) const PROTOCOL_VERSION: HeaderName = HeaderName::from_static(h::MCP_PROTOCOL_VERSION);
 
 /// The `last_event_id` query parameter.
 #[derive(Debug, Deserialize, Default)]
@@ -73,7 +79,7 @@ pub(crate) async fn credentials(
 /// A request's `MCP-Protocol-Version`, if any, must be one this server
 /// speaks (a session's must then equal its negotiated one, [`live_session`]).
 pub(crate) fn check_version(headers: &HeaderMap) -> Result<(), ApiError> {
-    if let Some(v) = headers.get(h::MCP_PROTOCOL_VERSION) {
+    if let Some(v) = headers.get(PROTOCOL_VERSION) {
         let v = v.to_str().unwrap_or_default();
         if !SUPPORTED_PROTOCOL_VERSIONS.contains(&v) && !STATELESS_PROTOCOL_VERSIONS.contains(&v) {
             return Err(ApiError::bad(
@@ -120,18 +126,21 @@ pub(super) fn accepts(headers: &HeaderMap) -> Accepts {
 
 /// The session named by `Mcp-Session-Id`, which must exist.
 pub(super) fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    match headers.get(h::MCP_SESSION_ID) {
-        None => Ok(None),
-        Some(v) => {
-            let id = v.to_str().map_err(|_| {
-                ApiError::bad("invalid-session-id", "Mcp-Session-Id must be visible ASCII")
-            })?;
-            if !valid_session_id(id) {
-                return Err(ApiError::NoSession(id.to_owned()));
-            }
-            Ok(Some(id.to_owned()))
-        }
+    let Some(v) = headers.get(SESSION_ID) else {
+        return Ok(None);
+    };
+    // An id this server made is lowercase hex, so visible ASCII: only
+    // another value needs the ASCII check, for its error.
+    if let Some(id) = std::str::from_utf8(v.as_bytes())
+        .ok()
+        .filter(|id| valid_session_id(id))
+    {
+        return Ok(Some(id.to_owned()));
     }
+    let id = v
+        .to_str()
+        .map_err(|_| ApiError::bad("invalid-session-id", "Mcp-Session-Id must be visible ASCII"))?;
+    Err(ApiError::NoSession(id.to_owned()))
 }
 
 /// Who is calling: the principal the guard authenticated (none when the
@@ -150,9 +159,7 @@ pub(crate) async fn live_session(
     need_record: bool,
 ) -> Result<Option<SessionRecord>, ApiError> {
     state.log.touch(id).await?;
-    let version = headers
-        .get(h::MCP_PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok());
+    let version = headers.get(PROTOCOL_VERSION).and_then(|v| v.to_str().ok());
     if !need_record && version.is_none() && principal.is_none() {
         return Ok(None);
     }

@@ -2,7 +2,7 @@
 //! `P`, and the session stream on `P/session/{id}/events`.
 
 mod forward;
-mod guard;
+pub(crate) mod guard;
 pub(crate) mod ops;
 mod pin_guard;
 mod post;

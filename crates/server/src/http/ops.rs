@@ -8,7 +8,6 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use mcp_resume_log::LogError;
 
-use crate::metrics::StatusLabel;
 use crate::route::state::AppState;
 
 /// `GET /metrics`.
@@ -48,24 +47,4 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
                 .into_response()
         }
     }
-}
-
-/// Counts every refused request (4xx, 5xx) by status; a layer on the MCP routes.
-pub(crate) async fn count_refusals(
-    State(state): State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let resp = next.run(req).await;
-    let status = resp.status();
-    if status.is_client_error() || status.is_server_error() {
-        state
-            .metrics
-            .refusals
-            .get_or_create(&StatusLabel {
-                status: status.as_u16(),
-            })
-            .inc();
-    }
-    resp
 }

@@ -60,11 +60,15 @@ pub async fn post(
     let session = session_header(&headers)?;
     if session.is_none() && super::stateless::is_stateless(&headers, &value) {
         let caller = crate::tasks::Caller(principal);
-        return Ok(super::stateless::serve(&state, caller, uri, headers, bytes, &value).await);
+        // Boxed, as every path but a session's message below: a future
+        // holds the largest of the futures it awaits, and this one is moved
+        // into a box per request.
+        let serve = super::stateless::serve(&state, caller, uri, headers, bytes, &value);
+        return Ok(Box::pin(serve).await);
     }
     check_version(&headers)?;
     if let Value::Array(items) = &value {
-        return batch(&state, session, &headers, &principal, items).await;
+        return Box::pin(batch(&state, session, &headers, &principal, items)).await;
     }
     let msg = match Incoming::classify(&value) {
         Ok(m) => m,
@@ -88,7 +92,7 @@ pub async fn post(
                 "initialize must not carry Mcp-Session-Id",
             ));
         }
-        return super::relay::initialize(&state, principal, acc.json, value).await;
+        return Box::pin(super::relay::initialize(&state, principal, acc.json, value)).await;
     }
     let Some(session) = session else {
         return Err(ApiError::bad(

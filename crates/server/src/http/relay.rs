@@ -118,15 +118,20 @@ pub(super) async fn message(
     acc: Accepts,
     message: Value,
 ) -> Result<Response, ApiError> {
+    // The paths other than a call answered here are boxed: this future is
+    // as large as the largest it awaits, and is moved for every request.
     if message.get("method").is_none() {
         // An answer to a server request: no backend needs starting for it.
-        client_answer(state, &session, message).await?;
+        Box::pin(client_answer(state, &session, message)).await?;
         return Ok(StatusCode::ACCEPTED.into_response());
     }
     let route = match route::lease::locate(state, &session).await? {
         Located::Here(r) => r,
         Located::There(owner) => {
-            return super::forward::message(state, session, &owner, acc, message).await
+            return Box::pin(super::forward::message(
+                state, session, &owner, acc, message,
+            ))
+            .await
         }
     };
     let method = message
@@ -137,7 +142,7 @@ pub(super) async fn message(
         (Some(method), true) => {
             let at_once = state.backend.streams_at_once(&method, params_of(&message));
             if acc.sse && (!acc.json || at_once) {
-                call_stream(state, session, &route, message).await
+                Box::pin(call_stream(state, session, &route, message)).await
             } else if acc.sse && method == "tools/call" {
                 call_lazy(state, session, &route, message).await
             } else {
@@ -147,7 +152,7 @@ pub(super) async fn message(
         }
         (Some(method), false) => {
             if method == "notifications/cancelled" {
-                cancelled(state, &session, &route, &message).await;
+                Box::pin(cancelled(state, &session, &route, &message)).await;
             }
             // A notification the backend cannot read is dropped: nobody
             // waits for an answer to it.
@@ -157,7 +162,7 @@ pub(super) async fn message(
             Ok(StatusCode::ACCEPTED.into_response())
         }
         (None, _) => {
-            client_answer(state, &session, message).await?;
+            Box::pin(client_answer(state, &session, message)).await?;
             Ok(StatusCode::ACCEPTED.into_response())
         }
     }
