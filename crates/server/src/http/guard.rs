@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::jsonrpc;
 use crate::route::state::AppState;
-use crate::session::{valid_session_id, SessionRecord};
+use crate::session::{valid_session_id_bytes, SessionRecord};
 
 /// `Mcp-Session-Id` as a [`HeaderName`]: a lookup by `&str` parses and
 /// classifies the name first, on every request.
@@ -131,11 +131,10 @@ pub(super) fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiE
     };
     // An id this server made is lowercase hex, so visible ASCII: only
     // another value needs the ASCII check, for its error.
-    if let Some(id) = std::str::from_utf8(v.as_bytes())
-        .ok()
-        .filter(|id| valid_session_id(id))
-    {
-        return Ok(Some(id.to_owned()));
+    if valid_session_id_bytes(v.as_bytes()) {
+        if let Ok(id) = std::str::from_utf8(v.as_bytes()) {
+            return Ok(Some(id.to_owned()));
+        }
     }
     let id = v
         .to_str()
