@@ -5,7 +5,6 @@
 //! makes [`Hub::subscribe`] a commit point: an event is either at or below
 //! the head it returns, or delivered to the new subscriber, never neither.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -37,7 +36,8 @@ pub(crate) enum Cached {
 
 /// All sessions of one log instance.
 pub(crate) struct Hub {
-    sessions: RwLock<HashMap<Arc<str>, Arc<Mutex<SessionState>>>>,
+    /// Hashed with foldhash: every operation looks its session up here.
+    sessions: RwLock<foldhash::HashMap<Arc<str>, Arc<Mutex<SessionState>>>>,
     pub retention: Retention,
     sub_capacity: usize,
     cache_limit: usize,
@@ -58,7 +58,7 @@ pub(crate) fn lock(cell: &Cell) -> std::sync::MutexGuard<'_, SessionState> {
 impl Hub {
     pub fn new(retention: Retention, sub_capacity: usize, cache_limit: usize) -> Self {
         Self {
-            sessions: RwLock::new(HashMap::new()),
+            sessions: RwLock::new(foldhash::HashMap::default()),
             retention,
             sub_capacity,
             cache_limit,

@@ -3,12 +3,11 @@
 //! requests awaiting the client's response. No I/O: [`Table::route`] decides
 //! where a message goes; the caller commits it.
 
-use std::collections::HashMap;
-
 use mcp_resume_log::{Seq, StreamKey, Subscription};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::Map;
 use crate::backend::Outbound;
 
 /// What a POST that waits on a lazy call gets.
@@ -96,9 +95,9 @@ enum Target {
 
 /// One session's routing state on this instance.
 pub(crate) struct Table {
-    calls: HashMap<String, Call>,
-    tokens: HashMap<String, String>,
-    asked: HashMap<String, Asked>,
+    calls: Map<String, Call>,
+    tokens: Map<String, String>,
+    asked: Map<String, Asked>,
     /// Wire ids of server requests are `PREFIX` + a counter: unique across
     /// instances and incarnations, so a late response never completes a
     /// newer request.
@@ -150,9 +149,9 @@ impl Table {
     /// An empty table whose server requests get ids starting with `prefix`.
     pub(crate) fn new(prefix: String) -> Self {
         Self {
-            calls: HashMap::new(),
-            tokens: HashMap::new(),
-            asked: HashMap::new(),
+            calls: Map::default(),
+            tokens: Map::default(),
+            asked: Map::default(),
             prefix,
             next: 0,
             watching: false,
