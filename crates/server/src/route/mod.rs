@@ -43,8 +43,9 @@ pub(crate) fn asker(wire: &str) -> Option<&str> {
     (instance.len() == 32 && instance.bytes().all(|b| b.is_ascii_hexdigit())).then_some(instance)
 }
 /// The maps of sessions and calls, looked up several times a request: hashed
-/// with foldhash (seeded at random) rather than SipHash, which took about
-/// 320 instructions for each lookup of a 64-byte session id.
+/// with foldhash rather than SipHash, which took about 320 instructions for
+/// each lookup of a 64-byte session id. Its seed is random per process, so a
+/// client cannot aim the call ids it chooses at one bucket without it.
 pub(crate) type Map<K, V> = foldhash::HashMap<K, V>;
 
 /// Most queued messages committed in one pass.
