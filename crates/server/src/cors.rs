@@ -24,6 +24,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_layer::Layer as _;
 use tower_service::Service;
 
+use crate::names::{PROTOCOL_VERSION, SESSION_ID};
 use crate::route::state::AppState;
 
 /// What tower-http's CORS layer says responses vary by (its default).
@@ -52,14 +53,14 @@ fn cors(state: &AppState) -> CorsLayer {
             header::CONTENT_TYPE,
             header::AUTHORIZATION,
             header::ACCEPT,
-            HeaderName::from_static(h::MCP_SESSION_ID),
-            HeaderName::from_static(h::MCP_PROTOCOL_VERSION),
+            SESSION_ID,
+            PROTOCOL_VERSION,
             HeaderName::from_static(h::LAST_EVENT_ID),
             HeaderName::from_static(h::MCP_METHOD),
             HeaderName::from_static(h::MCP_NAME),
         ])
         .expose_headers([
-            HeaderName::from_static(h::MCP_SESSION_ID),
+            SESSION_ID,
             HeaderName::from_static(h::RESUME_CURSOR),
             HeaderName::from_static(h::RESUME_LISTEN),
             header::WWW_AUTHENTICATE,

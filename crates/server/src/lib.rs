@@ -40,6 +40,7 @@ mod jsonrpc;
 mod maintenance;
 mod mcp;
 mod metrics;
+mod names;
 mod retry;
 mod route;
 mod session;

@@ -23,8 +23,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Span;
 
-use crate::http::guard::SESSION_ID;
 use crate::metrics::StatusLabel;
+use crate::names::SESSION_ID;
 use crate::route::state::AppState;
 
 /// The layer of `state`'s MCP routes.

@@ -42,6 +42,11 @@ async fn one_request(stream: &mut TcpStream) -> String {
         .write_all(b"GET /nowhere HTTP/1.1\r\nHost: t\r\n\r\n")
         .await
         .unwrap();
+    read_response(stream).await
+}
+
+/// Reads one whole (Content-Length) response.
+async fn read_response(stream: &mut TcpStream) -> String {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -145,6 +150,35 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     assert!(
         at >= idle - Duration::from_millis(100),
         "closed too early: {at:?}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_a_post_whose_body_came_later_the_connection_is_idle_not_mid_header() {
+    let (header_read, idle) = (Duration::from_secs(1), Duration::from_secs(3));
+    let s = TestServer::start(config(header_read, idle)).await;
+    let mut c = TcpStream::connect(s.addr).await.unwrap();
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: t\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).await.unwrap();
+    // The body in a read of its own, while the request is in flight.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    c.write_all(body).await.unwrap();
+    let answer = read_response(&mut c).await;
+    assert!(answer.contains("missing-session-id"), "{answer}");
+    let served = Instant::now();
+    let at = closed_after(&mut c, served, idle + Duration::from_secs(2))
+        .await
+        .expect("the idle connection was closed");
+    // Timed as a header, it was cut off after the header timeout (1 s).
+    assert!(
+        at >= idle - Duration::from_millis(300),
+        "closed by the header timeout, not as idle: {at:?}"
     );
     s.shutdown().await;
 }

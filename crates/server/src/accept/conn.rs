@@ -65,6 +65,7 @@ impl Activity {
                 active: 0,
                 idle_since: since,
                 read_since_request: None,
+                body_pending: false,
                 served: false,
                 h2: false,
                 armed: None,
@@ -129,13 +130,13 @@ impl Activity {
         }
     }
 
-    /// Bytes arrived. Only those read with no request in flight begin the
-    /// next request's header: a read during one is its body (a POST's body
-    /// often comes in a read of its own), or a pipelined request, which the
-    /// idle limit bounds.
+    /// Bytes arrived. Those read while a request in flight still reads its
+    /// body are that body (a POST's body often comes in a read of its own);
+    /// any others begin the next request's header (a pipelined one may
+    /// arrive before the response ends: it is timed from that end).
     fn on_read(&self) {
         let mut s = self.lock();
-        if s.active == 0 && s.read_since_request.is_none() {
+        if !(s.active > 0 && s.body_pending) && s.read_since_request.is_none() {
             s.read_since_request = Some(Instant::now());
             self.ring_if_due_sooner(s);
         }
@@ -143,12 +144,18 @@ impl Activity {
 
     /// A request began: nothing is due while it is in flight, so the watch
     /// is not rung (it finds that out when it next looks).
-    fn on_request(&self, h2: bool) {
+    fn on_request(&self, h2: bool, body_pending: bool) {
         let mut s = self.lock();
         s.active += 1;
         s.served = true;
         s.h2 |= h2;
+        s.body_pending = body_pending;
         s.read_since_request = None;
+    }
+
+    /// The request in flight has read its whole body.
+    fn on_body_end(&self) {
+        self.lock().body_pending = false;
     }
 
     fn on_response_end(&self) {
@@ -273,6 +280,40 @@ impl Drop for InFlight {
     }
 }
 
+/// An HTTP/1 request's body, telling the watch when it has been read whole
+/// (what is read after that is the next request's header).
+struct Reading {
+    body: Incoming,
+    /// Taken once the end is told.
+    activity: Option<Arc<Activity>>,
+}
+
+impl HttpBody for Reading {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) || self.body.is_end_stream() {
+            if let Some(activity) = self.activity.take() {
+                activity.on_body_end();
+            }
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// A response body carrying its request's [`InFlight`].
 struct Tracked {
     body: Body,
@@ -336,7 +377,8 @@ where
     let service = hyper::service::service_fn({
         let activity = activity.clone();
         move |req: hyper::Request<Incoming>| {
-            activity.on_request(req.version() == hyper::Version::HTTP_2);
+            let h2 = req.version() == hyper::Version::HTTP_2;
+            activity.on_request(h2, !h2 && !req.body().is_end_stream());
             // Only an HTTP/1.1 connection's GET hands its SSE answer over: a
             // POST's stream ends with its call, and the connection is worth
             // keeping alive after it.
@@ -347,7 +389,13 @@ where
             let activity = activity.clone();
             let mut app = app.clone();
             async move {
-                let mut resp = app.call(req.map(Body::new)).await?;
+                let req = req.map(|body| {
+                    Body::new(Reading {
+                        body,
+                        activity: Some(activity.clone()),
+                    })
+                });
+                let mut resp = app.call(req).await?;
                 if hand_over {
                     activity.offer(&mut resp);
                 }

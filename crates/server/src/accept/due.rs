@@ -14,8 +14,13 @@ pub(super) struct State {
     pub(super) active: usize,
     /// When `active` last dropped to zero (or the connection began).
     pub(super) idle_since: Instant,
-    /// When the first byte arrived since the last request began, if any did.
+    /// When the first byte of the next request arrived, if it has: a byte
+    /// read with no request in flight, or after the request in flight had
+    /// read its whole body.
     pub(super) read_since_request: Option<Instant>,
+    /// The request in flight has not read its whole body yet: a read now
+    /// is its body, not the next request's header.
+    pub(super) body_pending: bool,
     /// Whether any request has begun.
     pub(super) served: bool,
     /// Whether the connection speaks HTTP/2, whose control frames (PING,
@@ -82,6 +87,7 @@ mod tests {
             active: 0,
             idle_since: t0,
             read_since_request: None,
+            body_pending: false,
             served: false,
             h2: false,
             armed: None,

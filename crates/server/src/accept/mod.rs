@@ -37,7 +37,10 @@ pub use tls::tls_config;
 pub struct ConnLimits {
     /// Once a peer sends the first byte of a request (or connects, for the
     /// first request), the whole header must arrive within this; else the
-    /// connection is closed. Defends against slowloris.
+    /// connection is closed. Defends against slowloris. HTTP/1 bytes that
+    /// arrive while a request is in flight are its body until it has read
+    /// it whole; a pipelined header after them is timed from the end of
+    /// the response before it.
     pub header_read_timeout: Duration,
     /// A connection with no request in flight and nothing received for this
     /// long is closed (HTTP/1.1 keep-alive; HTTP/2 gets a GOAWAY).

@@ -3,7 +3,7 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
-use axum::http::{header, HeaderMap, HeaderName, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use mcp_resume_proto::{
     headers as h, EventId, STATELESS_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS,
@@ -13,14 +13,9 @@ use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::jsonrpc;
+use crate::names::{PROTOCOL_VERSION, SESSION_ID};
 use crate::route::state::AppState;
 use crate::session::{valid_session_id_bytes, SessionRecord};
-
-/// `Mcp-Session-Id` as a [`HeaderName`]: a lookup by `&str` parses and
-/// classifies the name first, on every request.
-pub(crate) const SESSION_ID: HeaderName = HeaderName::from_static(h::MCP_SESSION_ID);
-/// `MCP-Protocol-Version` as a [`HeaderName`] (see [`SESSION_ID`]).
-pub(crate) const PROTOCOL_VERSION: HeaderName = HeaderName::from_static(h::MCP_PROTOCOL_VERSION);
 
 /// The `last_event_id` query parameter.
 #[derive(Debug, Deserialize, Default)]
@@ -132,9 +127,7 @@ pub(super) fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiE
     // An id this server made is lowercase hex, so visible ASCII: only
     // another value needs the ASCII check, for its error.
     if valid_session_id_bytes(v.as_bytes()) {
-        if let Ok(id) = std::str::from_utf8(v.as_bytes()) {
-            return Ok(Some(id.to_owned()));
-        }
+        return Ok(Some(String::from_utf8_lossy(v.as_bytes()).into_owned()));
     }
     let id = v
         .to_str()

@@ -2,7 +2,7 @@
 //! `P`, and the session stream on `P/session/{id}/events`.
 
 mod forward;
-pub(crate) mod guard;
+mod guard;
 pub(crate) mod ops;
 mod pin_guard;
 mod post;

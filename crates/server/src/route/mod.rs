@@ -42,10 +42,12 @@ pub(crate) fn asker(wire: &str) -> Option<&str> {
     let instance = wire.strip_prefix(WIRE_PREFIX)?.split('.').next()?;
     (instance.len() == 32 && instance.bytes().all(|b| b.is_ascii_hexdigit())).then_some(instance)
 }
-/// The maps of sessions and calls, looked up several times a request: hashed
-/// with foldhash rather than SipHash, which took about 320 instructions for
-/// each lookup of a 64-byte session id. Its seed is random per process, so a
-/// client cannot aim the call ids it chooses at one bucket without it.
+/// The maps keyed by ids this server makes (sessions, its own requests),
+/// looked up several times a request: hashed with foldhash (randomly
+/// seeded) rather than SipHash, which took about 320 instructions for each
+/// lookup of a 64-byte session id. foldhash claims no resistance to a client
+/// that chooses its keys and watches timing or order, so maps keyed by ids
+/// clients choose (a session's calls) keep SipHash.
 pub(crate) type Map<K, V> = foldhash::HashMap<K, V>;
 
 /// Most queued messages committed in one pass.

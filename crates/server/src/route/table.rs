@@ -3,6 +3,8 @@
 //! requests awaiting the client's response. No I/O: [`Table::route`] decides
 //! where a message goes; the caller commits it.
 
+use std::collections::HashMap;
+
 use mcp_resume_log::{Seq, StreamKey, Subscription};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -95,8 +97,11 @@ enum Target {
 
 /// One session's routing state on this instance.
 pub(crate) struct Table {
-    calls: Map<String, Call>,
-    tokens: Map<String, String>,
+    /// Keyed by the ids clients choose (and their progress tokens, below):
+    /// SipHash, whose order and collisions a client cannot learn.
+    calls: HashMap<String, Call>,
+    tokens: HashMap<String, String>,
+    /// Keyed by this server's own request ids.
     asked: Map<String, Asked>,
     /// Wire ids of server requests are `PREFIX` + a counter: unique across
     /// instances and incarnations, so a late response never completes a
@@ -149,8 +154,8 @@ impl Table {
     /// An empty table whose server requests get ids starting with `prefix`.
     pub(crate) fn new(prefix: String) -> Self {
         Self {
-            calls: Map::default(),
-            tokens: Map::default(),
+            calls: HashMap::new(),
+            tokens: HashMap::new(),
             asked: Map::default(),
             prefix,
             next: 0,
