@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 
 use axum::body::{Body, HttpBody};
 use axum::Router;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 
@@ -271,75 +271,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
-/// Counts a request as in flight until its response body ends or is dropped.
-struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.on_response_end();
-    }
-}
-
-/// An HTTP/1 request's body, telling the watch when it has been read whole
-/// (what is read after that is the next request's header).
-struct Reading {
-    body: Incoming,
-    /// Taken once the end is told.
-    activity: Option<Arc<Activity>>,
-}
-
-impl HttpBody for Reading {
-    type Data = bytes::Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let frame = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(frame, Poll::Ready(None)) || self.body.is_end_stream() {
-            if let Some(activity) = self.activity.take() {
-                activity.on_body_end();
-            }
-        }
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-/// A response body carrying its request's [`InFlight`].
-struct Tracked {
-    body: Body,
-    _in_flight: InFlight,
-}
-
-impl HttpBody for Tracked {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 /// hyper-util's auto builder (it reads the first bytes to tell HTTP/1 from
 /// HTTP/2), for a TLS connection that negotiated no ALPN protocol or a
 /// cleartext one whose HTTP/2 preface has only partly arrived. Its settings
@@ -378,7 +309,8 @@ where
         let activity = activity.clone();
         move |req: hyper::Request<Incoming>| {
             let h2 = req.version() == hyper::Version::HTTP_2;
-            activity.on_request(h2, !h2 && !req.body().is_end_stream());
+            let body_pending = !h2 && !req.body().is_end_stream();
+            activity.on_request(h2, body_pending);
             // Only an HTTP/1.1 connection's GET hands its SSE answer over: a
             // POST's stream ends with its call, and the connection is worth
             // keeping alive after it.
@@ -389,22 +321,19 @@ where
             let activity = activity.clone();
             let mut app = app.clone();
             async move {
-                let req = req.map(|body| {
-                    Body::new(Reading {
-                        body,
-                        activity: Some(activity.clone()),
-                    })
-                });
+                // Only a body still to be read has an end worth telling.
+                let req = if body_pending {
+                    req.map(|body| Body::new(Reading::new(body, activity.clone())))
+                } else {
+                    req.map(Body::new)
+                };
                 let mut resp = app.call(req).await?;
                 if hand_over {
                     activity.offer(&mut resp);
                 }
-                Ok::<_, std::convert::Infallible>(resp.map(|body| {
-                    Body::new(Tracked {
-                        body,
-                        _in_flight: in_flight,
-                    })
-                }))
+                Ok::<_, std::convert::Infallible>(
+                    resp.map(|body| Body::new(Tracked::new(body, in_flight))),
+                )
             }
         }
     });
@@ -515,6 +444,10 @@ where
         }
     }
 }
+
+#[path = "conn_bodies.rs"]
+mod bodies;
+use bodies::{InFlight, Reading, Tracked};
 
 #[cfg(test)]
 #[path = "conn_tests.rs"]
