@@ -1,6 +1,8 @@
 //! What every endpoint checks before it acts: credentials, `Origin`,
 //! `MCP-Protocol-Version`, `Accept`, the session and its principal, the cursor.
 
+use std::sync::Arc;
+
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -15,6 +17,7 @@ use crate::error::ApiError;
 use crate::jsonrpc;
 use crate::names::{PROTOCOL_VERSION, SESSION_ID};
 use crate::route::state::AppState;
+use crate::route::SessionRoute;
 use crate::session::{valid_session_id_bytes, SessionRecord};
 
 /// The `last_event_id` query parameter.
@@ -139,6 +142,17 @@ pub(super) fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiE
 /// server asks for no credentials).
 pub(crate) type Principal = Option<String>;
 
+/// What [`live_session`] found besides its verdict.
+#[derive(Default)]
+pub(crate) struct Live {
+    /// The session's record, when the caller asked for it.
+    pub(crate) record: Option<SessionRecord>,
+    /// The session's route on this instance, when the check took it (it is
+    /// then counted as used): the request goes on with it instead of
+    /// looking it up again (`route::lease::locate`).
+    pub(crate) route: Option<Arc<SessionRoute>>,
+}
+
 /// The session `id`, live, touched, and fit for this request: created by the
 /// same principal (any other gets 404, as if it did not exist) and, when the
 /// request names an `MCP-Protocol-Version`, on that revision (400 otherwise).
@@ -149,17 +163,17 @@ pub(crate) async fn live_session(
     headers: &HeaderMap,
     principal: &Principal,
     need_record: bool,
-) -> Result<Option<SessionRecord>, ApiError> {
+) -> Result<Live, ApiError> {
     state.log.touch(id).await?;
     let version = headers.get(PROTOCOL_VERSION).and_then(|v| v.to_str().ok());
     if !need_record && version.is_none() && principal.is_none() {
-        return Ok(None);
+        return Ok(Live::default());
     }
     if !need_record {
         // A session routed here was checked once already: its creator and
         // revision are kept with its route (the touch above still finds a
         // session ended elsewhere).
-        let route = state.routes.peek(id);
+        let route = state.routes.get(id);
         if let Some(known) = route.as_ref().and_then(|r| r.head()) {
             fits(
                 id,
@@ -169,7 +183,10 @@ pub(crate) async fn live_session(
                 false,
                 known.version,
             )?;
-            return Ok(None);
+            return Ok(Live {
+                record: None,
+                route,
+            });
         }
         let head = crate::session::SessionHead::decode(&state.log.session(id).await?.meta);
         fits(
@@ -180,10 +197,14 @@ pub(crate) async fn live_session(
             head.is_task(),
             &head.protocol_version,
         )?;
-        if let Some(route) = route.filter(|_| !head.is_task()) {
+        let route = route.filter(|_| !head.is_task());
+        if let Some(route) = &route {
             route.remember_head(head.principal.as_deref(), &head.protocol_version);
         }
-        return Ok(None);
+        return Ok(Live {
+            record: None,
+            route,
+        });
     }
     let rec = state.record(id).await?;
     fits(
@@ -194,7 +215,10 @@ pub(crate) async fn live_session(
         rec.task.is_some(),
         &rec.protocol_version,
     )?;
-    Ok(Some(rec))
+    Ok(Live {
+        record: Some(rec),
+        route: None,
+    })
 }
 
 /// Whether a request of `principal` naming revision `version` (if any) fits

@@ -3,9 +3,8 @@
 //! requests answered as JSON or as a resumable request stream, notifications
 //! and responses.
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
@@ -17,12 +16,13 @@ use crate::jsonrpc::{self, Incoming};
 use crate::route::state::AppState;
 
 /// `POST P`: one JSON-RPC message (or a 2025-03-26 batch).
-pub async fn post(
-    State(state): State<AppState>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
+///
+/// Takes the request whole rather than axum's `HeaderMap` and `Uri`
+/// extractors, which clone them from the request (the header map's clone
+/// is a few allocations and a reference count per header, every request).
+pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let (uri, headers) = (parts.uri, parts.headers);
     let principal = credentials(&state, &headers, false).await?;
     let ct = headers
         .get(header::CONTENT_TYPE)
@@ -100,8 +100,8 @@ pub async fn post(
             "Mcp-Session-Id is required for every request but initialize",
         ));
     };
-    live_session(&state, &session, &headers, &principal, false).await?;
-    super::relay::message(&state, session, acc, value).await
+    let live = live_session(&state, &session, &headers, &principal, false).await?;
+    super::relay::message(&state, session, acc, value, live.route).await
 }
 
 async fn batch(
@@ -124,7 +124,9 @@ async fn batch(
             "Mcp-Session-Id is required for every request but initialize",
         ));
     };
-    let rec = live_session(state, &session, headers, principal, true).await?;
+    let rec = live_session(state, &session, headers, principal, true)
+        .await?
+        .record;
     let version = rec.map(|r| r.protocol_version).unwrap_or_default();
     if version != crate::session::BATCH_REVISION {
         return Ok(jsonrpc_error(

@@ -20,6 +20,8 @@
 //!   error (a request stream always ends with a response) before the
 //!   backend stops the handler.
 
+use std::sync::Arc;
+
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use mcp_resume_log::{LogError, StreamKey};
@@ -112,11 +114,15 @@ fn backend_error(e: crate::backend::BackendError) -> ApiError {
 }
 
 /// Any message but `initialize` on a live session.
+///
+/// `taken`: the session's route here, if the request's checks took it
+/// already (`guard::live_session`); used while its lease holds.
 pub(super) async fn message(
     state: &AppState,
     session: String,
     acc: Accepts,
     message: Value,
+    taken: Option<Arc<SessionRoute>>,
 ) -> Result<Response, ApiError> {
     // The paths other than a call answered here are boxed: this future is
     // as large as the largest it awaits, and is moved for every request.
@@ -125,7 +131,12 @@ pub(super) async fn message(
         Box::pin(client_answer(state, &session, message)).await?;
         return Ok(StatusCode::ACCEPTED.into_response());
     }
-    let route = match route::lease::locate(state, &session).await? {
+    let taken = taken.filter(|r| !r.lease_lost(&*state.log));
+    let located = match taken {
+        Some(r) => Located::Here(r),
+        None => route::lease::locate(state, &session).await?,
+    };
+    let route = match located {
         Located::Here(r) => r,
         Located::There(owner) => {
             return Box::pin(super::forward::message(

@@ -20,6 +20,7 @@ pub(crate) mod state;
 pub(crate) mod streams;
 pub(crate) mod table;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -78,7 +79,13 @@ const HANDOVER_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 pub(crate) struct SessionRoute {
     backend: Box<dyn BackendSession>,
     table: Arc<Mutex<Table>>,
-    used: Mutex<Instant>,
+    /// Set by each request that takes the route, read and cleared by the
+    /// sweep ([`SessionRoute::unused`]): a request only reads it once it
+    /// is set, so the requests of a busy session, on any worker thread,
+    /// share its cache line instead of each writing a time under a lock.
+    used: AtomicBool,
+    /// When the sweep last found the route used (or when it opened).
+    quiet_since: Mutex<Instant>,
     /// The lease epoch it was opened under, for an exclusive backend on a
     /// shared log ([`lease`]).
     epoch: Option<u64>,
@@ -186,7 +193,8 @@ impl Routes {
         let route = Arc::new(SessionRoute {
             backend: session_backend,
             table: table.clone(),
-            used: Mutex::new(Instant::now()),
+            used: AtomicBool::new(false),
+            quiet_since: Mutex::new(Instant::now()),
             epoch: lease.map(|(_, epoch)| epoch),
             inbox_seen: std::sync::atomic::AtomicU64::new(lease.map_or(0, |(seen, _)| seen)),
             head: std::sync::OnceLock::new(),
@@ -235,7 +243,7 @@ impl Routes {
         {
             if let Some(r) = map.remove(session) {
                 if r.epoch.is_some() {
-                    let seen = r.inbox_seen.load(std::sync::atomic::Ordering::Acquire);
+                    let seen = r.inbox_seen.load(Ordering::Acquire);
                     let mut h = self.handover.lock().unwrap_or_else(|e| e.into_inner());
                     h.retain(|_, (_, at)| at.elapsed() < HANDOVER_TTL);
                     h.insert(session.to_owned(), (seen, Instant::now()));
@@ -379,17 +387,23 @@ impl SessionRoute {
         lapsed(self.epoch, log)
     }
 
-    /// Counts the route as used now (parking waits for it to be unused).
+    /// Counts the route as used (parking waits for it to be unused).
     fn mark_used(&self) {
-        *self.used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
     }
 
-    /// How long since the route was last used.
+    /// How long the route has gone unused, as the sweep sees it: a use
+    /// since the last look counts from now. So a route is found unused up
+    /// to one maintenance interval (at most half the park time) later than
+    /// its last use, never sooner.
     fn unused(&self) -> std::time::Duration {
-        self.used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
+        let mut quiet = self.quiet_since.lock().unwrap_or_else(|e| e.into_inner());
+        if self.used.swap(false, Ordering::Relaxed) {
+            *quiet = Instant::now();
+        }
+        quiet.elapsed()
     }
 
     /// The session's creator and revision, if a request was checked against
