@@ -302,25 +302,21 @@ impl Transport<RoleServer> for Port {
 struct Guarded<S>(S);
 
 impl<S: Service<RoleServer>> Service<RoleServer> for Guarded<S> {
-    /// The handler's future is made and boxed here, at once: rmcp spawns a
-    /// task per request whose future holds this one, and moves it whole
-    /// several times on the way into the task (a handler's future holds
-    /// its request and the largest of its tools' futures: kilobytes,
-    /// copied per call). Boxed, the task holds a pointer.
-    fn handle_request(
+    async fn handle_request(
         &self,
         request: ClientRequest,
         context: RequestContext<RoleServer>,
-    ) -> impl Future<Output = Result<ServerResult, ErrorData>> + Send + '_ {
-        let handled = Box::pin(self.0.handle_request(request, context));
-        AssertUnwindSafe(handled).catch_unwind().map(|r| {
-            r.unwrap_or_else(|_| {
-                Err(ErrorData::internal_error(
-                    "the handler of this call failed without answering; it may be retried",
-                    None,
-                ))
-            })
-        })
+    ) -> Result<ServerResult, ErrorData> {
+        match AssertUnwindSafe(self.0.handle_request(request, context))
+            .catch_unwind()
+            .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(ErrorData::internal_error(
+                "the handler of this call failed without answering; it may be retried",
+                None,
+            )),
+        }
     }
 
     fn handle_notification(
