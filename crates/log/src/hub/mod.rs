@@ -134,11 +134,22 @@ impl Hub {
         })
     }
 
+    /// Marks a live session active now. Every request of a session does
+    /// this, so it takes the session's lock under the map's read guard (the
+    /// order `idle_sessions` takes them in) instead of cloning the
+    /// session's `Arc` out of the map: no count on a line that every
+    /// request of the session, on any worker, would write twice.
     pub fn touch(&self, id: &str) -> Result<(), LogError> {
-        self.with_live(id, |st| {
-            st.last_active = Instant::now();
-            Ok(())
-        })
+        let map = self.sessions.read().unwrap_or_else(|e| e.into_inner());
+        let cell = map
+            .get(id)
+            .ok_or_else(|| LogError::NoSession(id.to_owned()))?;
+        let mut st = lock(cell);
+        if st.ended {
+            return Err(LogError::NoSession(id.to_owned()));
+        }
+        st.last_active = Instant::now();
+        Ok(())
     }
 
     pub fn bounds(&self, id: &str, key: StreamKey) -> Result<Bounds, LogError> {
