@@ -142,14 +142,28 @@ pub(super) fn session_header(headers: &HeaderMap) -> Result<Option<String>, ApiE
 /// server asks for no credentials).
 pub(crate) type Principal = Option<String>;
 
+/// What a caller of [`live_session`] wants besides its verdict.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// The check alone (a GET, a DELETE, an upgrade): none of these counts
+    /// as the session's handler being used, so none delays its parking.
+    Check,
+    /// The session's record too (a batch reads its revision).
+    Record,
+    /// The session's route here too, taken (counted as used) for a message
+    /// the route is about to be given.
+    Route,
+}
+
 /// What [`live_session`] found besides its verdict.
 #[derive(Default)]
 pub(crate) struct Live {
-    /// The session's record, when the caller asked for it.
+    /// The session's record, with [`Want::Record`].
     pub(crate) record: Option<SessionRecord>,
-    /// The session's route on this instance, when the check took it (it is
-    /// then counted as used): the request goes on with it instead of
-    /// looking it up again (`route::lease::locate`).
+    /// With [`Want::Route`], the session's route on this instance if the
+    /// check took it without waiting on anything (it is then counted as
+    /// used): the message goes on with it instead of looking it up again
+    /// (`route::lease::locate`). `None` sends the message to `locate`.
     pub(crate) route: Option<Arc<SessionRoute>>,
 }
 
@@ -162,18 +176,21 @@ pub(crate) async fn live_session(
     id: &str,
     headers: &HeaderMap,
     principal: &Principal,
-    need_record: bool,
+    want: Want,
 ) -> Result<Live, ApiError> {
     state.log.touch(id).await?;
     let version = headers.get(PROTOCOL_VERSION).and_then(|v| v.to_str().ok());
-    if !need_record && version.is_none() && principal.is_none() {
+    if want != Want::Record && version.is_none() && principal.is_none() {
         return Ok(Live::default());
     }
-    if !need_record {
+    if want != Want::Record {
         // A session routed here was checked once already: its creator and
         // revision are kept with its route (the touch above still finds a
         // session ended elsewhere).
-        let route = state.routes.get(id);
+        let route = match want {
+            Want::Route => state.routes.get(id),
+            _ => state.routes.peek(id),
+        };
         if let Some(known) = route.as_ref().and_then(|r| r.head()) {
             fits(
                 id,
@@ -185,7 +202,7 @@ pub(crate) async fn live_session(
             )?;
             return Ok(Live {
                 record: None,
-                route,
+                route: route.filter(|_| want == Want::Route),
             });
         }
         let head = crate::session::SessionHead::decode(&state.log.session(id).await?.meta);
@@ -197,14 +214,12 @@ pub(crate) async fn live_session(
             head.is_task(),
             &head.protocol_version,
         )?;
-        let route = route.filter(|_| !head.is_task());
-        if let Some(route) = &route {
+        if let Some(route) = route.filter(|_| !head.is_task()) {
             route.remember_head(head.principal.as_deref(), &head.protocol_version);
         }
-        return Ok(Live {
-            record: None,
-            route,
-        });
+        // The route was taken before the record's read, which may wait on
+        // the network: `locate` takes it afresh (it may have closed since).
+        return Ok(Live::default());
     }
     let rec = state.record(id).await?;
     fits(

@@ -28,7 +28,7 @@ use crate::sse;
 
 pub use guard::CursorQuery;
 use guard::{accepts, session_header};
-pub(crate) use guard::{cursor, guard, live_session, query, Principal};
+pub(crate) use guard::{cursor, guard, live_session, query, Principal, Want};
 pub use post::post;
 pub use task_events::task_events;
 
@@ -52,7 +52,7 @@ pub async fn get(
             "GET needs Mcp-Session-Id",
         ));
     };
-    live_session(&state, &session, &headers, &principal, false).await?;
+    live_session(&state, &session, &headers, &principal, Want::Check).await?;
     let at = cursor(&headers, &q)?;
     if !matches!(at, Some(EventId::Request { .. })) {
         subs::end_if_orphaned(&state, &session).await?;
@@ -109,7 +109,7 @@ pub async fn delete(
             "DELETE needs Mcp-Session-Id",
         ));
     };
-    live_session(&state, &session, &headers, &principal, false).await?;
+    live_session(&state, &session, &headers, &principal, Want::Check).await?;
     let ended = state.log.end_session(&session).await;
     state.routes.close(&session);
     match ended {
@@ -150,7 +150,7 @@ pub async fn session_events(
         ));
     }
     let prior = session_cursor(&parts.headers, &q)?;
-    live_session(&state, &id, &parts.headers, &principal, false).await?;
+    live_session(&state, &id, &parts.headers, &principal, Want::Check).await?;
     subs::end_if_orphaned(&state, &id).await?;
     open_reader(state, id, StreamKey::Session, prior).await
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::guard::{
     accepts, check_version, credentials, jsonrpc_error, live_session, session_header, Principal,
+    Want,
 };
 use crate::error::ApiError;
 use crate::jsonrpc::{self, Incoming};
@@ -100,7 +101,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
             "Mcp-Session-Id is required for every request but initialize",
         ));
     };
-    let live = live_session(&state, &session, &headers, &principal, false).await?;
+    let live = live_session(&state, &session, &headers, &principal, Want::Route).await?;
     super::relay::message(&state, session, acc, value, live.route).await
 }
 
@@ -124,7 +125,7 @@ async fn batch(
             "Mcp-Session-Id is required for every request but initialize",
         ));
     };
-    let rec = live_session(state, &session, headers, principal, true)
+    let rec = live_session(state, &session, headers, principal, Want::Record)
         .await?
         .record;
     let version = rec.map(|r| r.protocol_version).unwrap_or_default();

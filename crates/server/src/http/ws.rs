@@ -18,7 +18,7 @@ use mcp_resume_proto::{
 };
 
 use super::pin_guard::PinGuard;
-use super::{live_session, session_cursor, CursorQuery, Principal};
+use super::{live_session, session_cursor, CursorQuery, Principal, Want};
 use crate::auth::offered_protocols;
 use crate::error::ApiError;
 use crate::route::state::AppState;
@@ -81,7 +81,7 @@ pub(crate) async fn upgrade(
     let cursor_frame = safe_upgrade_offered(&state, headers)?;
     // 3. The session and the cursor.
     let prior = session_cursor(headers, q)?;
-    live_session(&state, &id, headers, &principal, false).await?;
+    live_session(&state, &id, headers, &principal, Want::Check).await?;
     super::subs::end_if_orphaned(&state, &id).await?;
     let ws = WebSocketUpgrade::from_request_parts(parts, &())
         .await

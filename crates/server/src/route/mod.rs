@@ -79,10 +79,12 @@ const HANDOVER_TTL: std::time::Duration = std::time::Duration::from_secs(600);
 pub(crate) struct SessionRoute {
     backend: Box<dyn BackendSession>,
     table: Arc<Mutex<Table>>,
-    /// Set by each request that takes the route, read and cleared by the
-    /// sweep ([`SessionRoute::unused`]): a request only reads it once it
-    /// is set, so the requests of a busy session, on any worker thread,
-    /// share its cache line instead of each writing a time under a lock.
+    /// Set by each request that takes the route (under the map's lock),
+    /// read and cleared by maintenance's looks ([`SessionRoute::unused`]):
+    /// once it is set a request only reads it, so the requests of a busy
+    /// session, on either worker thread, share its cache line instead of
+    /// each writing it (it was a time behind a lock of its own, read from
+    /// the clock every request).
     used: AtomicBool,
     /// When the sweep last found the route used (or when it opened).
     quiet_since: Mutex<Instant>,
@@ -394,10 +396,12 @@ impl SessionRoute {
         }
     }
 
-    /// How long the route has gone unused, as the sweep sees it: a use
-    /// since the last look counts from now. So a route is found unused up
-    /// to one maintenance interval (at most half the park time) later than
-    /// its last use, never sooner.
+    /// How long the route has gone unused, as maintenance sees it: a use
+    /// since its last look counts from now. So the unused time found is
+    /// short of the true one by up to one maintenance interval (half the
+    /// park time, or a second where that is longer, at most) and the time
+    /// a pass takes; it is never longer than the true one, so a route is
+    /// parked late, never early.
     fn unused(&self) -> std::time::Duration {
         let mut quiet = self.quiet_since.lock().unwrap_or_else(|e| e.into_inner());
         if self.used.swap(false, Ordering::Relaxed) {
