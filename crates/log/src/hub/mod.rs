@@ -139,6 +139,10 @@ impl Hub {
     /// order `idle_sessions` takes them in) instead of cloning the
     /// session's `Arc` out of the map: no count on a line that every
     /// request of the session, on any worker, would write twice.
+    /// [`Hub::with_live`] keeps the clone: its closures include a commit's
+    /// publish, and holding the map's guard through that would make every
+    /// other session wait behind it whenever a writer (a new session) is
+    /// queued for the map.
     pub fn touch(&self, id: &str) -> Result<(), LogError> {
         let map = self.sessions.read().unwrap_or_else(|e| e.into_inner());
         let cell = map
