@@ -52,7 +52,8 @@ mod trace;
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::routing::get;
+use axum::handler::{Handler, HandlerService};
+use axum::routing::{get, MethodRouter};
 use axum::Router;
 use mcp_resume_log::Log;
 use tokio::sync::{watch, Mutex};
@@ -150,30 +151,28 @@ impl McpServer {
     /// `/readyz`.
     pub fn router(&self) -> Router {
         let p = self.state.config.base_path.clone();
+        let l = Layered::new(&self.state);
         let mcp = Router::new()
             .route(
                 &p,
-                get(http::get)
-                    .post(http::post)
-                    .delete(http::delete)
-                    .fallback(|| async { not_allowed("GET, POST, DELETE") }),
+                MethodRouter::new()
+                    .get_service(l.handler(http::get))
+                    .post_service(l.handler(http::post))
+                    .delete_service(l.handler(http::delete))
+                    .fallback_service(l.handler(|| async { not_allowed("GET, POST, DELETE") })),
             )
             .route(
                 &format!("{p}/session/{{id}}/events"),
-                get(http::session_events).fallback(|| async { not_allowed("GET") }),
+                MethodRouter::new()
+                    .get_service(l.handler(http::session_events))
+                    .fallback_service(l.handler(|| async { not_allowed("GET") })),
             )
             .route(
                 &format!("{p}/tasks/{{id}}/events"),
-                get(http::task_events).fallback(|| async { not_allowed("GET") }),
-            )
-            // One layer (a stack), not one per layer: `Router::layer` boxes
-            // each route under every layer it is given, and each box is
-            // cloned and its future boxed again for every request.
-            .layer(tower_layer::Stack::new(
-                cors::layer(&self.state),
-                trace::layer(&self.state),
-            ))
-            .with_state(self.state.clone());
+                MethodRouter::new()
+                    .get_service(l.handler(http::task_events))
+                    .fallback_service(l.handler(|| async { not_allowed("GET") })),
+            );
         let mcp = match self.state.config.auth.metadata_router() {
             Some(metadata) => mcp.merge(metadata),
             None => mcp,
@@ -273,6 +272,41 @@ impl McpServer {
             .await
             .map_err(std::io::Error::other)?;
         Ok(())
+    }
+}
+
+/// The layers of the MCP routes (CORS, then the request's span and the
+/// refusals counted), put around each handler before axum boxes it.
+///
+/// Not `Router::layer`: that boxes each route again under the layer, so a
+/// request paid two boxed services (each cloned into a new box, its future
+/// boxed) instead of one, about 2,000 instructions of a `tools/call` echo
+/// (benches/results/echo-ceiling.md). The cost: a request to a path this
+/// router does not serve (404) passes none of these layers.
+struct Layered {
+    state: AppState,
+    layers: tower_layer::Stack<cors::ForOrigins, trace::RequestLayer>,
+}
+
+impl Layered {
+    fn new(state: &AppState) -> Self {
+        Self {
+            state: state.clone(),
+            layers: tower_layer::Stack::new(cors::layer(state), trace::layer(state)),
+        }
+    }
+
+    /// `handler` with the server's state, under the layers.
+    fn handler<H, T>(
+        &self,
+        handler: H,
+    ) -> trace::Traced<cors::ForOriginsService<HandlerService<H, T, AppState>>>
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        use tower_layer::Layer as _;
+        self.layers.layer(handler.with_state(self.state.clone()))
     }
 }
 
