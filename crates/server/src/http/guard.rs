@@ -96,30 +96,39 @@ pub(super) struct Accepts {
 }
 
 pub(super) fn accepts(headers: &HeaderMap) -> Accepts {
-    let Some(v) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+    let Some(v) = headers.get(header::ACCEPT) else {
         return Accepts {
             json: true,
             sse: true,
         };
     };
-    // One pass over the media ranges (this runs on every request).
+    // One pass over the media ranges, on bytes (this runs on every request;
+    // `str`'s pattern searchers cost more than the bytes they search). A
+    // value that is not ASCII matches none of them.
     let mut a = Accepts {
         json: false,
         sse: false,
     };
-    for range in v.split(',') {
-        let t = range.split(';').next().unwrap_or_default().trim();
-        if t.eq_ignore_ascii_case("*/*") {
+    for range in v.as_bytes().split(|&b| b == b',') {
+        let t = media_type(range);
+        if t.eq_ignore_ascii_case(b"*/*") {
             return Accepts {
                 json: true,
                 sse: true,
             };
         }
         a.json |=
-            t.eq_ignore_ascii_case("application/json") || t.eq_ignore_ascii_case("application/*");
-        a.sse |= t.eq_ignore_ascii_case("text/event-stream") || t.eq_ignore_ascii_case("text/*");
+            t.eq_ignore_ascii_case(b"application/json") || t.eq_ignore_ascii_case(b"application/*");
+        a.sse |= t.eq_ignore_ascii_case(b"text/event-stream") || t.eq_ignore_ascii_case(b"text/*");
     }
     a
+}
+
+/// The media type of one media range or `Content-Type` value: what comes
+/// before its parameters (`;`), without the whitespace around it.
+pub(super) fn media_type(value: &[u8]) -> &[u8] {
+    let end = value.iter().position(|&b| b == b';').unwrap_or(value.len());
+    value[..end].trim_ascii()
 }
 
 /// The session named by `Mcp-Session-Id`, which must exist.
@@ -301,4 +310,50 @@ pub(super) fn jsonrpc_error(status: StatusCode, code: i64, message: impl Into<St
         axum::Json(jsonrpc::error(&Value::Null, code, message)),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn accept(v: &[u8]) -> (bool, bool) {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_bytes(v).unwrap());
+        let a = accepts(&h);
+        (a.json, a.sse)
+    }
+
+    #[test]
+    fn accept_is_read_range_by_range_with_parameters_case_and_wildcards() {
+        assert_eq!(accept(b"application/json, text/event-stream"), (true, true));
+        assert_eq!(accept(b"text/event-stream"), (false, true));
+        assert_eq!(accept(b" Application/JSON ;q=0.9"), (true, false));
+        assert_eq!(accept(b"text/*;q=0.1,application/*"), (true, true));
+        assert_eq!(accept(b"*/*"), (true, true));
+        assert_eq!(accept(b"text/html, image/png"), (false, false));
+        // A media type that only starts like one of ours is not ours.
+        assert_eq!(
+            accept(b"application/jsonx, text/event-streams"),
+            (false, false)
+        );
+        // Bytes that are not ASCII match nothing and break nothing.
+        assert_eq!(
+            accept(b"text/\xe9vent-stream, application/json"),
+            (true, false)
+        );
+        let none = accepts(&HeaderMap::new());
+        assert!(none.json && none.sse, "no Accept allows both");
+    }
+
+    #[test]
+    fn a_media_type_is_what_comes_before_its_parameters_trimmed() {
+        assert_eq!(
+            media_type(b" application/json ; charset=utf-8"),
+            b"application/json"
+        );
+        assert_eq!(media_type(b"application/json"), b"application/json");
+        assert_eq!(media_type(b";a=b"), b"");
+        assert_eq!(media_type(b""), b"");
+    }
 }

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::guard::{
-    accepts, check_version, credentials, jsonrpc_error, live_session, session_header, Principal,
-    Want,
+    accepts, check_version, credentials, jsonrpc_error, live_session, media_type, session_header,
+    Principal, Want,
 };
 use crate::error::ApiError;
 use crate::jsonrpc::{self, Incoming};
@@ -27,15 +27,9 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
     let principal = credentials(&state, &headers, false).await?;
     let ct = headers
         .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+        .map(|v| v.as_bytes())
         .unwrap_or_default();
-    if !ct
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .eq_ignore_ascii_case("application/json")
-    {
+    if !media_type(ct).eq_ignore_ascii_case(b"application/json") {
         return Err(ApiError::UnsupportedMediaType);
     }
     let acc = accepts(&headers);
