@@ -15,6 +15,7 @@ use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::context::SessionTools;
 use super::{text_result, ToolContext, ToolError, ToolRegistry};
 use crate::backend::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, Work};
 use crate::jsonrpc;
@@ -96,11 +97,13 @@ impl Backend for ToolsBackend {
         restore: Option<Value>,
     ) -> Result<Box<dyn BackendSession>, BackendError> {
         Ok(Box::new(ToolsSession {
-            shared: self.shared.clone(),
-            session: session.to_owned(),
-            outbox,
+            of: Arc::new(SessionTools {
+                shared: self.shared.clone(),
+                session: session.to_owned(),
+                outbox,
+                cancel: CancellationToken::new(),
+            }),
             initialized: AtomicBool::new(restore.is_some()),
-            cancel: CancellationToken::new(),
         }))
     }
 
@@ -120,17 +123,14 @@ impl Backend for ToolsBackend {
 
 /// One session served by the built-in tools.
 struct ToolsSession {
-    shared: Arc<Shared>,
-    session: String,
-    outbox: Outbox,
+    of: Arc<SessionTools>,
     initialized: AtomicBool,
-    cancel: CancellationToken,
 }
 
 impl BackendSession for ToolsSession {
     fn deliver(&self, message: Value) -> Result<(), DeliverError> {
         if let Some(work) = self.deliver_request(message)? {
-            self.shared.tasks.spawn(work);
+            self.of.shared.tasks.spawn(work);
         }
         Ok(())
     }
@@ -152,30 +152,31 @@ impl BackendSession for ToolsSession {
             .map(Value::take)
             .unwrap_or(Value::Null);
         let ctx = ToolContext {
-            shared: self.shared.clone(),
-            session: self.session.clone(),
-            outbox: self.outbox.clone(),
+            of: self.of.clone(),
             progress_token: params
                 .get("_meta")
                 .and_then(|m| m.get("progressToken"))
                 .cloned(),
             call: id.clone(),
-            cancel: self.cancel.clone(),
         };
         let first = method == "initialize" && !self.initialized.swap(true, Ordering::AcqRel);
         Ok(Some(Box::pin(async move {
             // A listen is answered only when it ends, with its session.
             let answers = method != "subscriptions/listen";
             let work = AssertUnwindSafe(answer(&ctx, &id, &method, params, first)).catch_unwind();
+            // The work first: a call that answers on its first poll (most
+            // do) never registers with the session's cancellation, whose
+            // waiter list every call of the session would otherwise lock.
             let reply = tokio::select! {
+                biased;
                 r = work => r.unwrap_or_else(|_| {
-                    tracing::error!(session = %ctx.session, %id, "a tool's handler failed without answering");
+                    tracing::error!(session = %ctx.of.session, %id, "a tool's handler failed without answering");
                     Some(jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried"))
                 }),
                 // The session's backend closed (its session ended): the call
                 // still ends, loudly. Its route answers it as long as a
                 // request holds the route, so no POST waits forever.
-                _ = ctx.cancel.cancelled() => answers.then(|| jsonrpc::error_with_data(
+                _ = ctx.of.cancel.cancelled() => answers.then(|| jsonrpc::error_with_data(
                     &id,
                     jsonrpc::INTERNAL_ERROR,
                     "the session's backend stopped while this call ran; it may be retried",
@@ -185,6 +186,7 @@ impl BackendSession for ToolsSession {
             if let Some(message) = reply {
                 // An error means the route has ended: it answers what is in flight.
                 let _ = ctx
+                    .of
                     .outbox
                     .send(Outbound {
                         message,
@@ -198,11 +200,11 @@ impl BackendSession for ToolsSession {
     /// A tool's background work (`emit`) sends after its call answered:
     /// the session is not parked while any runs.
     fn busy(&self) -> bool {
-        self.shared.background().contains_key(&self.session)
+        self.of.shared.background().contains_key(&self.of.session)
     }
 
     fn close(&self) {
-        self.cancel.cancel();
+        self.of.cancel.cancel();
     }
 }
 
@@ -227,8 +229,14 @@ async fn answer(
         ),
         "ping" | "logging/setLevel" => jsonrpc::result(id, json!({})),
         "tools/list" => {
-            let mut list: Vec<Value> = ctx.shared.registry.iter().map(|t| t.describe()).collect();
-            match crate::session::read_record(&*ctx.shared.log, &ctx.session).await {
+            let mut list: Vec<Value> = ctx
+                .of
+                .shared
+                .registry
+                .iter()
+                .map(|t| t.describe())
+                .collect();
+            match crate::session::read_record(&*ctx.of.shared.log, &ctx.of.session).await {
                 Ok(rec) => list.extend(rec.dynamic_tools.iter().map(|name| {
                     json!({"name": name, "description": "registered by register_tool", "inputSchema": {"type": "object"}})
                 })),
@@ -236,7 +244,7 @@ async fn answer(
             }
             jsonrpc::result(id, json!({"tools": list}))
         }
-        "tools/call" => call(ctx, id, &params).await,
+        "tools/call" => call(ctx, id, params).await,
         "subscriptions/listen" => {
             // A resumable listen stream `L` (docs/protocol.md 3.7): the
             // tools acknowledge it, and `emit` called with `L` as the
@@ -246,8 +254,9 @@ async fn answer(
                 .cloned()
                 .unwrap_or_else(|| json!({}));
             let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-                "params": {"notifications": filter, "_meta": {"io.modelcontextprotocol/subscriptionId": ctx.session}}});
+                "params": {"notifications": filter, "_meta": {"io.modelcontextprotocol/subscriptionId": ctx.of.session}}});
             let _ = ctx
+                .of
                 .outbox
                 .send(Outbound {
                     message: ack,
@@ -265,17 +274,18 @@ async fn answer(
 }
 
 /// Runs a tool call; the result or error is a JSON-RPC response for `id`.
-async fn call(ctx: &ToolContext, id: &Value, params: &Value) -> Value {
+async fn call(ctx: &ToolContext, id: &Value, mut params: Value) -> Value {
+    // Taken, not cloned: the params are this call's own.
+    let args = params
+        .get_mut("arguments")
+        .map(Value::take)
+        .unwrap_or_else(|| json!({}));
     let Some(name) = params.get("name").and_then(Value::as_str) else {
         return jsonrpc::error(id, jsonrpc::INVALID_PARAMS, "tools/call needs a \"name\"");
     };
-    let args = params
-        .get("arguments")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let outcome = match ctx.shared.registry.get(name) {
+    let outcome = match ctx.of.shared.registry.get(name) {
         Some(tool) => (tool.handler)(ctx.clone(), args).await,
-        None => match crate::session::read_record(&*ctx.shared.log, &ctx.session).await {
+        None => match crate::session::read_record(&*ctx.of.shared.log, &ctx.of.session).await {
             Ok(rec) if rec.dynamic_tools.iter().any(|t| t == name) => {
                 Ok(text_result(format!("{name} called with {args}")))
             }

@@ -17,12 +17,19 @@ use crate::jsonrpc;
 /// change the session's tool list, keep working in the background.
 #[derive(Clone)]
 pub struct ToolContext {
-    pub(super) shared: Arc<Shared>,
-    pub(super) session: String,
-    pub(super) outbox: Outbox,
+    /// What every call of the session shares, behind one reference count:
+    /// a context is made, and cloned for its handler, on every call.
+    pub(super) of: Arc<SessionTools>,
     pub(super) progress_token: Option<Value>,
     /// The call this context serves: its notifications travel with it.
     pub(super) call: Value,
+}
+
+/// What the calls of one session share.
+pub(super) struct SessionTools {
+    pub(super) shared: Arc<Shared>,
+    pub(super) session: String,
+    pub(super) outbox: Outbox,
     /// Cancelled when the session's route closes (the session ended, the
     /// server stops): the tool's work, background included, stops then.
     pub(super) cancel: tokio_util::sync::CancellationToken,
@@ -31,7 +38,7 @@ pub struct ToolContext {
 impl ToolContext {
     /// The calling session.
     pub fn session_id(&self) -> &str {
-        &self.session
+        &self.of.session
     }
 
     /// Sends one notification (a JSON-RPC message without an id), queued
@@ -51,10 +58,10 @@ impl ToolContext {
                 message: notification,
                 related: Some(self.call.clone()),
             };
-            return Ok(self.outbox.send(out).await?);
+            return Ok(self.of.outbox.send(out).await?);
         }
         let bytes = bytes::Bytes::from(serde_json::to_vec(&notification).unwrap_or_default());
-        Ok(self.outbox.send_session_notification(bytes).await?)
+        Ok(self.of.outbox.send_session_notification(bytes).await?)
     }
 
     /// Appends notifications to the session stream, committed before this returns.
@@ -73,7 +80,7 @@ impl ToolContext {
         &self,
         messages: Vec<bytes::Bytes>,
     ) -> Result<Seq, ToolError> {
-        Ok(self.outbox.commit_session(messages, None).await?)
+        Ok(self.of.outbox.commit_session(messages, None).await?)
     }
 
     /// [`ToolContext::notify_session_encoded`] for a batch that may be sent
@@ -84,7 +91,7 @@ impl ToolContext {
         messages: Vec<bytes::Bytes>,
         key: u64,
     ) -> Result<Seq, ToolError> {
-        Ok(self.outbox.commit_session(messages, Some(key)).await?)
+        Ok(self.of.outbox.commit_session(messages, Some(key)).await?)
     }
 
     /// Reports progress on the call's own stream (its request stream once
@@ -101,17 +108,18 @@ impl ToolContext {
         }
         let message = jsonrpc::notification("notifications/progress", params);
         let related = Some(self.call.clone());
-        Ok(self.outbox.send(Outbound { message, related }).await?)
+        Ok(self.of.outbox.send(Outbound { message, related }).await?)
     }
 
     /// Adds (`true`) or removes a per-session tool and, when the list
     /// changed, emits `notifications/tools/list_changed`. Returns whether it changed.
     pub async fn set_session_tool(&self, name: &str, present: bool) -> Result<bool, ToolError> {
-        let max = self.shared.config.max_session_tools;
+        let max = self.of.shared.config.max_session_tools;
         let mut full = false;
         let changed = self
+            .of
             .shared
-            .update_record(&self.session, |rec| {
+            .update_record(&self.of.session, |rec| {
                 let has = rec.dynamic_tools.iter().any(|t| t == name);
                 match (has, present) {
                     (false, true) if rec.dynamic_tools.len() >= max => {
@@ -146,10 +154,10 @@ impl ToolContext {
     /// tasks at once; past that this refuses (`InvalidParams`, so the caller
     /// sees why) instead of letting one session grow without bound.
     pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, work: F) -> Result<(), ToolError> {
-        let max = self.shared.config.max_background_per_session;
+        let max = self.of.shared.config.max_background_per_session;
         {
-            let mut running = self.shared.background();
-            let n = running.entry(self.session.clone()).or_default();
+            let mut running = self.of.shared.background();
+            let n = running.entry(self.of.session.clone()).or_default();
             if *n >= max {
                 return Err(ToolError::InvalidParams(format!(
                     "this session already runs {max} background tasks; wait for one to finish"
@@ -158,12 +166,12 @@ impl ToolContext {
             *n += 1;
         }
         let slot = BackgroundSlot {
-            shared: self.shared.clone(),
-            session: self.session.clone(),
+            shared: self.of.shared.clone(),
+            session: self.of.session.clone(),
         };
-        let mut shutdown = self.shared.shutdown.clone();
-        let cancel = self.cancel.clone();
-        self.shared.tasks.spawn(async move {
+        let mut shutdown = self.of.shared.shutdown.clone();
+        let cancel = self.of.cancel.clone();
+        self.of.shared.tasks.spawn(async move {
             tokio::select! {
                 _ = work => {}
                 _ = crate::route::state::stopped(&mut shutdown) => {}
