@@ -307,6 +307,10 @@ where
     });
     let service = hyper::service::service_fn({
         let activity = activity.clone();
+        // The connection's own handle on the router, called in place: a
+        // clone per request would count a reference up and down on a cache
+        // line that every request of every connection shares.
+        let app = std::sync::Mutex::new(app);
         move |req: hyper::Request<Incoming>| {
             let h2 = req.version() == hyper::Version::HTTP_2;
             let body_pending = !h2 && !req.body().is_end_stream();
@@ -319,15 +323,18 @@ where
                 && req.version() == hyper::Version::HTTP_11;
             let in_flight = InFlight(activity.clone());
             let activity = activity.clone();
-            let mut app = app.clone();
+            // Only a body still to be read has an end worth telling.
+            let req = if body_pending {
+                req.map(|body| Body::new(Reading::new(body, activity.clone())))
+            } else {
+                req.map(Body::new)
+            };
+            let answer = app
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .call(req);
             async move {
-                // Only a body still to be read has an end worth telling.
-                let req = if body_pending {
-                    req.map(|body| Body::new(Reading::new(body, activity.clone())))
-                } else {
-                    req.map(Body::new)
-                };
-                let mut resp = app.call(req).await?;
+                let mut resp = answer.await?;
                 if hand_over {
                     activity.offer(&mut resp);
                 }
