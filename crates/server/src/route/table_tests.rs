@@ -161,3 +161,19 @@ fn only_a_waited_for_call_younger_than_the_bound_keeps_a_session_alive() {
     let _ = t.route(out(ask, None));
     assert!(t.keeps_alive(hour), "a server request waits for the client");
 }
+
+#[test]
+fn a_key_is_the_ids_json_text_so_1_and_string_1_differ() {
+    for id in [
+        json!(1),
+        json!(-7),
+        json!(1.5),
+        json!(u64::MAX),
+        json!("1"),
+        json!("a \"quoted\" \\ id\n\u{e9}"),
+        json!(null),
+    ] {
+        assert_eq!(key(&id), id.to_string(), "{id:?}");
+    }
+    assert_ne!(key(&json!(1)), key(&json!("1")));
+}
