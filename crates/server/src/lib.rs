@@ -280,9 +280,12 @@ impl McpServer {
 ///
 /// Not `Router::layer`: that boxes each route again under the layer, so a
 /// request paid two boxed services (each cloned into a new box, its future
-/// boxed) instead of one, about 2,000 instructions of a `tools/call` echo
+/// boxed) instead of one, 1,434 instructions of a `tools/call` echo
 /// (benches/results/echo-ceiling.md). The cost: a request to a path this
-/// router does not serve (404) passes none of these layers.
+/// router does not serve (404) passes none of these layers. It passed them
+/// before only where nothing was merged into this router (`metrics_on_main`
+/// off, no OAuth metadata): `merge` kept the other router's fallback, which
+/// had no layers.
 struct Layered {
     state: AppState,
     layers: tower_layer::Stack<cors::ForOrigins, trace::RequestLayer>,

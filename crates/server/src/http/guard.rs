@@ -96,20 +96,24 @@ pub(super) struct Accepts {
 }
 
 pub(super) fn accepts(headers: &HeaderMap) -> Accepts {
-    let Some(v) = headers.get(header::ACCEPT) else {
+    // A value that is not ASCII counts as none (it never did parse).
+    let Some(v) = headers
+        .get(header::ACCEPT)
+        .map(|v| v.as_bytes())
+        .filter(|v| v.is_ascii())
+    else {
         return Accepts {
             json: true,
             sse: true,
         };
     };
     // One pass over the media ranges, on bytes (this runs on every request;
-    // `str`'s pattern searchers cost more than the bytes they search). A
-    // value that is not ASCII matches none of them.
+    // `str`'s pattern searchers cost more than the bytes they search).
     let mut a = Accepts {
         json: false,
         sse: false,
     };
-    for range in v.as_bytes().split(|&b| b == b',') {
+    for range in v.split(|&b| b == b',') {
         let t = media_type(range);
         if t.eq_ignore_ascii_case(b"*/*") {
             return Accepts {
@@ -337,11 +341,12 @@ mod tests {
             accept(b"application/jsonx, text/event-streams"),
             (false, false)
         );
-        // Bytes that are not ASCII match nothing and break nothing.
+        // A value with bytes that are not ASCII counts as no Accept at all.
         assert_eq!(
             accept(b"text/\xe9vent-stream, application/json"),
-            (true, false)
+            (true, true)
         );
+        assert_eq!(accept(b"text/html, \xe9"), (true, true));
         let none = accepts(&HeaderMap::new());
         assert!(none.json && none.sse, "no Accept allows both");
     }

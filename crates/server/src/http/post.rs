@@ -28,6 +28,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
     let ct = headers
         .get(header::CONTENT_TYPE)
         .map(|v| v.as_bytes())
+        .filter(|v| v.is_ascii())
         .unwrap_or_default();
     if !media_type(ct).eq_ignore_ascii_case(b"application/json") {
         return Err(ApiError::UnsupportedMediaType);
