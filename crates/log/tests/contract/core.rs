@@ -201,14 +201,17 @@ fn age_retention_and_idle_expiry() {
     rt().block_on(async {
         let mut retention = Retention::default();
         retention.max_events = 100;
-        retention.max_age = Duration::from_millis(50);
+        // Event 4 must stay younger than this through both passes below;
+        // at 50 ms, a loaded machine (Redis Cluster, both cores busy) once
+        // took longer and the second pass rightly trimmed it too.
+        retention.max_age = Duration::from_secs(2);
         for b in backends(retention, 1024).await {
             let log = b.log();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, (1..=3).map(msg).collect())
                 .await
                 .unwrap();
-            tokio::time::sleep(Duration::from_millis(80)).await;
+            tokio::time::sleep(Duration::from_millis(2200)).await;
             log.append("a", S, vec![msg(4)]).await.unwrap();
             assert!(log
                 .maintain(Duration::from_secs(60), Duration::from_secs(3600))
@@ -242,14 +245,17 @@ fn a_read_that_fails_during_maintenance_trims_nothing() {
     rt().block_on(async {
         let mut retention = Retention::default();
         retention.max_events = 100;
-        retention.max_age = Duration::from_millis(50);
+        // Event 4 must stay younger than this through both passes below;
+        // at 50 ms, a loaded machine (Redis Cluster, both cores busy) once
+        // took longer and the second pass rightly trimmed it too.
+        retention.max_age = Duration::from_secs(2);
         for b in backends(retention, 1024).await {
             let log = b.log();
             log.create_session("a", Bytes::new()).await.unwrap();
             log.append("a", S, (1..=3).map(msg).collect())
                 .await
                 .unwrap();
-            tokio::time::sleep(Duration::from_millis(80)).await;
+            tokio::time::sleep(Duration::from_millis(2200)).await;
             log.append("a", S, vec![msg(4)]).await.unwrap();
             if !b.fail_reads(u64::MAX) {
                 continue; // memory: housekeeping reads nothing that could fail
