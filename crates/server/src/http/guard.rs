@@ -96,11 +96,11 @@ pub(super) struct Accepts {
 }
 
 pub(super) fn accepts(headers: &HeaderMap) -> Accepts {
-    // A value that is not ASCII counts as none (it never did parse).
+    // A value that is not visible ASCII counts as none.
     let Some(v) = headers
         .get(header::ACCEPT)
-        .map(|v| v.as_bytes())
-        .filter(|v| v.is_ascii())
+        .and_then(|v| v.to_str().ok())
+        .map(str::as_bytes)
     else {
         return Accepts {
             json: true,

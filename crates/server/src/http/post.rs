@@ -27,8 +27,8 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
     let principal = credentials(&state, &headers, false).await?;
     let ct = headers
         .get(header::CONTENT_TYPE)
-        .map(|v| v.as_bytes())
-        .filter(|v| v.is_ascii())
+        .and_then(|v| v.to_str().ok())
+        .map(str::as_bytes)
         .unwrap_or_default();
     if !media_type(ct).eq_ignore_ascii_case(b"application/json") {
         return Err(ApiError::UnsupportedMediaType);
