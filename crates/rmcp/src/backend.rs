@@ -271,14 +271,14 @@ impl Transport<RoleServer> for Port {
             );
             if !routed {
                 // Bound for the session stream as it is: encoded once, here.
-                let bytes = serde_json::to_vec(&item).unwrap_or_default();
+                let bytes = crate::outbound::to_vec(&item).unwrap_or_default();
                 let sent = self.outbox.send_session_notification(bytes.into());
                 return futures_util::future::Either::Left(
                     async move { sent.await.map_err(PortError) },
                 );
             }
         }
-        let message = serde_json::to_value(&item).unwrap_or(Value::Null);
+        let message = crate::outbound::to_value(&item).unwrap_or(Value::Null);
         // Queued now, in rmcp's order; the future waits only for room in the
         // session's queue, never for the commit: the route commits whatever
         // is queued in one append, and readers see only what is committed.

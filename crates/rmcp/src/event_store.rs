@@ -282,7 +282,7 @@ fn log_err(op: &'static str, loc: &Location, source: LogError) -> StoreError {
 /// a log of JSON-RPC messages), or `{"rmcp-retry-ms": N}` for a priming event.
 fn encode(event: &ServerSseMessage) -> Result<Bytes, StoreError> {
     let json = match &event.message {
-        Some(message) => serde_json::to_vec(message.as_ref()),
+        Some(message) => crate::outbound::to_vec(message.as_ref()),
         None => serde_json::to_vec(&serde_json::json!({
             RETRY_KEY: event.retry.map(|d| d.as_millis() as u64)
         })),

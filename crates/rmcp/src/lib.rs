@@ -32,6 +32,7 @@ mod event_store;
 mod gate;
 mod inbound;
 mod manager;
+mod outbound;
 mod owner;
 mod queue;
 mod recent;
