@@ -15,7 +15,7 @@
 //! it over at once saves the commit loop's round trip on the hottest path
 //! (a `tools/call` answered as JSON).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use mcp_resume_log::LogError;
@@ -65,8 +65,11 @@ pub(crate) struct Pending {
     queued: AtomicUsize,
     drained: Notify,
     failed: Mutex<Option<LogError>>,
+    /// `failed` may hold an error: read on every send, so the lock is taken
+    /// only when there is something to take.
+    failing: AtomicBool,
     /// The commit loop ended: nothing queued now will be committed.
-    closed: std::sync::atomic::AtomicBool,
+    closed: AtomicBool,
 }
 
 impl Pending {
@@ -94,11 +97,29 @@ impl Pending {
     pub(crate) fn fail(&self, e: LogError) {
         let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
         failed.get_or_insert(e);
+        self.failing.store(true, Ordering::Release);
     }
 
     /// The failure not yet reported, taken: reported once.
     fn failure(&self) -> Option<LogError> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).take()
+        if !self.failing.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        self.failing.store(false, Ordering::Release);
+        failed.take()
+    }
+
+    /// A send's answer without waiting, if it has one now: the commit loop
+    /// ended, a commit failed, or there is room. `None`: it must wait.
+    fn answer_now(&self) -> Option<Result<(), LogError>> {
+        if let Some(e) = self.failure() {
+            return Some(Err(e));
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Some(Err(ended()));
+        }
+        (self.uncommitted.load(Ordering::Acquire) <= MAX_UNCOMMITTED).then_some(Ok(()))
     }
 }
 
@@ -178,7 +199,7 @@ impl Outbox {
             None => Some(self.pending.failure().map_or(Ok(()), Err)),
             Some(out) => self.enqueue(Queued::Message(out)),
         };
-        Self::room(self.pending.clone(), early)
+        self.room(early)
     }
 
     /// [`Outbox::send`] of a notification for the session stream (any
@@ -190,7 +211,7 @@ impl Outbox {
         message: bytes::Bytes,
     ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
         let early = self.enqueue(Queued::Raw(message));
-        Self::room(self.pending.clone(), early)
+        self.room(early)
     }
 
     /// Queues `item`, one message waiting for its commit; an answer now
@@ -207,14 +228,23 @@ impl Outbox {
     }
 
     /// Resolves with `early` if given, else once at most 1,024 sends wait
-    /// for their commit.
-    async fn room(
-        pending: Arc<Pending>,
+    /// for their commit. The answer is looked for before a future is made:
+    /// a send with room (nearly every one) resolves at its first poll
+    /// without a waiter put on the queue's `Notify` (a lock to put it
+    /// there, another to take it off) or a count of the queue moved.
+    fn room(
+        &self,
         early: Option<Result<(), LogError>>,
-    ) -> Result<(), LogError> {
-        if let Some(r) = early {
-            return r;
+    ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
+        match early.or_else(|| self.pending.answer_now()) {
+            Some(r) => futures_util::future::Either::Left(std::future::ready(r)),
+            None => futures_util::future::Either::Right(Self::wait_room(self.pending.clone())),
         }
+    }
+
+    /// Resolves once at most 1,024 sends wait for their commit, or with the
+    /// error that ends the wait.
+    async fn wait_room(pending: Arc<Pending>) -> Result<(), LogError> {
         loop {
             let drained = pending.drained.notified();
             tokio::pin!(drained);
@@ -271,4 +301,78 @@ impl Outbox {
 
 fn ended() -> LogError {
     LogError::Unavailable("the session's route has ended".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll};
+
+    use futures_util::task::noop_waker_ref;
+
+    use super::*;
+
+    fn poll<F: Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        f.poll(&mut Context::from_waker(noop_waker_ref()))
+    }
+
+    fn raw(outbox: &Outbox) -> impl Future<Output = Result<(), LogError>> {
+        outbox.send_session_notification(bytes::Bytes::from_static(b"{}"))
+    }
+
+    #[test]
+    fn a_send_past_the_bound_waits_for_a_commit_to_drain_the_queue() {
+        let (outbox, pending) = Outbox::new(None);
+        for n in 0..MAX_UNCOMMITTED {
+            let send = pin!(raw(&outbox));
+            assert!(
+                matches!(poll(send), Poll::Ready(Ok(()))),
+                "send {n} has room"
+            );
+        }
+        let mut over = pin!(raw(&outbox));
+        assert!(poll(over.as_mut()).is_pending(), "1,025 uncommitted: waits");
+        assert!(poll(over.as_mut()).is_pending(), "still waits");
+        pending.done(1);
+        assert!(
+            matches!(poll(over.as_mut()), Poll::Ready(Ok(()))),
+            "room again"
+        );
+        assert_eq!(
+            pending.queue.try_recv().map(|_| ()),
+            Some(()),
+            "queued at call time"
+        );
+    }
+
+    #[test]
+    fn a_failed_commit_is_reported_once_to_the_next_send_and_an_ended_loop_to_all() {
+        let (outbox, pending) = Outbox::new(None);
+        pending.fail(ended());
+        assert!(
+            matches!(poll(pin!(raw(&outbox))), Poll::Ready(Err(_))),
+            "reported"
+        );
+        assert!(
+            matches!(poll(pin!(raw(&outbox))), Poll::Ready(Ok(()))),
+            "once"
+        );
+        // A failure while a send waits for room ends its wait.
+        for _ in 0..MAX_UNCOMMITTED {
+            drop(raw(&outbox));
+        }
+        let mut waiting = pin!(raw(&outbox));
+        assert!(poll(waiting.as_mut()).is_pending());
+        pending.fail(ended());
+        pending.done(0);
+        assert!(matches!(poll(waiting.as_mut()), Poll::Ready(Err(_))));
+        pending.close();
+        for _ in 0..2 {
+            assert!(
+                matches!(poll(pin!(raw(&outbox))), Poll::Ready(Err(_))),
+                "ended"
+            );
+        }
+    }
 }
