@@ -30,10 +30,35 @@ pub(crate) fn to_vec(message: &ServerJsonRpcMessage) -> Result<Vec<u8>, serde_js
     // `data` is just past that, so every one grew its buffer once.
     let mut out = Vec::with_capacity(256);
     match direct(message) {
-        Some(direct) => serde_json::to_writer(&mut out, &direct)?,
+        Some(direct) => direct.write(&mut out)?,
         None => serde_json::to_writer(&mut out, message)?,
     }
     Ok(out)
+}
+
+impl Direct<'_> {
+    /// Writes the notification as JSON text: the envelope's fixed keys as
+    /// bytes, its method and params by serde.
+    fn write(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        match self {
+            Direct::Logging(n) => write_envelope(out, n),
+            Direct::Progress(n) => write_envelope(out, n),
+            Direct::Cancelled(n) => write_envelope(out, n),
+            Direct::ResourceUpdated(n) => write_envelope(out, n),
+        }
+    }
+}
+
+fn write_envelope<M: Serialize, P: Serialize>(
+    out: &mut Vec<u8>,
+    n: &Notification<M, P>,
+) -> Result<(), serde_json::Error> {
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
+    serde_json::to_writer(&mut *out, &n.method)?;
+    out.extend_from_slice(br#","params":"#);
+    serde_json::to_writer(&mut *out, &n.params)?;
+    out.push(b'}');
+    Ok(())
 }
 
 /// `message` as a JSON value.
