@@ -16,10 +16,22 @@ pub fn encode(out: &mut Vec<u8>, id: Option<&str>, event: Option<&str>, data: &[
         out.extend_from_slice(ev.as_bytes());
         out.push(b'\n');
     }
-    for line in data.split(|b| *b == b'\n') {
+    // JSON text as serde writes it has no line breaks: one `memchr` (a
+    // vectorized search) finds none, where a byte-by-byte split cost a
+    // tenth of a notification's delivery.
+    let mut rest = data;
+    loop {
+        let (line, next) = match memchr::memchr(b'\n', rest) {
+            Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+            None => (rest, None),
+        };
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
         out.push(b'\n');
+        match next {
+            Some(next) => rest = next,
+            None => break,
+        }
     }
     out.push(b'\n');
 }
@@ -172,6 +184,25 @@ mod tests {
             Some("log-gap: the log returned 5 after 3")
         );
         assert_eq!(p.take_ending(), None);
+    }
+
+    #[test]
+    fn the_encoder_writes_a_data_line_per_line_of_data() {
+        let cases: [(&[u8], &[u8]); 5] = [
+            (b"{}", b"data: {}\n\n"),
+            (b"", b"data: \n\n"),
+            (b"a\nb", b"data: a\ndata: b\n\n"),
+            (b"a\r\nb\r", b"data: a\ndata: b\n\n"),
+            (b"a\n", b"data: a\ndata: \n\n"),
+        ];
+        for (data, wire) in cases {
+            let mut out = Vec::new();
+            encode(&mut out, None, None, data);
+            assert_eq!(out, wire, "{:?}", String::from_utf8_lossy(data));
+        }
+        let mut out = Vec::new();
+        encode(&mut out, Some("s/0/3"), Some("message"), b"x");
+        assert_eq!(out, b"id: s/0/3\nevent: message\ndata: x\n\n");
     }
 
     #[test]
