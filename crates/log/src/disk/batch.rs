@@ -130,7 +130,7 @@ impl<'a> Batch<'a> {
         rec.meta = Bytes::new();
         self.wb.insert(&st.sessions, id.as_bytes(), rec.encode());
         let prefix = session_prefix(id);
-        let mut doomed: Vec<Vec<u8>> = self
+        let mut doomed: Vec<fjall::Slice> = self
             .written
             .remove(id)
             .unwrap_or_default()
@@ -152,7 +152,7 @@ impl<'a> Batch<'a> {
             for kv in ks.prefix(&prefix) {
                 match kv.key() {
                     Ok(k) if record => records.push(k.to_vec()),
-                    Ok(k) => doomed.push(k.to_vec()),
+                    Ok(k) => doomed.push(k),
                     Err(e) => return Err(storage(e)),
                 }
             }

@@ -3,6 +3,7 @@
 //! everything at open.
 
 use std::collections::HashMap;
+use std::io::Read;
 
 use bytes::Bytes;
 use fjall::{Database, Keyspace};
@@ -60,11 +61,13 @@ pub(super) fn split_key(k: &[u8]) -> Option<(&str, u64)> {
 }
 
 /// The key of one event: big-endian seq, so byte order is stream order.
-pub(super) fn event_key(id: &str, stream: u64, seq: Seq) -> Vec<u8> {
-    let mut k = prefix_with_room(id, 16);
-    k.extend_from_slice(&stream.to_be_bytes());
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
+/// Made as fjall's own byte string in one allocation: a `Vec` handed to
+/// fjall is copied again into one of its own.
+pub(super) fn event_key(id: &str, stream: u64, seq: Seq) -> fjall::Slice {
+    let (stream, seq) = (stream.to_be_bytes(), seq.to_be_bytes());
+    let parts: [&[u8]; 4] = [id.as_bytes(), &[0], &stream, &seq];
+    let mut reader = parts[0].chain(parts[1]).chain(parts[2]).chain(parts[3]);
+    fjall::Slice::from_reader(&mut reader, id.len() + 17).unwrap_or_else(|_| parts.concat().into())
 }
 
 /// A big-endian u64 at `at`, if the bytes are there.
@@ -114,11 +117,12 @@ pub(super) fn expected_span(b: Bounds) -> Option<(Seq, Seq)> {
 }
 
 /// An event's value: commit time, then the message.
-pub(super) fn event_value(at_ms: u64, message: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(8 + message.len());
-    v.extend_from_slice(&at_ms.to_be_bytes());
-    v.extend_from_slice(message);
-    v
+pub(super) fn event_value(at_ms: u64, message: &[u8]) -> fjall::Slice {
+    // In fjall's own byte string at once, as `event_key`.
+    let at = at_ms.to_be_bytes();
+    let mut reader = at.chain(message);
+    fjall::Slice::from_reader(&mut reader, 8 + message.len())
+        .unwrap_or_else(|_| [&at[..], message].concat().into())
 }
 
 /// A storage engine failure as the log's error.
