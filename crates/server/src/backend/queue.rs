@@ -7,24 +7,34 @@
 //! state and a first block of 32 slots: about 800 bytes for the commit
 //! queue's items, 11.5 KiB for rmcp's client message of 360 bytes. This
 //! queue is a lock over a `VecDeque` that holds nothing while idle (so its
-//! items need no box of their own), a [`Notify`] and a count of the
-//! senders; the receiver waits on the `Notify`, and learns that every
-//! sender is gone as it would from a channel.
+//! items need no box of their own), the one receiver's waker and a count of
+//! the senders; the receiver learns that every sender is gone as it would
+//! from a channel.
+//!
+//! Why a waker and not a `Notify`: rmcp's service loop makes a new
+//! `receive` future on every turn of its `select!` (two turns a
+//! notification a hosted handler sends) and drops it when another branch
+//! wins. A `Notify` waiter is put on a locked list at the first poll and
+//! taken off under the lock at the drop; registering a waker is one atomic
+//! swap, and dropping the future costs nothing.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::task::Poll;
 
-use tokio::sync::Notify;
+use futures_util::task::AtomicWaker;
 
 /// The queue; senders are counted by whoever clones them
 /// ([`Queue::add_sender`], [`Queue::drop_sender`]), and whoever makes the
 /// queue holds its first sender. One receiver: it takes items with
-/// [`Queue::recv`] or [`Queue::recv_many`] (a sender leaving wakes one
-/// waiter).
+/// [`Queue::recv`] or [`Queue::recv_many`], never from two tasks at once
+/// (only the last waker registered is woken).
 pub struct Queue<T> {
     state: Mutex<State<T>>,
-    ready: Notify,
+    /// The receiver's waker, while it waits: woken by a push, a close and
+    /// the last sender leaving.
+    ready: AtomicWaker,
     /// Counted outside the lock: a backend clones its sender for every call
     /// (the built-in tools' context), and calls of one session run at once.
     senders: AtomicUsize,
@@ -50,7 +60,7 @@ impl<T> Queue<T> {
                 items: VecDeque::new(),
                 closed: false,
             }),
-            ready: Notify::new(),
+            ready: AtomicWaker::new(),
             senders: AtomicUsize::new(1),
         }
     }
@@ -69,7 +79,7 @@ impl<T> Queue<T> {
             }
             s.items.push_back(item);
         }
-        self.ready.notify_one();
+        self.ready.wake();
         Ok(())
     }
 
@@ -86,7 +96,7 @@ impl<T> Queue<T> {
         let before = self.senders.fetch_sub(1, Ordering::AcqRel);
         debug_assert!(before > 0, "a sender dropped twice");
         if before == 1 {
-            self.ready.notify_one();
+            self.ready.wake();
         }
     }
 
@@ -94,22 +104,15 @@ impl<T> Queue<T> {
     /// `out`, in order; 0 once the queue is empty and every sender is gone
     /// (or the receiver closed it), as a channel's `recv_many`.
     pub async fn recv_many(&self, out: &mut Vec<T>, limit: usize) -> usize {
-        loop {
-            {
-                let mut s = self.lock();
-                if !s.items.is_empty() {
-                    let n = limit.min(s.items.len());
-                    out.extend(s.items.drain(..n));
-                    return n;
-                }
-                if s.closed || self.senders.load(Ordering::Acquire) == 0 {
-                    return 0;
-                }
-            }
-            // A push between the check above and this wait leaves a permit:
-            // the wait ends at once.
-            self.ready.notified().await;
-        }
+        self.wait(
+            |s| {
+                let n = limit.min(s.items.len());
+                out.extend(s.items.drain(..n));
+                n
+            },
+            0,
+        )
+        .await
     }
 
     /// The next item, waiting for one; `None` once the queue is empty and
@@ -117,21 +120,45 @@ impl<T> Queue<T> {
     /// item is taken only by the poll that returns it. The queue's room is
     /// given back when it empties, so an idle receiver holds none.
     pub async fn recv(&self) -> Option<T> {
-        loop {
-            {
-                let mut s = self.lock();
-                if let Some(item) = s.items.pop_front() {
-                    if s.items.is_empty() {
-                        s.items = VecDeque::new();
-                    }
-                    return Some(item);
+        self.wait(
+            |s| {
+                let item = s.items.pop_front();
+                if s.items.is_empty() {
+                    s.items = VecDeque::new();
                 }
-                if s.closed || self.senders.load(Ordering::Acquire) == 0 {
-                    return None;
-                }
+                item
+            },
+            None,
+        )
+        .await
+    }
+
+    /// Waits until something is queued and answers what `take` makes of
+    /// it; `ended` once the queue is empty and will stay so. Looks before
+    /// registering the waker and again after, so a push in between is
+    /// never missed.
+    async fn wait<R>(&self, mut take: impl FnMut(&mut State<T>) -> R, ended: R) -> R {
+        let mut ended = Some(ended);
+        let mut look = |s: &mut State<T>, ended: &mut Option<R>| {
+            if !s.items.is_empty() {
+                return Some(take(s));
             }
-            self.ready.notified().await;
-        }
+            if s.closed || self.senders.load(Ordering::Acquire) == 0 {
+                return ended.take();
+            }
+            None
+        };
+        std::future::poll_fn(|cx| {
+            if let Some(r) = look(&mut self.lock(), &mut ended) {
+                return Poll::Ready(r);
+            }
+            self.ready.register(cx.waker());
+            match look(&mut self.lock(), &mut ended) {
+                Some(r) => Poll::Ready(r),
+                None => Poll::Pending,
+            }
+        })
+        .await
     }
 
     /// If nothing is queued, gives back the room a burst took and says so
@@ -148,7 +175,7 @@ impl<T> Queue<T> {
     /// Refuses every later push; what is queued can still be taken.
     pub fn close(&self) {
         self.lock().closed = true;
-        self.ready.notify_one();
+        self.ready.wake();
     }
 
     /// The next queued item, without waiting.
