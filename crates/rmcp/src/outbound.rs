@@ -10,8 +10,9 @@
 //! `emit` notifications to one SSE reader). Where there is nothing to merge
 //! (the notification's extensions are empty, as a `Peer::notify_*` leaves
 //! them) the params are written straight from their own `Serialize`, which
-//! is the same JSON (tests compare the two); anything else is written by
-//! rmcp as before.
+//! is the same JSON value (tests compare the two; keys come in field order,
+//! where rmcp's map sorts them); anything else is written by rmcp as
+//! before.
 
 // rmcp marks logging notifications deprecated (SEP-2577); handlers still
 // send them, and they are the hottest kind written here.

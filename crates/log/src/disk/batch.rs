@@ -152,7 +152,9 @@ impl<'a> Batch<'a> {
             for kv in ks.prefix(&prefix) {
                 match kv.key() {
                     Ok(k) if record => records.push(k.to_vec()),
-                    Ok(k) => doomed.push(k),
+                    // A copy: a key read back may be a view into its whole
+                    // data block (values included), held until the commit.
+                    Ok(k) => doomed.push(fjall::Slice::new(&k)),
                     Err(e) => return Err(storage(e)),
                 }
             }

@@ -62,7 +62,10 @@ pub(super) fn split_key(k: &[u8]) -> Option<(&str, u64)> {
 
 /// The key of one event: big-endian seq, so byte order is stream order.
 /// Made as fjall's own byte string in one allocation: a `Vec` handed to
-/// fjall is copied again into one of its own.
+/// fjall is copied again into one of its own. `Slice::from_reader` is the
+/// only public way to fill one in place; it is `#[doc(hidden)]` in
+/// lsm-tree 3.1 (Cargo.lock pins it), so an upgrade that drops it fails to
+/// build rather than changing what is stored.
 pub(super) fn event_key(id: &str, stream: u64, seq: Seq) -> fjall::Slice {
     let (stream, seq) = (stream.to_be_bytes(), seq.to_be_bytes());
     let parts: [&[u8]; 4] = [id.as_bytes(), &[0], &stream, &seq];

@@ -230,8 +230,8 @@ impl Outbox {
     /// Resolves with `early` if given, else once at most 1,024 sends wait
     /// for their commit. The answer is looked for before a future is made:
     /// a send with room (nearly every one) resolves at its first poll
-    /// without a waiter put on the queue's `Notify` (a lock to put it
-    /// there, another to take it off) or a count of the queue moved.
+    /// without a waiter put on `Pending::drained` (a lock to put it there,
+    /// another to take it off) or a count of the shared state moved.
     fn room(
         &self,
         early: Option<Result<(), LogError>>,
