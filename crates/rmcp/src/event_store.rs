@@ -308,7 +308,7 @@ fn decode(loc: &Location, ev: &Event) -> Result<ServerSseMessage, StoreError> {
             return Ok(priming);
         }
     }
-    let message: ServerJsonRpcMessage = serde_json::from_slice(&ev.message).map_err(bad)?;
+    let message = crate::outbound::from_slice(&ev.message).map_err(bad)?;
     Ok(ServerSseMessage::new(id.clone(), message))
 }
 

@@ -62,6 +62,36 @@ fn write_envelope<M: Serialize, P: Serialize>(
     Ok(())
 }
 
+/// JSON text of one server message, as [`to_vec`] wrote it, read back into
+/// rmcp's type. rmcp's own entry point (`ServerJsonRpcMessage`'s
+/// `Deserialize`) buffers the message and tries the JSON-RPC shapes, then
+/// the notification kinds, in order; a message that starts as [`to_vec`]
+/// writes a logging or progress notification is read as that kind at once
+/// (what a replay of `emit` reads by the thousand). Anything else, and
+/// anything that kind refuses, takes rmcp's path, so the outcome (the
+/// message, or the error) is always rmcp's.
+pub(crate) fn from_slice(json: &[u8]) -> Result<ServerJsonRpcMessage, serde_json::Error> {
+    const LOGGING: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/message","params":"#;
+    const PROGRESS: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":"#;
+    // rmcp's `Notification` reads `method` and `params` and ignores the
+    // `jsonrpc` the prefix has checked.
+    let hot: Option<ServerNotification> = if json.starts_with(LOGGING) {
+        serde_json::from_slice::<LoggingMessageNotification>(json)
+            .ok()
+            .map(Into::into)
+    } else if json.starts_with(PROGRESS) {
+        serde_json::from_slice::<ProgressNotification>(json)
+            .ok()
+            .map(Into::into)
+    } else {
+        None
+    };
+    match hot {
+        Some(n) => Ok(JsonRpcMessage::notification(n)),
+        None => serde_json::from_slice(json),
+    }
+}
+
 /// `message` as a JSON value.
 pub(crate) fn to_value(message: &ServerJsonRpcMessage) -> Result<Value, serde_json::Error> {
     match direct(message) {
@@ -192,9 +222,35 @@ mod tests {
             let ours: Value = serde_json::from_slice(&to_vec(&m).expect("ours")).expect("JSON");
             assert_eq!(ours, rmcp, "to_vec");
             assert_eq!(to_value(&m).expect("ours"), rmcp, "to_value");
-            // And it reads back as the same message.
+            // And it reads back as the same message, by rmcp and by ours.
             let back: ServerJsonRpcMessage = serde_json::from_value(ours).expect("rmcp reads it");
             assert_eq!(serde_json::to_value(&back).expect("again"), rmcp);
+            let json = to_vec(&m).expect("ours");
+            let read = from_slice(&json).expect("ours reads it");
+            assert_eq!(format!("{read:?}"), format!("{back:?}"), "from_slice");
+            assert_eq!(serde_json::to_value(&read).expect("again"), rmcp);
+        }
+    }
+
+    #[test]
+    fn what_from_slice_cannot_read_as_a_hot_kind_is_read_or_refused_by_rmcp() {
+        let cases = [
+            // Not a hot prefix: rmcp's path.
+            br#"{"method":"notifications/message","params":{"level":"info","data":1},"jsonrpc":"2.0"}"#.as_slice(),
+            br#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            // A hot prefix its kind refuses (no level): rmcp's answer.
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":1}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":7}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":"#,
+        ];
+        for json in cases {
+            let ours = from_slice(json)
+                .map(|m| format!("{m:?}"))
+                .map_err(|e| e.to_string());
+            let rmcp = serde_json::from_slice::<ServerJsonRpcMessage>(json)
+                .map(|m| format!("{m:?}"))
+                .map_err(|e| e.to_string());
+            assert_eq!(ours, rmcp, "{}", String::from_utf8_lossy(json));
         }
     }
 
