@@ -50,11 +50,15 @@ impl Direct<'_> {
     }
 }
 
+/// How [`to_vec`] starts every notification it writes itself, and what
+/// [`from_slice`] looks for.
+const HEAD: &[u8] = br#"{"jsonrpc":"2.0","method":"#;
+
 fn write_envelope<M: Serialize, P: Serialize>(
     out: &mut Vec<u8>,
     n: &Notification<M, P>,
 ) -> Result<(), serde_json::Error> {
-    out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
+    out.extend_from_slice(HEAD);
     serde_json::to_writer(&mut *out, &n.method)?;
     out.extend_from_slice(br#","params":"#);
     serde_json::to_writer(&mut *out, &n.params)?;
@@ -71,21 +75,21 @@ fn write_envelope<M: Serialize, P: Serialize>(
 /// anything that kind refuses, takes rmcp's path, so the outcome (the
 /// message, or the error) is always rmcp's.
 pub(crate) fn from_slice(json: &[u8]) -> Result<ServerJsonRpcMessage, serde_json::Error> {
-    const LOGGING: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/message","params":"#;
-    const PROGRESS: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/progress","params":"#;
     // rmcp's `Notification` reads `method` and `params` and ignores the
     // `jsonrpc` the prefix has checked.
-    let hot: Option<ServerNotification> = if json.starts_with(LOGGING) {
-        serde_json::from_slice::<LoggingMessageNotification>(json)
-            .ok()
-            .map(Into::into)
-    } else if json.starts_with(PROGRESS) {
-        serde_json::from_slice::<ProgressNotification>(json)
-            .ok()
-            .map(Into::into)
-    } else {
-        None
-    };
+    let method = json.strip_prefix(HEAD).unwrap_or_default();
+    let hot: Option<ServerNotification> =
+        if method.starts_with(br#""notifications/message","params":"#) {
+            serde_json::from_slice::<LoggingMessageNotification>(json)
+                .ok()
+                .map(Into::into)
+        } else if method.starts_with(br#""notifications/progress","params":"#) {
+            serde_json::from_slice::<ProgressNotification>(json)
+                .ok()
+                .map(Into::into)
+        } else {
+            None
+        };
     match hot {
         Some(n) => Ok(JsonRpcMessage::notification(n)),
         None => serde_json::from_slice(json),

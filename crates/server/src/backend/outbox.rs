@@ -223,7 +223,8 @@ impl Outbox {
                 self.pending.done(1);
                 Some(Err(e))
             }
-            Ok(()) => self.pending.failure().map(Err),
+            // Whether it must wait, or a failure answers it, is `room`'s.
+            Ok(()) => None,
         }
     }
 
@@ -249,14 +250,8 @@ impl Outbox {
             let drained = pending.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
-            if let Some(e) = pending.failure() {
-                return Err(e);
-            }
-            if pending.closed.load(Ordering::Acquire) {
-                return Err(ended());
-            }
-            if pending.uncommitted.load(Ordering::Acquire) <= MAX_UNCOMMITTED {
-                return Ok(());
+            if let Some(r) = pending.answer_now() {
+                return r;
             }
             drained.await;
         }

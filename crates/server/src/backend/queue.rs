@@ -104,14 +104,11 @@ impl<T> Queue<T> {
     /// `out`, in order; 0 once the queue is empty and every sender is gone
     /// (or the receiver closed it), as a channel's `recv_many`.
     pub async fn recv_many(&self, out: &mut Vec<T>, limit: usize) -> usize {
-        self.wait(
-            |s| {
-                let n = limit.min(s.items.len());
-                out.extend(s.items.drain(..n));
-                n
-            },
-            0,
-        )
+        self.wait(|s| {
+            let n = limit.min(s.items.len());
+            out.extend(s.items.drain(..n));
+            n
+        })
         .await
     }
 
@@ -120,43 +117,35 @@ impl<T> Queue<T> {
     /// item is taken only by the poll that returns it. The queue's room is
     /// given back when it empties, so an idle receiver holds none.
     pub async fn recv(&self) -> Option<T> {
-        self.wait(
-            |s| {
-                let item = s.items.pop_front();
-                if s.items.is_empty() {
-                    s.items = VecDeque::new();
-                }
-                item
-            },
-            None,
-        )
+        self.wait(|s| {
+            let item = s.items.pop_front();
+            if s.items.is_empty() {
+                s.items = VecDeque::new();
+            }
+            item
+        })
         .await
     }
 
     /// Waits until something is queued and answers what `take` makes of
-    /// it; `ended` once the queue is empty and will stay so. Looks before
-    /// registering the waker and again after, so a push in between is
-    /// never missed.
-    async fn wait<R>(&self, mut take: impl FnMut(&mut State<T>) -> R, ended: R) -> R {
-        let mut ended = Some(ended);
-        let mut look = |s: &mut State<T>, ended: &mut Option<R>| {
+    /// it; `R::default()` (0, `None`) once the queue is empty and will stay
+    /// so. Looks before registering the waker and again after, so a push in
+    /// between is never missed.
+    async fn wait<R: Default>(&self, mut take: impl FnMut(&mut State<T>) -> R) -> R {
+        let mut look = || {
+            let mut s = self.lock();
             if !s.items.is_empty() {
-                return Some(take(s));
+                return Some(take(&mut s));
             }
-            if s.closed || self.senders.load(Ordering::Acquire) == 0 {
-                return ended.take();
-            }
-            None
+            let ended = s.closed || self.senders.load(Ordering::Acquire) == 0;
+            ended.then(R::default)
         };
         std::future::poll_fn(|cx| {
-            if let Some(r) = look(&mut self.lock(), &mut ended) {
+            if let Some(r) = look() {
                 return Poll::Ready(r);
             }
             self.ready.register(cx.waker());
-            match look(&mut self.lock(), &mut ended) {
-                Some(r) => Poll::Ready(r),
-                None => Poll::Pending,
-            }
+            look().map_or(Poll::Pending, Poll::Ready)
         })
         .await
     }
