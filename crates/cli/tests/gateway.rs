@@ -170,6 +170,71 @@ fn a_child_that_exits_ends_its_session_loudly() {
     });
 }
 
+/// A child that answers `initialize`, then every call with a number no JSON
+/// value holds exactly (past 64 bits and `f64`'s precision) and its keys out
+/// of order, written by hand.
+const VERBATIM_CHILD: &str = r#"
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "method" not in m or "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+             "serverInfo": {"name": "verbatim", "version": "0"}}
+        print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+    else:
+        sys.stdout.write('{"jsonrpc":"2.0","id":%s,"result":{"z":1,"big":123456789012345678901234567890,"content":[]}}\n' % json.dumps(m["id"]))
+        sys.stdout.flush()
+"#;
+
+/// What a child answers reaches the client as the child wrote it, as JSON
+/// and on a call's request stream: a gateway that read the answer into a
+/// value and wrote it again would round the number (1.2345678901234568e29)
+/// and sort the keys.
+#[test]
+fn a_childs_answer_reaches_the_client_as_the_child_wrote_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::Serve::gateway(
+        dir.path(),
+        "127.0.0.1:0",
+        &[],
+        &["python3", "-c", VERBATIM_CHILD],
+    );
+    let written = r#""result":{"z":1,"big":123456789012345678901234567890,"content":[]}"#;
+    rt().block_on(async {
+        let sid = common::gateway::init_as(&gw.url, "verbatim").await;
+        let call = |id: u64| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "any", "arguments": {}}})
+        };
+        // Answered as JSON.
+        let resp = post(&gw.url, Some(&sid), call(1)).await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let text = resp.text().await.unwrap();
+        assert!(text.contains(written), "{text}");
+        // Answered on a request stream, from the log.
+        let resp = reqwest::Client::new()
+            .post(&gw.url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &sid)
+            .body(call(2).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let events = read(resp, Duration::from_secs(20), |e| {
+            e.data.contains(r#""id":2"#)
+        })
+        .await
+        .expect("the call's stream went silent");
+        let last = &events.last().expect("an answer").data;
+        assert!(last.contains(written), "{last}");
+    });
+}
+
 #[test]
 fn children_beyond_the_cap_get_429() {
     let dir = tempfile::tempdir().unwrap();

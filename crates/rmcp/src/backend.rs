@@ -263,6 +263,14 @@ impl Transport<RoleServer> for Port {
                 .and_then(|o| serde_json::to_value(&o.0).ok()),
             _ => None,
         };
+        if let Some((id, text)) = crate::outbound::answer(&item) {
+            // A call's answer: written once, here, and handed over or
+            // committed as it is.
+            let sent = self.outbox.send_answer(id, text.into());
+            return futures_util::future::Either::Left(futures_util::future::Either::Left(
+                async move { sent.await.map_err(PortError) },
+            ));
+        }
         if let JsonRpcMessage::Notification(n) = &item {
             let routed = matches!(
                 n.notification,
@@ -273,9 +281,9 @@ impl Transport<RoleServer> for Port {
                 // Bound for the session stream as it is: encoded once, here.
                 let bytes = crate::outbound::to_vec(&item).unwrap_or_default();
                 let sent = self.outbox.send_session_notification(bytes.into());
-                return futures_util::future::Either::Left(
+                return futures_util::future::Either::Left(futures_util::future::Either::Right(
                     async move { sent.await.map_err(PortError) },
-                );
+                ));
             }
         }
         let message = crate::outbound::to_value(&item).unwrap_or(Value::Null);

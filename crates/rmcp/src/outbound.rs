@@ -20,7 +20,8 @@
 
 use rmcp::model::{
     CancelledNotification, JsonRpcMessage, LoggingMessageNotification, Notification,
-    ProgressNotification, ResourceUpdatedNotification, ServerJsonRpcMessage, ServerNotification,
+    NumberOrString, ProgressNotification, ResourceUpdatedNotification, ServerJsonRpcMessage,
+    ServerNotification,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -35,6 +36,27 @@ pub(crate) fn to_vec(message: &ServerJsonRpcMessage) -> Result<Vec<u8>, serde_js
         None => serde_json::to_writer(&mut out, message)?,
     }
     Ok(out)
+}
+
+/// A call's answer (a response, or an error with an id) as its id and its
+/// JSON text, for the route to hand over or commit as it is
+/// (`Outbox::send_answer`): written once, straight from rmcp's types, where
+/// a value would be built, then written by the route. `None` for any other
+/// message, and for an answer serde cannot write as text (a non-finite
+/// number: rmcp's value path writes `null` there).
+pub(crate) fn answer(message: &ServerJsonRpcMessage) -> Option<(Value, Vec<u8>)> {
+    let id = match message {
+        JsonRpcMessage::Response(r) => &r.id,
+        JsonRpcMessage::Error(e) => e.id.as_ref()?,
+        _ => return None,
+    };
+    let id = match id {
+        NumberOrString::Number(n) => Value::from(*n),
+        NumberOrString::String(s) => Value::from(&**s),
+    };
+    let mut text = Vec::with_capacity(256);
+    serde_json::to_writer(&mut text, message).ok()?;
+    Some((id, text))
 }
 
 impl Direct<'_> {
@@ -164,8 +186,8 @@ mod tests {
     use super::*;
     use rmcp::model::{
         CancelledNotificationParam, LoggingLevel, LoggingMessageNotificationParam,
-        NotificationMetaObject, NumberOrString, ProgressNotificationParam, ProgressToken,
-        RequestId, ResourceUpdatedNotificationParam, ToolListChangedNotification,
+        NotificationMetaObject, ProgressNotificationParam, ProgressToken, RequestId,
+        ResourceUpdatedNotificationParam, ToolListChangedNotification,
     };
     use serde_json::json;
 
@@ -216,6 +238,40 @@ mod tests {
                 ResourceUpdatedNotificationParam::new("file:///a b"),
             )),
         ]
+    }
+
+    /// An answer's text is the value rmcp's own path builds, under the id
+    /// it answers; anything but an answer with an id is not one.
+    #[test]
+    fn an_answers_text_is_the_json_rmcp_writes() {
+        use rmcp::model::{CallToolResult, ContentBlock, ErrorData, ServerResult};
+        let mut result = CallToolResult::success(vec![ContentBlock::text("hi \"there\"\n")]);
+        result.structured_content = Some(json!({"b": [1, 2.5, null], "a": {"z": "é"}}));
+        let cases = [
+            (
+                JsonRpcMessage::response(
+                    ServerResult::CallToolResult(result),
+                    NumberOrString::Number(7),
+                ),
+                json!(7),
+            ),
+            (
+                JsonRpcMessage::error(
+                    ErrorData::invalid_params("no", Some(json!({"k": 1}))),
+                    Some(NumberOrString::String("s-1".into())),
+                ),
+                json!("s-1"),
+            ),
+        ];
+        for (m, id) in cases {
+            let (got_id, text) = answer(&m).expect("an answer");
+            assert_eq!(got_id, id);
+            let value: Value = serde_json::from_slice(&text).unwrap();
+            assert_eq!(value, serde_json::to_value(&m).unwrap(), "{m:?}");
+        }
+        let no_id = JsonRpcMessage::error(ErrorData::invalid_params("no", None), None);
+        assert!(answer(&no_id).is_none());
+        assert!(answer(&message(ToolListChangedNotification::default())).is_none());
     }
 
     #[test]

@@ -194,6 +194,41 @@ pub struct Outbound {
     pub related: Option<Value>,
 }
 
+/// One outgoing JSON-RPC message as the route carries it: the value a
+/// backend built (which the route may read and rewrite), or the JSON text a
+/// backend encoded itself (a call's answer, [`Outbox::send_answer`]), passed
+/// on as it is: never parsed, or encoded, again.
+#[derive(Debug)]
+pub(crate) enum Message {
+    /// A JSON value, encoded when it is committed or answered.
+    Value(Value),
+    /// JSON text: one JSON-RPC message.
+    Text(bytes::Bytes),
+}
+
+impl Message {
+    /// The message as JSON text.
+    pub(crate) fn into_text(self) -> bytes::Bytes {
+        match self {
+            Message::Value(v) => {
+                let mut text = Vec::with_capacity(128);
+                serde_json::to_writer(&mut text, &v).expect("a JSON value always serializes");
+                text.into()
+            }
+            Message::Text(text) => text,
+        }
+    }
+
+    /// The message as a JSON value (text that is not JSON reads as `null`:
+    /// only a backend's own encoding is ever [`Message::Text`]).
+    pub(crate) fn into_value(self) -> Value {
+        match self {
+            Message::Value(v) => v,
+            Message::Text(text) => serde_json::from_slice(&text).unwrap_or(Value::Null),
+        }
+    }
+}
+
 pub use outbox::Outbox;
 pub(crate) use outbox::{Pending, Queued, Shortcut};
 pub use queue::Queue;

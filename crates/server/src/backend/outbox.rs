@@ -21,8 +21,10 @@ use std::sync::{Arc, Mutex};
 use mcp_resume_log::LogError;
 use tokio::sync::{oneshot, Notify};
 
+use serde_json::Value;
+
 use super::queue::Queue;
-use super::Outbound;
+use super::{Message, Outbound};
 
 /// Sends of one session queued but not yet committed, past which a send
 /// waits.
@@ -32,6 +34,9 @@ pub(crate) const MAX_UNCOMMITTED: usize = 1024;
 pub(crate) enum Queued {
     /// A message to route and commit.
     Message(Outbound),
+    /// A call's answer (a response or error to client request `id`): to the
+    /// POST that awaits it, or committed to the call's stream.
+    Answer { id: Value, message: Message },
     /// Answered once everything queued before it is committed (or could not be).
     Flush(oneshot::Sender<Result<(), LogError>>),
     /// The backend is gone for good (a child process exited): once what is
@@ -153,9 +158,9 @@ impl Drop for Outbox {
 /// What lets a message skip the commit queue (see the module doc): the
 /// route's routing table.
 pub(crate) trait Shortcut: Send + Sync {
-    /// Hands `out` to the POST that awaits it if it is a response answered
-    /// as JSON; otherwise gives it back.
-    fn try_hand(&self, out: Outbound) -> Result<(), Outbound>;
+    /// Hands `message`, the answer to call `id`, to the POST that awaits
+    /// it if that POST awaits it as JSON; otherwise gives it back.
+    fn try_hand(&self, id: &Value, message: Message) -> Result<(), Message>;
 }
 
 impl Outbox {
@@ -190,16 +195,44 @@ impl Outbox {
         &self,
         out: Outbound,
     ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
-        let out = match &self.shortcut {
-            Some(s) if self.pending.queued.load(Ordering::Acquire) == 0 => s.try_hand(out).err(),
-            _ => Some(out),
+        let answer = match out.message.get("method") {
+            None => out.message.get("id").cloned(),
+            Some(_) => None,
         };
-        let early = match out {
-            // Handed over: nothing waits for a commit.
-            None => Some(self.pending.failure().map_or(Ok(()), Err)),
-            Some(out) => self.enqueue(Queued::Message(out)),
+        let early = match answer {
+            Some(id) => self.answer(id, Message::Value(out.message)),
+            None => self.enqueue(Queued::Message(out)),
         };
         self.room(early)
+    }
+
+    /// [`Outbox::send`] of a call's answer (a response or error to client
+    /// request `id`) already encoded as one JSON-RPC message in JSON text:
+    /// handed to the POST that awaits it, or committed to the call's
+    /// stream, as it is (not parsed and encoded again).
+    pub fn send_answer(
+        &self,
+        id: Value,
+        message: bytes::Bytes,
+    ) -> impl std::future::Future<Output = Result<(), LogError>> + Send + 'static {
+        let early = self.answer(id, Message::Text(message));
+        self.room(early)
+    }
+
+    /// Hands the answer to call `id` over at once where it may skip the
+    /// queue (see the module doc), else queues it.
+    fn answer(&self, id: Value, message: Message) -> Option<Result<(), LogError>> {
+        let message = match &self.shortcut {
+            Some(s) if self.pending.queued.load(Ordering::Acquire) == 0 => {
+                match s.try_hand(&id, message) {
+                    // Handed over: nothing waits for a commit.
+                    Ok(()) => return Some(self.pending.failure().map_or(Ok(()), Err)),
+                    Err(message) => message,
+                }
+            }
+            _ => message,
+        };
+        self.enqueue(Queued::Answer { id, message })
     }
 
     /// [`Outbox::send`] of a notification for the session stream (any

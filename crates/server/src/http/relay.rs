@@ -31,6 +31,7 @@ use tokio::sync::oneshot;
 
 use super::guard::{Accepts, Principal};
 use super::post::answer;
+use crate::backend::Message;
 use crate::error::ApiError;
 use crate::jsonrpc;
 use crate::route::dispatch::{cancelled, deliver, deliver_answer, dispatch, spawn_work};
@@ -79,7 +80,7 @@ pub(super) async fn initialize(
             return Err(backend_error(e));
         }
     };
-    let reply = call_json(state, &sid, &route, message).await;
+    let reply = call_json(state, &sid, &route, message).await.into_value();
     let Some(result) = reply.get("result") else {
         // The backend refused: no session is left behind.
         state.routes.close(&sid);
@@ -158,7 +159,7 @@ pub(super) async fn message(
                 call_lazy(state, session, &route, message).await
             } else {
                 let reply = call_json(state, &session, &route, message).await;
-                Ok(axum::Json(reply).into_response())
+                Ok(json_reply(reply))
             }
         }
         (Some(method), false) => {
@@ -221,16 +222,37 @@ fn params_of(message: &Value) -> &Value {
 }
 
 /// A request answered as JSON: registered, delivered, awaited.
-async fn call_json(state: &AppState, session: &str, route: &SessionRoute, message: Value) -> Value {
+async fn call_json(
+    state: &AppState,
+    session: &str,
+    route: &SessionRoute,
+    message: Value,
+) -> Message {
     let id = message["id"].clone();
     let (tx, rx) = oneshot::channel();
     if let Err(why) = route.register(&id, params_of(&message), Dest::Json(tx)) {
-        return why.reply(&id);
+        return Message::Value(why.reply(&id));
     }
     let work = deliver(state, session, route, message, &id).await;
     answered(state, route, &id, work, rx)
         .await
-        .unwrap_or_else(|| unanswered(&id))
+        .unwrap_or_else(|| Message::Value(unanswered(&id)))
+}
+
+/// A call's answer as the `200` JSON body of its POST: a backend's own
+/// encoding as it is, a value encoded here.
+fn json_reply(reply: Message) -> Response {
+    match reply {
+        Message::Value(v) => axum::Json(v).into_response(),
+        Message::Text(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            text,
+        )
+            .into_response(),
+    }
 }
 
 /// Runs the `work` that answers call `id` (if the backend handed it back)
@@ -284,7 +306,7 @@ async fn call_lazy(
     }
     let work = deliver(state, &session, route, message, &id).await;
     Ok(match answered(state, route, &id, work, rx).await {
-        Some(Answer::Json(reply)) => axum::Json(reply).into_response(),
+        Some(Answer::Json(reply)) => json_reply(reply),
         Some(Answer::Stream { stream, head, sub }) => {
             sse::respond(state.clone(), session, stream, 0, head, sub)
         }
@@ -374,7 +396,10 @@ pub(super) async fn batch(
         }
     }
     for (id, rx) in waiting {
-        replies.push(rx.await.unwrap_or_else(|_| unanswered(&id)));
+        replies.push(
+            rx.await
+                .map_or_else(|_| unanswered(&id), Message::into_value),
+        );
     }
     Ok(replies)
 }

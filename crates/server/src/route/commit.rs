@@ -13,28 +13,35 @@ use serde_json::{json, Value};
 
 use super::table::{Answer, Dest, Routed, Table};
 use super::{inbox, lapsed, streams, BATCH};
-use crate::backend::{Pending, Queued};
+use crate::backend::{Message, Pending, Queued};
 use crate::jsonrpc;
 use crate::route::state::AppState;
 
 /// Messages bound for one stream, committed in one append.
 pub(super) type Run = (StreamKey, Vec<Bytes>);
 
+/// What of the queue the table routes: a message, or a call's answer.
+enum Outgoing {
+    Message(crate::backend::Outbound),
+    Answer(Value, Message),
+}
+
 /// How many of `queued` are messages (what the outbox counts as uncommitted).
 pub(super) fn count_messages(queued: &[Queued]) -> usize {
     queued
         .iter()
-        .filter(|q| matches!(q, Queued::Message(_) | Queued::Raw(_)))
+        .filter(|q| {
+            matches!(
+                q,
+                Queued::Message(_) | Queued::Answer { .. } | Queued::Raw(_)
+            )
+        })
         .count()
 }
 
 /// Adds `m` to the run of stream `k`.
-pub(super) fn push(runs: &mut Vec<Run>, k: StreamKey, m: &Value) {
-    push_bytes(
-        runs,
-        k,
-        Bytes::from(serde_json::to_vec(m).unwrap_or_default()),
-    );
+pub(super) fn push(runs: &mut Vec<Run>, k: StreamKey, m: Message) {
+    push_bytes(runs, k, m.into_text());
 }
 
 /// Adds a message already encoded to the run of stream `k`.
@@ -185,8 +192,9 @@ impl Committer {
         let mut flushes = Vec::new();
         let mut messages = 0;
         for q in queued.drain(..) {
-            let out = match q {
-                Queued::Message(out) => out,
+            let item = match q {
+                Queued::Message(out) => Outgoing::Message(out),
+                Queued::Answer { id, message } => Outgoing::Answer(id, message),
                 Queued::Raw(bytes) => {
                     messages += 1;
                     push_bytes(&mut runs, StreamKey::Session, bytes);
@@ -220,7 +228,10 @@ impl Committer {
             messages += 1;
             let (routed, watch) = {
                 let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
-                let routed = t.route(out);
+                let routed = match item {
+                    Outgoing::Message(out) => t.route(out),
+                    Outgoing::Answer(id, message) => t.route_answer(&id, message),
+                };
                 let watch = t.asking() && !t.watching;
                 t.watching |= watch;
                 (routed, watch)
@@ -245,7 +256,7 @@ impl Committer {
                 *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
             }
             match routed {
-                Routed::Commit(k, m) => push(&mut runs, k, &m),
+                Routed::Commit(k, m) => push(&mut runs, k, m),
                 Routed::Answer(tx, m) => {
                     let _ = tx.send(m);
                 }
@@ -255,11 +266,11 @@ impl Committer {
                 Routed::Open { call, message } => {
                     *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
                     if let Some(k) = open_lazy(state, session, table, &call).await {
-                        push(&mut runs, k, &message);
+                        push(&mut runs, k, Message::Value(message));
                     }
                 }
-                Routed::Drop(m) => {
-                    tracing::debug!(%session, id = %m["id"], "a message of a call nothing waits for (cancelled, or failed) is dropped");
+                Routed::Drop(id) => {
+                    tracing::debug!(%session, %id, "a message of a call nothing waits for (cancelled, or failed) is dropped");
                 }
             }
         }
@@ -374,7 +385,8 @@ async fn open_lazy(
             tracing::error!(%session, error = %e, "could not open a call's request stream within the reply deadline; the call is answered with an error");
             let dest = table.lock().unwrap_or_else(|e| e.into_inner()).fail(&id);
             if let Some(Dest::Lazy(tx)) = dest {
-                let _ = tx.send(Answer::Json(crate::route::reply::commit_failed(state, &id)));
+                let failed = crate::route::reply::commit_failed(state, &id);
+                let _ = tx.send(Answer::Json(Message::Value(failed)));
             }
             None
         }
@@ -386,10 +398,10 @@ async fn open_lazy(
 pub(crate) async fn answer(state: &AppState, session: &str, dest: Dest, reply: Value) {
     match dest {
         Dest::Json(tx) => {
-            let _ = tx.send(reply);
+            let _ = tx.send(Message::Value(reply));
         }
         Dest::Lazy(tx) => {
-            let _ = tx.send(Answer::Json(reply));
+            let _ = tx.send(Answer::Json(Message::Value(reply)));
         }
         Dest::Stream(k) => crate::route::reply::commit_response(state, session, k, &reply).await,
         // Answered with an error already.

@@ -366,12 +366,13 @@ impl Routes {
 struct JsonAnswers(Arc<Mutex<Table>>);
 
 impl Shortcut for JsonAnswers {
-    fn try_hand(&self, out: crate::backend::Outbound) -> Result<(), crate::backend::Outbound> {
-        let crate::backend::Outbound { message, related } = out;
+    fn try_hand(
+        &self,
+        id: &Value,
+        message: crate::backend::Message,
+    ) -> Result<(), crate::backend::Message> {
         let mut table = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        table
-            .answer_json(message)
-            .map_err(|message| crate::backend::Outbound { message, related })
+        table.answer_json(id, message)
     }
 }
 

@@ -10,12 +10,12 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::Map;
-use crate::backend::Outbound;
+use crate::backend::{Message, Outbound};
 
 /// What a POST that waits on a lazy call gets.
 pub(crate) enum Answer {
     /// The response, as JSON: nothing but it came.
-    Json(Value),
+    Json(Message),
     /// The call sent something before its response (progress, a request to
     /// the client): it has a request stream now, to be read from its start.
     Stream {
@@ -28,7 +28,7 @@ pub(crate) enum Answer {
 /// Where a call's answer goes.
 pub(crate) enum Dest {
     /// A POST waits for it as JSON (nothing is committed).
-    Json(oneshot::Sender<Value>),
+    Json(oneshot::Sender<Message>),
     /// A POST waits for it as JSON unless the call sends something first;
     /// then a request stream opens for it (the fast, unlogged answer for the
     /// calls that only answer, a resumable stream for the others).
@@ -56,15 +56,16 @@ impl Dest {
 /// What to do with one outgoing message.
 pub(crate) enum Routed {
     /// Commit it to this stream.
-    Commit(StreamKey, Value),
+    Commit(StreamKey, Message),
     /// Hand it to the POST that waits for it.
-    Answer(oneshot::Sender<Value>, Value),
+    Answer(oneshot::Sender<Message>, Message),
     /// Hand it to the POST that waits on a lazy call.
-    AnswerLazy(oneshot::Sender<Answer>, Value),
+    AnswerLazy(oneshot::Sender<Answer>, Message),
     /// Open a request stream for lazy call `call` (its key), then commit
     /// the message to it.
     Open { call: String, message: Value },
-    /// Nothing waits for it (the response of a call the client cancelled).
+    /// Nothing waits for it (the response of a call the client cancelled):
+    /// dropped. The message's id, for the record.
     Drop(Value),
 }
 
@@ -347,15 +348,11 @@ impl Table {
         Some(message)
     }
 
-    /// Hands `message` to the POST that awaits it if it is a response whose
-    /// call is answered as JSON (nothing to commit); otherwise gives it back.
-    pub(crate) fn answer_json(&mut self, message: Value) -> Result<(), Value> {
-        if message.get("method").is_some() {
-            return Err(message);
-        }
-        let Some(k) = message.get("id").map(key) else {
-            return Err(message);
-        };
+    /// Hands `message`, the answer to call `id`, to the POST that awaits it
+    /// if that call is answered as JSON (nothing to commit); otherwise gives
+    /// it back.
+    pub(crate) fn answer_json(&mut self, id: &Value, message: Message) -> Result<(), Message> {
+        let k = key(id);
         match self.calls.get(&k).map(|c| &c.dest) {
             Some(Dest::Json(_) | Dest::Lazy(_)) => {}
             _ => return Err(message),
@@ -396,7 +393,7 @@ impl Table {
                     .filter(|k| self.calls.contains_key(k));
                 let target = self.target_of(call.clone());
                 if matches!(target, Target::Drop) {
-                    return Routed::Drop(message);
+                    return Routed::Drop(backend_id);
                 }
                 let wire = format!("{}{}", self.prefix, self.next);
                 self.next += 1;
@@ -444,19 +441,25 @@ impl Table {
                     Some((wire, stream)) => {
                         self.asked.remove(&wire);
                         message["params"]["requestId"] = Value::String(wire);
-                        Routed::Commit(stream, message)
+                        Routed::Commit(stream, Message::Value(message))
                     }
-                    None => Routed::Commit(StreamKey::Session, message),
+                    None => Routed::Commit(StreamKey::Session, Message::Value(message)),
                 }
             }
-            (Some(_), None) => Routed::Commit(StreamKey::Session, message),
-            // A response or error: to its call.
-            (None, id) => match id.and_then(|id| self.forget(&id)) {
-                Some(Dest::Json(tx)) => Routed::Answer(tx, message),
-                Some(Dest::Lazy(tx)) => Routed::AnswerLazy(tx, message),
-                Some(Dest::Stream(k)) => Routed::Commit(k, message),
-                Some(Dest::Failed) | None => Routed::Drop(message),
-            },
+            (Some(_), None) => Routed::Commit(StreamKey::Session, Message::Value(message)),
+            (None, Some(id)) => self.route_answer(&id, Message::Value(message)),
+            (None, None) => Routed::Drop(Value::Null),
+        }
+    }
+
+    /// Decides where `message`, the answer (a response or error) to call
+    /// `id`, goes: the POST that awaits it, or the call's stream.
+    pub(crate) fn route_answer(&mut self, id: &Value, message: Message) -> Routed {
+        match self.forget(id) {
+            Some(Dest::Json(tx)) => Routed::Answer(tx, message),
+            Some(Dest::Lazy(tx)) => Routed::AnswerLazy(tx, message),
+            Some(Dest::Stream(k)) => Routed::Commit(k, message),
+            Some(Dest::Failed) | None => Routed::Drop(id.clone()),
         }
     }
 }
@@ -464,9 +467,9 @@ impl Table {
 /// `message` to `target`.
 fn routed(target: Target, message: Value) -> Routed {
     match target {
-        Target::Stream(k) => Routed::Commit(k, message),
+        Target::Stream(k) => Routed::Commit(k, Message::Value(message)),
         Target::Open(call) => Routed::Open { call, message },
-        Target::Drop => Routed::Drop(message),
+        Target::Drop => Routed::Drop(message.get("id").cloned().unwrap_or(Value::Null)),
     }
 }
 

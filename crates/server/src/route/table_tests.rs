@@ -8,7 +8,7 @@ fn out(message: Value, related: Option<Value>) -> Outbound {
 
 fn committed(r: Routed) -> (StreamKey, Value) {
     match r {
-        Routed::Commit(k, m) => (k, m),
+        Routed::Commit(k, m) => (k, m.into_value()),
         _ => panic!("expected a commit"),
     }
 }
@@ -137,6 +137,40 @@ fn a_lazy_call_opens_its_stream_on_its_first_related_message() {
     t.register(&json!(2), &json!({}), Dest::Lazy(tx)).unwrap();
     let resp = json!({"jsonrpc": "2.0", "id": 2, "result": {}});
     assert!(matches!(t.route(out(resp, None)), Routed::AnswerLazy(..)));
+}
+
+/// A backend's own encoding of an answer goes where a value would, and as
+/// it is: to the POST that awaits it, or committed to the call's stream.
+#[test]
+fn an_encoded_answer_is_routed_as_its_text() {
+    let mut t = Table::new("w.".into());
+    let text = |id: u64| {
+        bytes::Bytes::from(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{"z":1,"a":2}}}}"#
+        ))
+    };
+    let (tx, mut rx) = oneshot::channel();
+    t.register(&json!(1), &json!({}), Dest::Json(tx)).unwrap();
+    assert!(t.answer_json(&json!(1), Message::Text(text(1))).is_ok());
+    match rx.try_recv() {
+        Ok(Message::Text(b)) => assert_eq!(b, text(1)),
+        _ => panic!("expected the text itself"),
+    }
+    t.register(&json!(2), &json!({}), Dest::Stream(StreamKey::Request(3)))
+        .unwrap();
+    let back = t.answer_json(&json!(2), Message::Text(text(2)));
+    assert!(
+        back.is_err(),
+        "a stream's answer is committed, not handed over"
+    );
+    match t.route_answer(&json!(2), back.unwrap_err()) {
+        Routed::Commit(StreamKey::Request(3), Message::Text(b)) => assert_eq!(b, text(2)),
+        _ => panic!("expected its text committed to its stream"),
+    }
+    assert!(
+        matches!(t.route_answer(&json!(2), Message::Text(text(2))), Routed::Drop(id) if id == json!(2)),
+        "answered already"
+    );
 }
 
 /// What keeps a session from idle expiry: a call whose POST still waits,
