@@ -12,8 +12,8 @@
 //! accepts only its own method.
 
 use rmcp::model::{
-    CallToolRequest, ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, JsonRpcRequest,
-    ListToolsRequest, RequestId,
+    CallToolRequest, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, JsonObject,
+    JsonRpcMessage, JsonRpcRequest, ListToolsRequest, RequestId, RequestMetaObject,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -40,11 +40,30 @@ fn hot_request(message: &Value) -> Option<ClientJsonRpcMessage> {
     }
     let id = RequestId::deserialize(object.get("id")?).ok()?;
     let request: ClientRequest = match object.get("method")?.as_str()? {
-        "tools/call" => CallToolRequest::deserialize(message).ok()?.into(),
+        "tools/call" => call_tool(object.get("params")?)?.into(),
         "tools/list" => ListToolsRequest::deserialize(message).ok()?.into(),
         _ => return None,
     };
     Some(JsonRpcMessage::Request(JsonRpcRequest::new(id, request)))
+}
+
+/// A `tools/call` request from its `params`, as rmcp's `Request`
+/// deserializer makes it (`_meta` in the extensions, not in the params)
+/// without its `#[serde(flatten)]`, which buffers every field of the params
+/// (the arguments too) before reading them again; `None` where the params
+/// do not read as a `tools/call`'s.
+fn call_tool(params: &Value) -> Option<CallToolRequest> {
+    let meta = match params.get("_meta") {
+        None | Some(Value::Null) => None,
+        Some(meta) => Some(JsonObject::deserialize(meta).ok()?),
+    };
+    let mut typed = CallToolRequestParams::deserialize(params).ok()?;
+    typed.meta = None;
+    let mut request = CallToolRequest::new(typed);
+    if let Some(meta) = meta {
+        request.extensions.insert(RequestMetaObject::from(meta));
+    }
+    Some(request)
 }
 
 #[cfg(test)]
@@ -84,6 +103,11 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": "a-1", "method": "tools/call",
                    "params": {"name": "echo", "arguments": {"text": "hi"},
                               "_meta": {"progressToken": 3, "x/y": [1]}}}),
+            json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                   "params": {"name": "echo", "_meta": null, "x-extra": {"kept": "no"}}}),
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                   "params": {"name": "echo", "requestState": "s", "arguments": null,
+                              "_meta": {"progressToken": "t"}}}),
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
             json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"cursor": "c"}}),
         ] {
@@ -116,6 +140,12 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "e"}, "result": {}}),
             json!({"jsonrpc": "1.0", "id": 1, "method": "tools/call", "params": {"name": "e"}}),
             json!({"jsonrpc": "2.0", "id": null, "method": "tools/call", "params": {"name": "e"}}),
+            // tools/call params its type refuses (rmcp's untagged enum may
+            // still read some as another request): the same outcome as rmcp's.
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "e", "_meta": 5}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "e", "arguments": [1]}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": "e"}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}),
         ] {
             assert!(hot_request(&bad).is_none(), "{bad}");
             assert_eq!(
