@@ -189,50 +189,61 @@ for line in sys.stdin:
 "#;
 
 /// What a child answers reaches the client as the child wrote it, as JSON
-/// and on a call's request stream: a gateway that read the answer into a
-/// value and wrote it again would round the number (1.2345678901234568e29)
-/// and sort the keys.
+/// and on a call's request stream, through the gateway and through a second
+/// gateway in front of it (`--upstream`): a gateway that read the answer
+/// into a value and wrote it again would round the number
+/// (1.2345678901234568e+29) and sort the keys.
 #[test]
 fn a_childs_answer_reaches_the_client_as_the_child_wrote_it() {
     let dir = tempfile::tempdir().unwrap();
     let gw = common::Serve::gateway(
-        dir.path(),
+        dir.path().join("stdio").as_path(),
         "127.0.0.1:0",
         &[],
         &["python3", "-c", VERBATIM_CHILD],
     );
-    let written = r#""result":{"z":1,"big":123456789012345678901234567890,"content":[]}"#;
+    let front = common::Serve::upstream(
+        dir.path().join("front").as_path(),
+        "127.0.0.1:0",
+        &[],
+        &gw.url,
+    );
     rt().block_on(async {
-        let sid = common::gateway::init_as(&gw.url, "verbatim").await;
-        let call = |id: u64| {
-            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        answers_verbatim(&gw.url).await;
+        answers_verbatim(&front.url).await;
+    });
+}
+
+/// Calls the verbatim child's tool through `url` twice, answered as JSON and
+/// on a request stream, and finds its answer's text unchanged in both.
+async fn answers_verbatim(url: &str) {
+    let written = r#""result":{"z":1,"big":123456789012345678901234567890,"content":[]}"#;
+    let sid = common::gateway::init_as(url, "verbatim").await;
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "any", "arguments": {}}})
-        };
-        // Answered as JSON.
-        let resp = post(&gw.url, Some(&sid), call(1)).await;
-        assert_eq!(resp.status(), 200);
-        assert_eq!(resp.headers()["content-type"], "application/json");
-        let text = resp.text().await.unwrap();
-        assert!(text.contains(written), "{text}");
-        // Answered on a request stream, from the log.
-        let resp = reqwest::Client::new()
-            .post(&gw.url)
-            .header("content-type", "application/json")
-            .header("accept", "text/event-stream")
-            .header("mcp-session-id", &sid)
-            .body(call(2).to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        let events = read(resp, Duration::from_secs(20), |e| {
-            e.data.contains(r#""id":2"#)
-        })
+    };
+    let resp = post(url, Some(&sid), call(1)).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let text = resp.text().await.unwrap();
+    assert!(text.contains(written), "{url}: {text}");
+    // Answered on a request stream, from the log.
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .body(call(2).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let events = read(resp, Duration::from_secs(20), |e| e.data.contains(r#""id":2"#))
         .await
         .expect("the call's stream went silent");
-        let last = &events.last().expect("an answer").data;
-        assert!(last.contains(written), "{last}");
-    });
+    let last = &events.last().expect("an answer").data;
+    assert!(last.contains(written), "{url}: {last}");
 }
 
 #[test]

@@ -21,6 +21,7 @@ mod outbox;
 mod queue;
 pub mod stdio;
 pub mod upstream;
+mod verbatim;
 
 use std::future::Future;
 use std::pin::Pin;

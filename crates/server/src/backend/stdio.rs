@@ -30,6 +30,7 @@ use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+use super::verbatim::Text;
 use super::{Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, StatelessHttp};
 
 /// The JSON-RPC id of the `initialize` a restore sends the new child.
@@ -208,11 +209,11 @@ impl Backend for StdioBackend {
                         // from queueing without bound. Boxed (an allocation a
                         // message): inline, its state (150 bytes) would size
                         // the task every idle session's child keeps.
-                        Ok(Some(line)) => match read_line(line) {
-                            Ok(Line::Answer(call, text)) => {
+                        Ok(Some(line)) => match Text::read(line) {
+                            Ok(Text::Answer(call, text)) => {
                                 let _ = Box::pin(outbox.send_answer(call, text)).await;
                             }
-                            Ok(Line::Message(message)) => {
+                            Ok(Text::Message(message)) => {
                                 let _ = Box::pin(outbox.send(Outbound { message, related: None })).await;
                             }
                             Err(e) => tracing::warn!(session = %id, error = %e, "the child wrote a line that is not JSON; ignored"),
@@ -348,80 +349,5 @@ impl BackendSession for StdioSession {
 impl Drop for StdioSession {
     fn drop(&mut self) {
         self.kill.cancel();
-    }
-}
-
-/// One line of a session child's stdout, as the outbox takes it.
-enum Line {
-    /// The answer to call `.0` (an id, no method, a result or an error),
-    /// passed on as the child's own text.
-    Answer(Value, bytes::Bytes),
-    /// Anything else, read whole: the route reads it, and may rewrite it.
-    Message(Value),
-}
-
-/// What of an answer is read: whether it is one, and its id.
-#[derive(serde::Deserialize)]
-struct Head {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    method: Option<serde::de::IgnoredAny>,
-    #[serde(default)]
-    result: Option<serde::de::IgnoredAny>,
-    #[serde(default)]
-    error: Option<serde::de::IgnoredAny>,
-}
-
-/// Reads a line of the child's stdout. An answer to a call is read only as
-/// far as its id and passed on as the child wrote it: not parsed into a
-/// value and encoded again, so it costs less, and reaches the client with
-/// what a value would change (numbers past 64 bits or `f64`, the order of
-/// keys) as the child wrote it. A line that does not read as one (a
-/// duplicate key, a `null` result) is read whole, as any other message.
-fn read_line(line: String) -> Result<Line, serde_json::Error> {
-    if let Ok(Head {
-        id: Some(id),
-        method: None,
-        result,
-        error,
-    }) = serde_json::from_str::<Head>(&line)
-    {
-        if result.is_some() || error.is_some() {
-            return Ok(Line::Answer(id, bytes::Bytes::from(line)));
-        }
-    }
-    serde_json::from_str(&line).map(Line::Message)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_an_answer_with_an_id_is_passed_on_as_text() {
-        let answer = r#"{"jsonrpc":"2.0","id":"a","result":{"n":1e400}}"#;
-        match read_line(answer.into()) {
-            Ok(Line::Answer(id, text)) => {
-                assert_eq!(id, json!("a"));
-                assert_eq!(text, answer.as_bytes());
-            }
-            _ => panic!("an answer"),
-        }
-        let error = r#"{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"no"}}"#;
-        assert!(matches!(read_line(error.into()), Ok(Line::Answer(id, _)) if id == json!(3)));
-        for whole in [
-            r#"{"jsonrpc":"2.0","id":1,"method":"roots/list"}"#,
-            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":null}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{"a":1}}"#,
-            r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#,
-        ] {
-            assert!(
-                matches!(read_line(whole.into()), Ok(Line::Message(_))),
-                "{whole}"
-            );
-        }
-        assert!(read_line("not json".into()).is_err());
     }
 }

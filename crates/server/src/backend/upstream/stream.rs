@@ -11,6 +11,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use super::{Sent, Shared};
+use crate::backend::verbatim::Text;
 use crate::backend::Outbound;
 
 /// Most attempts to resume a POST's dropped SSE stream in a row without
@@ -59,10 +60,10 @@ pub(super) async fn read_answer(sh: &Arc<Shared>, resp: reqwest::Response, sent:
             return sent.call.is_none();
         }
         let mut pos = Position::default();
-        match serde_json::from_slice::<Value>(&body) {
-            Ok(Value::Array(items)) => {
+        match Text::read(body) {
+            Ok(Text::Message(Value::Array(items))) => {
                 for m in items {
-                    forward(sh, m, sent, &mut pos).await;
+                    forward(sh, Text::Message(m), sent, &mut pos).await;
                 }
             }
             Ok(m) => forward(sh, m, sent, &mut pos).await,
@@ -144,7 +145,7 @@ async fn read_sse(sh: &Arc<Shared>, mut resp: reqwest::Response, sent: &Sent, po
             if ev.data.trim().is_empty() {
                 continue;
             }
-            match serde_json::from_str::<Value>(&ev.data) {
+            match Text::read(ev.data) {
                 Ok(m) => forward(sh, m, sent, pos).await,
                 Err(e) => {
                     tracing::warn!(session = %sh.session, error = %e, "an upstream event that is not JSON; ignored")
@@ -159,8 +160,26 @@ async fn read_sse(sh: &Arc<Shared>, mut resp: reqwest::Response, sent: &Sent, po
 }
 
 /// Sends one upstream message to the outbox: a server request or progress
-/// notification sent while `sent`'s request runs travels with that call.
-async fn forward(sh: &Shared, message: Value, sent: &Sent, pos: &mut Position) {
+/// notification sent while `sent`'s request runs travels with that call; an
+/// answer goes as the upstream wrote it.
+async fn forward(sh: &Shared, message: Text, sent: &Sent, pos: &mut Position) {
+    let message = match message {
+        Text::Answer(id, text) => {
+            if Some(&id) == sent.call.as_ref() {
+                pos.answered = true;
+                if sent.initialize {
+                    let answer: Value = serde_json::from_slice(&text).unwrap_or_default();
+                    sh.upstream
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .version = protocol_version(&answer);
+                }
+            }
+            let _ = sh.outbox.send_answer(id, text).await;
+            return;
+        }
+        Text::Message(message) => message,
+    };
     let method = message.get("method").and_then(Value::as_str);
     let id = message.get("id");
     let is_response = method.is_none()
@@ -174,14 +193,10 @@ async fn forward(sh: &Shared, message: Value, sent: &Sent, pos: &mut Position) {
     if is_response && id.is_some() && id == sent.call.as_ref() {
         pos.answered = true;
         if sent.initialize {
-            let version = message
-                .pointer("/result/protocolVersion")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
             sh.upstream
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .version = version;
+                .version = protocol_version(&message);
         }
     }
     let related = match method {
@@ -190,6 +205,14 @@ async fn forward(sh: &Shared, message: Value, sent: &Sent, pos: &mut Position) {
         _ => None,
     };
     let _ = sh.outbox.send(Outbound { message, related }).await;
+}
+
+/// The protocol version an `initialize` answer agreed on.
+fn protocol_version(answer: &Value) -> Option<String> {
+    answer
+        .pointer("/result/protocolVersion")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 /// Follows the upstream's GET stream of server-initiated messages for as
