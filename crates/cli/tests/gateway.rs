@@ -239,9 +239,11 @@ async fn answers_verbatim(url: &str) {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let events = read(resp, Duration::from_secs(20), |e| e.data.contains(r#""id":2"#))
-        .await
-        .expect("the call's stream went silent");
+    let events = read(resp, Duration::from_secs(20), |e| {
+        e.data.contains(r#""id":2"#)
+    })
+    .await
+    .expect("the call's stream went silent");
     let last = &events.last().expect("an answer").data;
     assert!(last.contains(written), "{url}: {last}");
 }

@@ -309,7 +309,7 @@ fn decode(loc: &Location, ev: &Event) -> Result<ServerSseMessage, StoreError> {
         }
     }
     let message = crate::outbound::from_slice(&ev.message).map_err(bad)?;
-    Ok(ServerSseMessage::new(id.clone(), message))
+    Ok(ServerSseMessage::new(id, message))
 }
 
 /// Whether `msg` ends its request stream (the response or error of the call).

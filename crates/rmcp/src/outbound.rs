@@ -19,9 +19,10 @@
 #![allow(deprecated)]
 
 use rmcp::model::{
-    CancelledNotification, JsonRpcMessage, LoggingMessageNotification, Notification,
-    NumberOrString, ProgressNotification, ResourceUpdatedNotification, ServerJsonRpcMessage,
-    ServerNotification,
+    CancelledNotification, JsonRpcMessage, LoggingMessageNotification,
+    LoggingMessageNotificationParam, Notification, NotificationMetaObject, NumberOrString,
+    ProgressNotification, ProgressNotificationParam, ResourceUpdatedNotification,
+    ServerJsonRpcMessage, ServerNotification,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -102,13 +103,13 @@ pub(crate) fn from_slice(json: &[u8]) -> Result<ServerJsonRpcMessage, serde_json
     let method = json.strip_prefix(HEAD).unwrap_or_default();
     let hot: Option<ServerNotification> =
         if method.starts_with(br#""notifications/message","params":"#) {
-            serde_json::from_slice::<LoggingMessageNotification>(json)
-                .ok()
-                .map(Into::into)
+            read_hot(json, |p: &mut LoggingMessageNotificationParam| {
+                p.meta.take()
+            })
+            .map(|(params, meta)| with_meta(LoggingMessageNotification::new(params), meta).into())
         } else if method.starts_with(br#""notifications/progress","params":"#) {
-            serde_json::from_slice::<ProgressNotification>(json)
-                .ok()
-                .map(Into::into)
+            read_hot(json, |p: &mut ProgressNotificationParam| p.meta.take())
+                .map(|(params, meta)| with_meta(ProgressNotification::new(params), meta).into())
         } else {
             None
         };
@@ -116,6 +117,43 @@ pub(crate) fn from_slice(json: &[u8]) -> Result<ServerJsonRpcMessage, serde_json
         Some(n) => Ok(JsonRpcMessage::notification(n)),
         None => serde_json::from_slice(json),
     }
+}
+
+/// A hot notification as JSON text: its envelope's keys checked (the
+/// prefix holds `jsonrpc` and `method`; a second of either is refused, as
+/// rmcp's reader refuses it) and its params read as their own type.
+#[derive(serde::Deserialize)]
+struct Hot<P> {
+    #[serde(rename = "jsonrpc")]
+    _jsonrpc: serde::de::IgnoredAny,
+    #[serde(rename = "method")]
+    _method: serde::de::IgnoredAny,
+    params: P,
+}
+
+/// The params of a hot notification and their `_meta`, read as rmcp's
+/// `Notification` reader leaves them but without its `#[serde(flatten)]`,
+/// which buffers every field of the params (a logging notification's
+/// `data` too) before reading them again: `_meta` is taken out of the params
+/// (`take`), for the extensions. `None` where they do not read so.
+fn read_hot<P: serde::de::DeserializeOwned>(
+    json: &[u8],
+    take: impl FnOnce(&mut P) -> Option<NotificationMetaObject>,
+) -> Option<(P, Option<NotificationMetaObject>)> {
+    let Hot { mut params, .. } = serde_json::from_slice::<Hot<P>>(json).ok()?;
+    let meta = take(&mut params);
+    Some((params, meta))
+}
+
+/// `notification` with `meta`, if any, in its extensions.
+fn with_meta<M, P>(
+    mut notification: Notification<M, P>,
+    meta: Option<NotificationMetaObject>,
+) -> Notification<M, P> {
+    if let Some(meta) = meta {
+        notification.extensions.insert(meta);
+    }
+    notification
 }
 
 /// `message` as a JSON value.
@@ -185,8 +223,7 @@ impl Serialize for Direct<'_> {
 mod tests {
     use super::*;
     use rmcp::model::{
-        CancelledNotificationParam, LoggingLevel, LoggingMessageNotificationParam,
-        NotificationMetaObject, ProgressNotificationParam, ProgressToken, RequestId,
+        CancelledNotificationParam, LoggingLevel, ProgressToken, RequestId,
         ResourceUpdatedNotificationParam, ToolListChangedNotification,
     };
     use serde_json::json;
@@ -302,14 +339,23 @@ mod tests {
             br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":1}}"#,
             br#"{"jsonrpc":"2.0","method":"notifications/progress","params":7}"#,
             br#"{"jsonrpc":"2.0","method":"notifications/message","params":"#,
+            // A second method or params: refused by both.
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1},"method":"x"}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1},"params":{}}"#,
+            // _meta in the params, null or not; other keys of the envelope.
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":{"a":[1]},"_meta":{"k":"v"}},"extra":1}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":0.5,"total":2,"_meta":null}}"#,
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":"x"}}"#,
         ];
+        // The message as Debug shows it and as it is written again (which
+        // puts the extensions' `_meta` back), or the error.
+        let seen = |m: Result<ServerJsonRpcMessage, serde_json::Error>| {
+            m.map(|m| (format!("{m:?}"), serde_json::to_value(&m).unwrap()))
+                .map_err(|e| e.to_string())
+        };
         for json in cases {
-            let ours = from_slice(json)
-                .map(|m| format!("{m:?}"))
-                .map_err(|e| e.to_string());
-            let rmcp = serde_json::from_slice::<ServerJsonRpcMessage>(json)
-                .map(|m| format!("{m:?}"))
-                .map_err(|e| e.to_string());
+            let ours = seen(from_slice(json));
+            let rmcp = seen(serde_json::from_slice::<ServerJsonRpcMessage>(json));
             assert_eq!(ours, rmcp, "{}", String::from_utf8_lossy(json));
         }
     }
