@@ -80,6 +80,18 @@ mod tests {
         }
     }
 
+    /// The `_meta` a request carries in its extensions, where handlers
+    /// read it (the progress token among it).
+    fn meta_of(m: &ClientJsonRpcMessage) -> Option<RequestMetaObject> {
+        use rmcp::model::GetExtensions;
+        match m {
+            JsonRpcMessage::Request(r) => {
+                r.request.extensions().get::<RequestMetaObject>().cloned()
+            }
+            _ => None,
+        }
+    }
+
     /// The message as rmcp's own path types it, and as the fast one does,
     /// both written back out (which includes `_meta`, kept in extensions);
     /// where both typed it, they chose the same request type.
@@ -88,6 +100,10 @@ mod tests {
         let rmcp: ClientJsonRpcMessage = serde_json::from_value(message).expect("rmcp parses it");
         if let Some(fast) = &fast {
             assert_eq!(variant(fast), variant(&rmcp));
+            // Debug shows the params' own `meta`: written out, rmcp merges
+            // it with the extensions', so only this tells where `_meta` is.
+            assert_eq!(format!("{fast:?}"), format!("{rmcp:?}"));
+            assert_eq!(meta_of(fast), meta_of(&rmcp));
         }
         (
             fast.map(|m| serde_json::to_value(m).unwrap()),

@@ -43,8 +43,8 @@ pub(crate) fn to_vec(message: &ServerJsonRpcMessage) -> Result<Vec<u8>, serde_js
 /// JSON text, for the route to hand over or commit as it is
 /// (`Outbox::send_answer`): written once, straight from rmcp's types, where
 /// a value would be built, then written by the route. `None` for any other
-/// message, and for an answer serde cannot write as text (a non-finite
-/// number: rmcp's value path writes `null` there).
+/// message, and for an answer serde refuses to write (it then takes
+/// rmcp's value path, which refuses it too).
 pub(crate) fn answer(message: &ServerJsonRpcMessage) -> Option<(Value, Vec<u8>)> {
     let id = match message {
         JsonRpcMessage::Response(r) => &r.id,

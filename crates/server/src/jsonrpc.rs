@@ -114,6 +114,33 @@ pub fn is_response(message: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
+/// The id of an answer to a call (a JSON object with an id, no method, a
+/// `result` or an `error`), read from its JSON text as far as it must be:
+/// the rest is skipped, not parsed into values (so a number no value holds
+/// does not stop it). `None` for anything else, an `id` of `null` too.
+pub fn answer_id(message: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: Option<Value>,
+        method: Option<serde::de::IgnoredAny>,
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    // An object only: a derived struct reads an array as its fields in order.
+    if message.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    match serde_json::from_slice::<Head>(message).ok()? {
+        Head {
+            id: Some(id),
+            method: None,
+            result,
+            error,
+        } if result.is_some() || error.is_some() => Some(id),
+        _ => None,
+    }
+}
+
 /// A notification.
 pub fn notification(method: &str, params: Value) -> Value {
     let mut m = Map::new();

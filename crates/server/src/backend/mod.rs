@@ -220,12 +220,20 @@ impl Message {
         }
     }
 
-    /// The message as a JSON value (text that is not JSON reads as `null`:
-    /// only a backend's own encoding is ever [`Message::Text`]).
-    pub(crate) fn into_value(self) -> Value {
+    /// The message, the answer to call `id`, as a JSON value for a reader
+    /// of its fields (`initialize`, a batch). Text a value cannot hold (a
+    /// number past `f64`, which an answer passed on as its server wrote it
+    /// may carry) becomes a -32603 error for the call, saying why.
+    pub(crate) fn into_value(self, id: &Value) -> Value {
         match self {
             Message::Value(v) => v,
-            Message::Text(text) => serde_json::from_slice(&text).unwrap_or(Value::Null),
+            Message::Text(text) => serde_json::from_slice(&text).unwrap_or_else(|e| {
+                crate::jsonrpc::error(
+                    id,
+                    crate::jsonrpc::INTERNAL_ERROR,
+                    format!("the backend's answer could not be read: {e}"),
+                )
+            }),
         }
     }
 }

@@ -403,4 +403,47 @@ mod tests {
             );
         }
     }
+
+    /// A shortcut that takes every answer it is offered, and counts them.
+    #[derive(Default)]
+    struct Takes(std::sync::atomic::AtomicUsize);
+
+    impl Shortcut for Takes {
+        fn try_hand(&self, _: &Value, _: Message) -> Result<(), Message> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// An answer skips the queue only while nothing waits in it: one sent
+    /// after a notification that is not committed yet is queued behind it,
+    /// so the client never reads it first. A message that is no answer
+    /// never skips.
+    #[test]
+    fn an_answer_skips_the_queue_only_while_it_is_empty() {
+        let takes = Arc::new(Takes::default());
+        let (outbox, pending) = Outbox::new(Some(takes.clone() as Arc<dyn Shortcut>));
+        let answer = || outbox.send_answer(serde_json::json!(1), bytes::Bytes::from_static(b"{}"));
+        assert!(matches!(poll(pin!(answer())), Poll::Ready(Ok(()))));
+        assert_eq!(takes.0.load(Ordering::SeqCst), 1, "handed over");
+        assert!(pending.queue.try_recv().is_none(), "nothing queued");
+        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/message"});
+        assert!(matches!(
+            poll(pin!(outbox.send(Outbound {
+                message: note,
+                related: None
+            }))),
+            Poll::Ready(Ok(()))
+        ));
+        assert!(matches!(poll(pin!(answer())), Poll::Ready(Ok(()))));
+        assert_eq!(takes.0.load(Ordering::SeqCst), 1, "not handed over");
+        assert!(matches!(pending.queue.try_recv(), Some(Queued::Message(_))));
+        assert!(matches!(
+            pending.queue.try_recv(),
+            Some(Queued::Answer {
+                message: Message::Text(_),
+                ..
+            })
+        ));
+    }
 }

@@ -10,7 +10,6 @@
 //! reads it, and may rewrite it (a server request's id, a cancel's).
 
 use bytes::Bytes;
-use serde::de::IgnoredAny;
 use serde_json::Value;
 
 /// One message of a backend's, as the outbox takes it.
@@ -21,33 +20,17 @@ pub(crate) enum Text {
     Message(Value),
 }
 
-/// What of an answer is read: whether it is one, and its id.
-#[derive(serde::Deserialize)]
-struct Head {
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    method: Option<IgnoredAny>,
-    #[serde(default)]
-    result: Option<IgnoredAny>,
-    #[serde(default)]
-    error: Option<IgnoredAny>,
-}
-
 impl Text {
-    /// Reads one JSON-RPC message. Text that does not read as an answer (a
-    /// duplicate key, a `null` result, a batch) is read whole, as any other
-    /// message; text that is not JSON is the error.
+    /// Reads one JSON-RPC message. An answer is kept as its text only if
+    /// that text can go anywhere a message goes as it is: valid UTF-8 (an
+    /// upstream's body is bytes), and no carriage return (JSON allows one
+    /// between tokens, and an SSE reader ends a `data:` line at a lone
+    /// one). Anything else is read whole, as any other message; text that
+    /// is not JSON is the error.
     pub(crate) fn read(text: impl Into<Bytes>) -> Result<Self, serde_json::Error> {
         let text = text.into();
-        if let Ok(Head {
-            id: Some(id),
-            method: None,
-            result,
-            error,
-        }) = serde_json::from_slice::<Head>(&text)
-        {
-            if result.is_some() || error.is_some() {
+        if !text.contains(&b'\r') && std::str::from_utf8(&text).is_ok() {
+            if let Some(id) = crate::jsonrpc::answer_id(&text) {
                 return Ok(Text::Answer(id, text));
             }
         }
@@ -78,10 +61,14 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"result":null}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{},"result":{"a":1}}"#,
             r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#,
+            r#"[1,null,{}]"#,
+            "{\"jsonrpc\":\"2.0\",\r\"id\":1,\"result\":{}}",
             r#"{}"#,
         ] {
             assert!(matches!(Text::read(whole), Ok(Text::Message(_))), "{whole}");
         }
         assert!(Text::read("not json").is_err());
+        // Not UTF-8: read whole, and refused as serde_json refuses it.
+        assert!(Text::read(&b"{\"id\":1,\"result\":\"\xff\"}"[..]).is_err());
     }
 }

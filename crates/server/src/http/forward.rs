@@ -17,6 +17,7 @@ use mcp_resume_log::{LogError, StreamKey, Subscription};
 use serde_json::Value;
 
 use super::guard::Accepts;
+use crate::backend::Message;
 use crate::error::ApiError;
 use crate::route::inbox;
 use crate::route::orphans;
@@ -43,7 +44,8 @@ pub(super) async fn message(
     if acc.sse {
         return Ok(sse::respond(state.clone(), session, stream, 0, head, sub));
     }
-    Ok(axum::Json(answer(state, &session, stream, sub, &id).await).into_response())
+    let reply = answer(state, &session, stream, sub, &id).await;
+    Ok(super::relay::json_reply(reply))
 }
 
 /// Forwards request `message` (id `id`) to `owner` on a request stream of
@@ -75,24 +77,23 @@ pub(super) async fn answer(
     stream: StreamKey,
     mut sub: Subscription,
     id: &Value,
-) -> Value {
+) -> Message {
     let StreamKey::Request(r) = stream else {
-        return unanswered(id, "not a request stream");
+        return Message::Value(unanswered(id, "not a request stream"));
     };
     loop {
         match tokio::time::timeout(ORPHAN_CHECK, sub.next()).await {
+            // The answer as the log holds it: passed on as its backend wrote it.
             Ok(Ok(ev)) => {
-                if let Ok(m) = serde_json::from_slice::<Value>(&ev.message) {
-                    if jsonrpc::is_response(&ev.message) && m.get("id") == Some(id) {
-                        return m;
-                    }
+                if jsonrpc::answer_id(&ev.message).as_ref() == Some(id) {
+                    return Message::Text(ev.message);
                 }
             }
-            Ok(Err(e)) => return unanswered(id, &e.to_string()),
+            Ok(Err(e)) => return Message::Value(unanswered(id, &e.to_string())),
             Err(_) => {
                 if let Err(e) = orphans::end_if_orphaned(state, session, r).await {
                     if !matches!(e, LogError::Unavailable(_)) {
-                        return unanswered(id, &e.to_string());
+                        return Message::Value(unanswered(id, &e.to_string()));
                     }
                 }
             }

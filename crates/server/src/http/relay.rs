@@ -80,7 +80,10 @@ pub(super) async fn initialize(
             return Err(backend_error(e));
         }
     };
-    let reply = call_json(state, &sid, &route, message).await.into_value();
+    let id = message["id"].clone();
+    let reply = call_json(state, &sid, &route, message)
+        .await
+        .into_value(&id);
     let Some(result) = reply.get("result") else {
         // The backend refused: no session is left behind.
         state.routes.close(&sid);
@@ -241,7 +244,7 @@ async fn call_json(
 
 /// A call's answer as the `200` JSON body of its POST: a backend's own
 /// encoding as it is, a value encoded here.
-fn json_reply(reply: Message) -> Response {
+pub(super) fn json_reply(reply: Message) -> Response {
     match reply {
         Message::Value(v) => axum::Json(v).into_response(),
         Message::Text(text) => (
@@ -398,7 +401,7 @@ pub(super) async fn batch(
     for (id, rx) in waiting {
         replies.push(
             rx.await
-                .map_or_else(|_| unanswered(&id), Message::into_value),
+                .map_or_else(|_| unanswered(&id), |m| m.into_value(&id)),
         );
     }
     Ok(replies)
@@ -429,7 +432,8 @@ async fn forwarded_batch(
         }
     }
     for (id, stream, sub) in waiting {
-        replies.push(super::forward::answer(state, session, stream, sub, &id).await);
+        let reply = super::forward::answer(state, session, stream, sub, &id).await;
+        replies.push(reply.into_value(&id));
     }
     Ok(replies)
 }

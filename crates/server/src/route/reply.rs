@@ -120,9 +120,5 @@ where
 
 /// The JSON-RPC ids of the responses in `run`: the calls it answers.
 fn answered_calls(run: &[Bytes]) -> Vec<Value> {
-    run.iter()
-        .filter(|m| jsonrpc::is_response(m))
-        .filter_map(|m| serde_json::from_slice::<Value>(m).ok())
-        .filter_map(|v| v.get("id").filter(|id| !id.is_null()).cloned())
-        .collect()
+    run.iter().filter_map(|m| jsonrpc::answer_id(m)).collect()
 }

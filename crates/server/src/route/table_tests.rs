@@ -8,7 +8,7 @@ fn out(message: Value, related: Option<Value>) -> Outbound {
 
 fn committed(r: Routed) -> (StreamKey, Value) {
     match r {
-        Routed::Commit(k, m) => (k, m.into_value()),
+        Routed::Commit(k, m) => (k, m.into_value(&Value::Null)),
         _ => panic!("expected a commit"),
     }
 }
