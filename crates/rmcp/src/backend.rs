@@ -260,7 +260,7 @@ impl Transport<RoleServer> for Port {
                 .request
                 .extensions()
                 .get::<OriginatingRequestId>()
-                .and_then(|o| serde_json::to_value(&o.0).ok()),
+                .map(|o| crate::outbound::id_value(&o.0)),
             _ => None,
         };
         if let Some((id, text)) = crate::outbound::answer(&item) {

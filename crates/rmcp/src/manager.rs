@@ -12,7 +12,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use mcp_resume_log::Log;
 use rmcp::{
-    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    model::{ClientJsonRpcMessage, JsonRpcMessage, ServerJsonRpcMessage},
     transport::{
         streamable_http_server::session::{
             local::{LocalSessionManager, LocalSessionManagerError},
@@ -150,10 +150,12 @@ impl SessionManager for DurableSessionManager {
         impl futures_util::Stream<Item = ServerSseMessage> + Send + Sync + 'static,
         Self::Error,
     > {
-        let request_id = serde_json::to_value(&message)
-            .ok()
-            .and_then(|v| v.get("id").cloned())
-            .unwrap_or(serde_json::Value::Null);
+        // The id alone: the whole message written as a value to read it
+        // cost a call on our stores more than its id is worth.
+        let request_id = match &message {
+            JsonRpcMessage::Request(r) => crate::outbound::id_value(&r.id),
+            _ => serde_json::Value::Null,
+        };
         let mut stream = Box::pin(self.inner.create_stream(id, message).await?);
         // The first event is rmcp's priming event, queued while the stream
         // was created (with `sse_retry` set, as by default): its stream is

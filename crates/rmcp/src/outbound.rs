@@ -51,13 +51,18 @@ pub(crate) fn answer(message: &ServerJsonRpcMessage) -> Option<(Value, Vec<u8>)>
         JsonRpcMessage::Error(e) => e.id.as_ref()?,
         _ => return None,
     };
-    let id = match id {
-        NumberOrString::Number(n) => Value::from(*n),
-        NumberOrString::String(s) => Value::from(&**s),
-    };
+    let id = id_value(id);
     let mut text = Vec::with_capacity(256);
     serde_json::to_writer(&mut text, message).ok()?;
     Some((id, text))
+}
+
+/// A JSON-RPC id of rmcp's as the JSON value it is on the wire.
+pub(crate) fn id_value(id: &NumberOrString) -> Value {
+    match id {
+        NumberOrString::Number(n) => Value::from(*n),
+        NumberOrString::String(s) => Value::from(&**s),
+    }
 }
 
 impl Direct<'_> {
