@@ -108,13 +108,11 @@ pub(crate) fn from_slice(json: &[u8]) -> Result<ServerJsonRpcMessage, serde_json
     let method = json.strip_prefix(HEAD).unwrap_or_default();
     let hot: Option<ServerNotification> =
         if method.starts_with(br#""notifications/message","params":"#) {
-            read_hot(json, |p: &mut LoggingMessageNotificationParam| {
-                p.meta.take()
-            })
-            .map(|(params, meta)| with_meta(LoggingMessageNotification::new(params), meta).into())
+            read_hot::<_, LoggingMessageNotificationParam>(json, |p| p.meta.take())
+                .map(|n: LoggingMessageNotification| n.into())
         } else if method.starts_with(br#""notifications/progress","params":"#) {
-            read_hot(json, |p: &mut ProgressNotificationParam| p.meta.take())
-                .map(|(params, meta)| with_meta(ProgressNotification::new(params), meta).into())
+            read_hot::<_, ProgressNotificationParam>(json, |p| p.meta.take())
+                .map(|n: ProgressNotification| n.into())
         } else {
             None
         };
@@ -136,29 +134,22 @@ struct Hot<P> {
     params: P,
 }
 
-/// The params of a hot notification and their `_meta`, read as rmcp's
-/// `Notification` reader leaves them but without its `#[serde(flatten)]`,
-/// which buffers every field of the params (a logging notification's
-/// `data` too) before reading them again: `_meta` is taken out of the params
-/// (`take`), for the extensions. `None` where they do not read so.
-fn read_hot<P: serde::de::DeserializeOwned>(
+/// A hot notification, read as rmcp's `Notification` reader leaves it but
+/// without its `#[serde(flatten)]`, which buffers every field of the params
+/// (a logging notification's `data` too) before reading them again: its
+/// params as their own type, and their `_meta` taken out of them (`take`)
+/// into the extensions. `None` where it does not read so.
+fn read_hot<M: Default, P: serde::de::DeserializeOwned>(
     json: &[u8],
     take: impl FnOnce(&mut P) -> Option<NotificationMetaObject>,
-) -> Option<(P, Option<NotificationMetaObject>)> {
+) -> Option<Notification<M, P>> {
     let Hot { mut params, .. } = serde_json::from_slice::<Hot<P>>(json).ok()?;
     let meta = take(&mut params);
-    Some((params, meta))
-}
-
-/// `notification` with `meta`, if any, in its extensions.
-fn with_meta<M, P>(
-    mut notification: Notification<M, P>,
-    meta: Option<NotificationMetaObject>,
-) -> Notification<M, P> {
+    let mut notification = Notification::new(params);
     if let Some(meta) = meta {
         notification.extensions.insert(meta);
     }
-    notification
+    Some(notification)
 }
 
 /// `message` as a JSON value.

@@ -165,16 +165,9 @@ async fn read_sse(sh: &Arc<Shared>, mut resp: reqwest::Response, sent: &Sent, po
 async fn forward(sh: &Shared, message: Text, sent: &Sent, pos: &mut Position) {
     let message = match message {
         Text::Answer(id, text) => {
-            if Some(&id) == sent.call.as_ref() {
-                pos.answered = true;
-                if sent.initialize {
-                    let answer: Value = serde_json::from_slice(&text).unwrap_or_default();
-                    sh.upstream
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .version = protocol_version(&answer);
-                }
-            }
+            answered(sh, sent, pos, &id, || {
+                protocol_version(&serde_json::from_slice(&text).unwrap_or_default())
+            });
             let _ = sh.outbox.send_answer(id, text).await;
             return;
         }
@@ -190,14 +183,8 @@ async fn forward(sh: &Shared, message: Text, sent: &Sent, pos: &mut Position) {
         tracing::debug!(session = %sh.session, "an upstream event that is no JSON-RPC message; ignored");
         return;
     }
-    if is_response && id.is_some() && id == sent.call.as_ref() {
-        pos.answered = true;
-        if sent.initialize {
-            sh.upstream
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .version = protocol_version(&message);
-        }
+    if let Some(id) = id.filter(|_| is_response) {
+        answered(sh, sent, pos, id, || protocol_version(&message));
     }
     let related = match method {
         Some("notifications/progress") => sent.call.clone(),
@@ -205,6 +192,28 @@ async fn forward(sh: &Shared, message: Text, sent: &Sent, pos: &mut Position) {
         _ => None,
     };
     let _ = sh.outbox.send(Outbound { message, related }).await;
+}
+
+/// Notes an upstream answer to call `id`: if it answers `sent`, the call is
+/// answered, and an `initialize` answer names the protocol version agreed
+/// on (`version` reads it, only then).
+fn answered(
+    sh: &Shared,
+    sent: &Sent,
+    pos: &mut Position,
+    id: &Value,
+    version: impl FnOnce() -> Option<String>,
+) {
+    if Some(id) != sent.call.as_ref() {
+        return;
+    }
+    pos.answered = true;
+    if sent.initialize {
+        sh.upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .version = version();
+    }
 }
 
 /// The protocol version an `initialize` answer agreed on.
