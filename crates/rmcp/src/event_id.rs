@@ -49,8 +49,20 @@ impl Location {
     }
 
     /// The SSE event id of event `seq` of this stream: `SESSION/STREAM/SEQ`.
+    ///
+    /// Written with `itoa`, not `format!`: a reader spells one for every
+    /// event it sends, and `fmt`'s machinery cost about 1,300 instructions
+    /// an event there (callgrind, 20,000 `emit` notifications on our stores).
     pub fn event_id(&self, seq: Seq) -> String {
-        format!("{}/{}/{}", self.session, self.stream.number(), seq)
+        let (mut stream, mut seq_text) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (stream, seq) = (stream.format(self.stream.number()), seq_text.format(seq));
+        let mut id = String::with_capacity(self.session.len() + stream.len() + seq.len() + 2);
+        id.push_str(&self.session);
+        id.push('/');
+        id.push_str(stream);
+        id.push('/');
+        id.push_str(seq);
+        id
     }
 }
 
@@ -88,6 +100,11 @@ mod tests {
         let r = Location::from_stream_id("0b1e").unwrap();
         assert!(!r.is_standalone());
         assert_eq!(parse_event_id(&r.event_id(3)).unwrap(), (r, 3));
+        let far = Location {
+            session: "s".into(),
+            stream: StreamKey::from_number(12),
+        };
+        assert_eq!(far.event_id(u64::MAX), format!("s/12/{}", u64::MAX));
     }
 
     #[test]
