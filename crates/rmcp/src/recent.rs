@@ -19,14 +19,19 @@
 //! Only session streams use it: a call's events reach its live reader
 //! through the request-stream gate, typed already.
 //!
-//! Bounded: a stream keeps entries only while it has a reader, and a
-//! stream's only reader drops what it has passed. All streams together keep
-//! at most [`BUDGET`] bytes (as [`Entry::cost`] estimates them). A full cache
-//! keeps what an only reader needs next (its oldest entries) and takes no
-//! new entry for that stream until the reader passes some: a reader that
-//! fell behind a burst still finds the events it reads next. Evicting the
-//! oldest instead, with a ring of 1,024, left such a reader finding none:
-//! 18,908 of 20,000 `emit` notifications were parsed back.
+//! Bounded: a stream keeps entries only while it has a reader, and what
+//! its slowest reader has passed goes. One stream keeps at most
+//! [`STREAM_BUDGET`] bytes, all streams together at most [`BUDGET`] (as
+//! [`Entry::cost`] estimates them), so one reader that lags or stalls cannot
+//! take the cache from the others. A stream at its share with one reader
+//! keeps its oldest entries (what the reader reads next) and takes no new
+//! one until the reader passes some: a reader that fell behind a burst
+//! still finds the events it reads next. Evicting the oldest instead, with
+//! a ring of 1,024, left such a reader finding none: 18,908 of 20,000
+//! `emit` notifications were parsed back. A stream with several readers
+//! drops its oldest entry to make room (the slowest reader parses it back);
+//! a cache that the other streams have filled takes nothing new until their
+//! readers pass some.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -35,10 +40,15 @@ use bytes::Bytes;
 use mcp_resume_log::Seq;
 use rmcp::model::ServerJsonRpcMessage;
 
-/// What all streams together keep, in bytes as [`Entry::cost`] counts them:
-/// 16 MiB, about 28,000 small notifications (a reader of a 20,000-event
-/// burst fell up to about 16,000 behind its producer on this machine).
-pub(crate) const BUDGET: usize = 16 << 20;
+/// What all streams together keep, in bytes as [`Entry::cost`] counts them.
+pub(crate) const BUDGET: usize = 32 << 20;
+
+/// What one stream keeps at most: 16 MiB, about 24,000 of `emit`'s
+/// notifications (125 bytes of JSON, 674 as [`Entry::cost`] counts them).
+/// A reader of a 20,000-event burst fell more than 12,000 events behind on
+/// this machine: with 1,024 it found almost nothing kept, with half this
+/// share it parsed 2,962 back, with this share none.
+pub(crate) const STREAM_BUDGET: usize = BUDGET / 2;
 
 /// The kept messages of every stream that has a reader in this process, by
 /// the stream's log session.
@@ -52,13 +62,18 @@ struct Kept {
     streams: HashMap<String, Ring>,
     /// The [`Entry::cost`] of every entry of every stream.
     bytes: usize,
+    /// The id the next reader gets.
+    next_reader: u64,
 }
 
 /// One stream's kept messages, in seq order.
 #[derive(Default)]
 struct Ring {
-    readers: usize,
+    /// Each reader's id and the seq it last read (0 before its first).
+    readers: Vec<(u64, Seq)>,
     events: VecDeque<Entry>,
+    /// The [`Entry::cost`] of `events`.
+    bytes: usize,
 }
 
 struct Entry {
@@ -78,21 +93,31 @@ impl Entry {
     }
 }
 
-impl Kept {
-    /// Drops entries `..upto` of `stream`'s ring.
-    fn drain(&mut self, stream: &str, upto: usize) {
-        if let Some(ring) = self.streams.get_mut(stream) {
-            for e in ring.events.drain(..upto) {
-                self.bytes -= Entry::cost(&e.record);
-            }
-        }
+impl Ring {
+    /// Drops entries `..upto`; what they cost.
+    fn drain(&mut self, upto: usize) -> usize {
+        let freed: usize = self
+            .events
+            .drain(..upto)
+            .map(|e| Entry::cost(&e.record))
+            .sum();
+        self.bytes -= freed;
+        freed
+    }
+
+    /// Drops what every reader has passed; what it cost.
+    fn drain_passed(&mut self) -> usize {
+        let slowest = self.readers.iter().map(|&(_, at)| at).min().unwrap_or(0);
+        let upto = self.events.partition_point(|e| e.seq <= slowest);
+        self.drain(upto)
     }
 }
 
 impl Recent {
     /// Keeps `message` (whose log record is `record`) as event `seq` of
-    /// `stream`, if the stream has a reader and the budget has room. The
-    /// caller numbers the stream's events and calls this in their order.
+    /// `stream`, if the stream has a reader and its share and the budget
+    /// have room. The caller numbers the stream's events and calls this in
+    /// their order.
     pub(crate) fn keep(
         &self,
         stream: &str,
@@ -101,46 +126,58 @@ impl Recent {
         message: &Arc<ServerJsonRpcMessage>,
     ) {
         let mut kept = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(ring) = kept.streams.get(stream) else {
+        let Kept { streams, bytes, .. } = &mut *kept;
+        let Some(ring) = streams.get_mut(stream) else {
             return;
         };
         if ring.events.back().is_some_and(|e| e.seq >= seq) {
             // Numbered again from an earlier seq: what is kept no longer
             // goes in order, so it goes.
-            let all = ring.events.len();
-            kept.drain(stream, all);
+            *bytes -= ring.drain(ring.events.len());
         }
         let cost = Entry::cost(record);
-        while kept.bytes + cost > BUDGET {
-            let ring = &kept.streams[stream];
-            if ring.readers == 1 || ring.events.is_empty() {
-                // The only reader reads in order and has not reached the
+        if cost > STREAM_BUDGET {
+            return;
+        }
+        while ring.bytes + cost > STREAM_BUDGET {
+            if ring.readers.len() == 1 {
+                // Its only reader reads in order and has not reached the
                 // oldest entry yet: that is the one it needs next, so the
-                // new one is not kept (nor one that would crowd out other
-                // streams'). Room comes back as readers pass what is kept.
+                // new one is not kept. Room comes back as it passes some.
                 return;
             }
-            // Readers at different places: none of them drains the ring,
-            // so its oldest entry goes.
-            kept.drain(stream, 1);
+            // Several readers: the oldest goes (not empty: it holds more
+            // than its share less `cost`).
+            *bytes -= ring.drain(1);
         }
-        kept.bytes += cost;
-        if let Some(ring) = kept.streams.get_mut(stream) {
-            ring.events.push_back(Entry {
-                seq,
-                record: record.clone(),
-                message: message.clone(),
-            });
+        if *bytes + cost > BUDGET {
+            // The other streams hold the rest; room comes back as their
+            // readers pass what is kept.
+            return;
         }
+        *bytes += cost;
+        ring.bytes += cost;
+        ring.events.push_back(Entry {
+            seq,
+            record: record.clone(),
+            message: message.clone(),
+        });
     }
 
     /// Counts a reader of `stream` until the returned handle drops.
     pub(crate) fn read(self: &Arc<Self>, stream: &str) -> Reading {
         let mut kept = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        kept.streams.entry(stream.to_owned()).or_default().readers += 1;
+        let id = kept.next_reader;
+        kept.next_reader += 1;
+        kept.streams
+            .entry(stream.to_owned())
+            .or_default()
+            .readers
+            .push((id, 0));
         Reading {
             recent: self.clone(),
             stream: stream.to_owned(),
+            id,
         }
     }
 }
@@ -149,25 +186,28 @@ impl Recent {
 pub(crate) struct Reading {
     recent: Arc<Recent>,
     stream: String,
+    id: u64,
 }
 
 impl Reading {
     /// The message of event `seq`, whose log record is `record`, if it is
-    /// kept under that seq with exactly those bytes. A stream's only reader
-    /// lets go of every entry up to `seq`: it reads in order.
+    /// kept under that seq with exactly those bytes. The reader reads in
+    /// order: it has passed every entry up to `seq`, and what all of the
+    /// stream's readers have passed goes.
     pub(crate) fn take(&self, seq: Seq, record: &[u8]) -> Option<Arc<ServerJsonRpcMessage>> {
         let mut kept = self.recent.map.lock().unwrap_or_else(|e| e.into_inner());
-        let ring = kept.streams.get(&self.stream)?;
+        let Kept { streams, bytes, .. } = &mut *kept;
+        let ring = streams.get_mut(&self.stream)?;
         let at = ring.events.partition_point(|e| e.seq < seq);
         let found = ring
             .events
             .get(at)
             .filter(|e| e.seq == seq && e.record[..] == *record)
             .map(|e| e.message.clone());
-        if ring.readers == 1 {
-            let upto = ring.events.partition_point(|e| e.seq <= seq);
-            kept.drain(&self.stream, upto);
+        if let Some(me) = ring.readers.iter_mut().find(|(id, _)| *id == self.id) {
+            me.1 = seq;
         }
+        *bytes -= ring.drain_passed();
         found
     }
 }
@@ -175,13 +215,16 @@ impl Reading {
 impl Drop for Reading {
     fn drop(&mut self) {
         let mut kept = self.recent.map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ring) = kept.streams.get_mut(&self.stream) {
-            ring.readers -= 1;
-            if ring.readers == 0 {
-                let all = ring.events.len();
-                kept.drain(&self.stream, all);
-                kept.streams.remove(&self.stream);
-            }
+        let Kept { streams, bytes, .. } = &mut *kept;
+        let Some(ring) = streams.get_mut(&self.stream) else {
+            return;
+        };
+        ring.readers.retain(|&(id, _)| id != self.id);
+        if ring.readers.is_empty() {
+            *bytes -= ring.drain(ring.events.len());
+            streams.remove(&self.stream);
+        } else {
+            *bytes -= ring.drain_passed();
         }
     }
 }
@@ -197,6 +240,15 @@ mod tests {
             rmcp::model::NumberOrString::Number(n as i64),
         );
         (Bytes::from(serde_json::to_vec(&m).unwrap()), Arc::new(m))
+    }
+
+    /// How many copies of `rec` one stream's share holds.
+    fn fitting(rec: &[u8]) -> Seq {
+        (STREAM_BUDGET / Entry::cost(rec)) as Seq
+    }
+
+    fn bytes(recent: &Recent) -> usize {
+        recent.map.lock().unwrap().bytes
     }
 
     #[test]
@@ -221,19 +273,19 @@ mod tests {
         // The only reader passed 1: it is gone, 2 is there.
         assert!(r.take(1, &b1).is_none());
         assert!(Arc::ptr_eq(&r.take(2, &b2).unwrap(), &m2));
+        // Numbered again from an earlier seq: the old entries go.
+        recent.keep("s", 5, &b1, &m1);
+        recent.keep("s", 3, &b2, &m2);
+        assert!(r.take(3, &b2).is_some());
+        assert!(r.take(5, &b1).is_none());
         drop(r);
         let kept = recent.map.lock().unwrap();
         assert!(kept.streams.is_empty(), "the last reader lets go");
         assert_eq!(kept.bytes, 0);
     }
 
-    /// How many copies of `rec` the budget holds.
-    fn fitting(rec: &[u8]) -> Seq {
-        (BUDGET / Entry::cost(rec)) as Seq
-    }
-
     #[test]
-    fn a_full_cache_keeps_what_an_only_reader_needs_next() {
+    fn a_full_share_keeps_what_an_only_reader_needs_next() {
         let recent = Arc::new(Recent::default());
         let r = recent.read("s");
         let (rec, m) = message(7);
@@ -242,25 +294,35 @@ mod tests {
         for seq in 1..=last {
             recent.keep("s", seq, &rec, &m);
         }
-        assert!(r.take(last, &rec).is_none(), "no room was made for it");
-        // The reader passed everything up to `last`: nothing is kept, and
-        // the next event is kept again.
-        assert_eq!(recent.map.lock().unwrap().bytes, 0);
+        for seq in 1..=fits {
+            assert!(r.take(seq, &rec).is_some(), "event {seq} was kept");
+        }
+        assert!(r.take(fits + 1, &rec).is_none(), "no room was made for it");
+        // The reader passed everything kept: nothing is, and the next
+        // event is kept again.
+        assert_eq!(bytes(&recent), 0);
         recent.keep("s", last + 1, &rec, &m);
         assert!(r.take(last + 1, &rec).is_some());
-        let r2 = Arc::new(Recent::default());
-        let only = r2.read("s");
-        for seq in 1..=last {
-            r2.keep("s", seq, &rec, &m);
-        }
-        for seq in 1..=fits {
-            assert!(only.take(seq, &rec).is_some(), "event {seq} was kept");
-        }
-        assert!(only.take(fits + 1, &rec).is_none());
     }
 
     #[test]
-    fn two_readers_share_and_the_budget_is_kept() {
+    fn one_stalled_reader_leaves_room_for_the_others() {
+        let recent = Arc::new(Recent::default());
+        let stalled = recent.read("a");
+        let other = recent.read("b");
+        let (rec, m) = message(7);
+        for seq in 1..=fitting(&rec) + 10 {
+            recent.keep("a", seq, &rec, &m);
+        }
+        assert!(bytes(&recent) <= STREAM_BUDGET);
+        recent.keep("b", 1, &rec, &m);
+        assert!(other.take(1, &rec).is_some(), "b is kept beside a");
+        drop(stalled);
+        assert_eq!(bytes(&recent), 0, "a's reader went: so did its entries");
+    }
+
+    #[test]
+    fn two_readers_share_and_what_the_slowest_passed_goes() {
         let recent = Arc::new(Recent::default());
         let (a, b) = (recent.read("s"), recent.read("s"));
         let (rec, m) = message(7);
@@ -268,18 +330,21 @@ mod tests {
         for seq in 1..=last {
             recent.keep("s", seq, &rec, &m);
         }
-        assert!(recent.map.lock().unwrap().bytes <= BUDGET);
-        assert!(a.take(1, &rec).is_none(), "the oldest went");
-        assert!(a.take(last, &rec).is_some());
+        assert!(bytes(&recent) <= STREAM_BUDGET);
+        assert!(a.take(1, &rec).is_none(), "the oldest went for room");
+        assert!(b.take(last, &rec).is_some());
+        assert!(bytes(&recent) > 0, "a has not passed them yet");
         assert!(
-            b.take(last, &rec).is_some(),
+            a.take(last, &rec).is_some(),
             "a reader does not take from the other"
         );
-        // Numbered again from an earlier seq: the old entries go.
-        recent.keep("s", 3, &rec, &m);
-        assert!(a.take(last, &rec).is_none());
-        assert!(a.take(3, &rec).is_some());
-        drop((a, b));
-        assert_eq!(recent.map.lock().unwrap().bytes, 0);
+        assert_eq!(bytes(&recent), 0, "both passed everything");
+        // A reader that goes no longer holds back the others.
+        for seq in last + 1..=last + 3 {
+            recent.keep("s", seq, &rec, &m);
+        }
+        assert!(b.take(last + 3, &rec).is_some());
+        drop(a);
+        assert_eq!(bytes(&recent), 0);
     }
 }
