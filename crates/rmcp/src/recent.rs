@@ -45,9 +45,10 @@ use rmcp::model::ServerJsonRpcMessage;
 pub(crate) const BUDGET: usize = 8 << 20;
 
 /// What one stream keeps at most: 1 MiB, about 1,550 of `emit`'s
-/// notifications (125 bytes of JSON, 674 as [`Entry::cost`] counts them),
-/// the memory of the 1,024-entry ring this replaced, now bounded in bytes
-/// (that ring held 1,024 messages whatever their size).
+/// notifications (125 bytes of JSON, 674 as [`Entry::cost`] counts them):
+/// a little more than the 1,024-entry ring this replaced held of them
+/// (690 KB), now bounded in bytes (that ring held 1,024 messages whatever
+/// their size).
 ///
 /// Not more: under callgrind, where the reader falls far behind, a 16 MiB
 /// share left no event of a 20,000-event burst to parse back (47,365 →
