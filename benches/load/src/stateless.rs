@@ -189,7 +189,7 @@ pub async fn run(rounds: usize, duration: Duration, conns: usize, out: Option<st
     let text = format!(
         "| tools/call `test_simple_text` ({conns} connections, {} s, median of {rounds}) | round trips/s |\n| --- | ---: |\n\
          | 2025-11-25 session (mcp-resume's route) | {:.0} |\n\
-         | 2026-07-28 stateless (rmcp's stateless service) | {:.0} |\n\n\
+         | 2026-07-28 stateless (a handler of its own per request) | {:.0} |\n\n\
          stateless/session: {:.3}\n",
         duration.as_secs(),
         med(&sess),

@@ -33,8 +33,7 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 use mcp_resume_server::backend::{
-    Backend, BackendError, BackendSession, Body, DeliverError, Outbound, Outbox, Queue, Request,
-    StatelessFuture, StatelessHttp,
+    Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, Queue, StatelessHttp,
 };
 use rmcp::model::{
     ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, GetExtensions,
@@ -52,9 +51,12 @@ use tokio_util::sync::CancellationToken;
 /// Serves every session with a handler made by `factory` (called once per
 /// session, and again when a session is restored on another instance or
 /// after a restart), and every request of MCP's stateless era (2026-07-28)
-/// with a handler of its own, through rmcp's stateless Streamable HTTP
-/// service: rmcp validates the request's `_meta` and headers and serves
-/// `server/discover`, so both eras share one endpoint.
+/// with a handler of its own, as rmcp's stateless Streamable HTTP service
+/// serves it: a request whose `_meta` and SEP-2243 headers plainly pass
+/// rmcp's checks is typed from the transport's parse and run through rmcp's
+/// one-request service; any other goes to rmcp's stateless service itself,
+/// which answers or refuses it ([`crate::stateless`]). Both eras share one
+/// endpoint.
 pub struct RmcpBackend<F> {
     factory: Arc<F>,
     stateless: Box<dyn StatelessHttp>,
@@ -81,25 +83,14 @@ where
             Arc::new(NeverSessionManager::default()),
             config,
         );
+        let stateless = crate::stateless::Stateless {
+            factory: factory.clone(),
+            rmcp: service,
+        };
         Self {
             factory,
-            stateless: Box::new(Stateless(service)),
+            stateless: Box::new(stateless),
         }
-    }
-}
-
-/// rmcp's stateless service behind the transport's [`StatelessHttp`].
-struct Stateless<S: ServerHandler>(StreamableHttpService<S, NeverSessionManager>);
-
-impl<S: ServerHandler + Send + 'static> StatelessHttp for Stateless<S> {
-    fn serve(&self, request: Request<Body>) -> StatelessFuture {
-        let mut service = self.0.clone();
-        Box::pin(async move {
-            match tower_service::Service::call(&mut service, request).await {
-                Ok(response) => response.map(Body::new),
-                Err(never) => match never {},
-            }
-        })
     }
 }
 
@@ -307,7 +298,7 @@ impl Transport<RoleServer> for Port {
 /// A handler whose panic ends its call with a JSON-RPC error instead of no
 /// answer at all (rmcp runs each request in a task of its own and would
 /// leave the call unanswered).
-struct Guarded<S>(S);
+pub(crate) struct Guarded<S>(pub(crate) S);
 
 impl<S: Service<RoleServer>> Service<RoleServer> for Guarded<S> {
     async fn handle_request(

@@ -19,16 +19,22 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// `message` as rmcp's client message, or rmcp's own error for it.
-pub(crate) fn typed(message: Value) -> Result<ClientJsonRpcMessage, serde_json::Error> {
-    match hot_request(&message) {
+pub(crate) fn typed(mut message: Value) -> Result<ClientJsonRpcMessage, serde_json::Error> {
+    match hot_request(&mut message) {
         Some(typed) => Ok(typed),
         None => serde_json::from_value(message),
     }
 }
 
-/// A well-formed request of a hot method, parsed into its type; `None`
-/// sends the message down rmcp's own path.
-fn hot_request(message: &Value) -> Option<ClientJsonRpcMessage> {
+/// The hot methods.
+enum Hot {
+    CallTool,
+    ListTools,
+}
+
+/// A well-formed request of a hot method, typed; `None` leaves `message`
+/// as it was, for rmcp's own path.
+fn hot_request(message: &mut Value) -> Option<ClientJsonRpcMessage> {
     let object = message.as_object()?;
     // rmcp's shape check: a request has a method and an id, neither a
     // result nor an error.
@@ -39,10 +45,14 @@ fn hot_request(message: &Value) -> Option<ClientJsonRpcMessage> {
         return None;
     }
     let id = RequestId::deserialize(object.get("id")?).ok()?;
-    let request: ClientRequest = match object.get("method")?.as_str()? {
-        "tools/call" => call_tool(object.get("params")?)?.into(),
-        "tools/list" => ListToolsRequest::deserialize(message).ok()?.into(),
+    let hot = match object.get("method")?.as_str()? {
+        "tools/call" => Hot::CallTool,
+        "tools/list" => Hot::ListTools,
         _ => return None,
+    };
+    let request: ClientRequest = match hot {
+        Hot::CallTool => call_tool(message.get_mut("params")?)?.into(),
+        Hot::ListTools => ListToolsRequest::deserialize(&*message).ok()?.into(),
     };
     Some(JsonRpcMessage::Request(JsonRpcRequest::new(id, request)))
 }
@@ -50,9 +60,41 @@ fn hot_request(message: &Value) -> Option<ClientJsonRpcMessage> {
 /// A `tools/call` request from its `params`, as rmcp's `Request`
 /// deserializer makes it (`_meta` in the extensions, not in the params)
 /// without its `#[serde(flatten)]`, which buffers every field of the params
-/// (the arguments too) before reading them again; `None` where the params
-/// do not read as a `tools/call`'s.
-fn call_tool(params: &Value) -> Option<CallToolRequest> {
+/// (the arguments too) before reading them again; `None` (the params
+/// untouched) where they do not read as a `tools/call`'s.
+///
+/// Params of the usual form (a name, arguments and `_meta` as objects or
+/// null, no retry of an input-required result) are taken apart, not
+/// copied: their strings and maps move into the request.
+fn call_tool(params: &mut Value) -> Option<CallToolRequest> {
+    let fields = params.as_object_mut()?;
+    let nullable_object = |v: &Value| v.is_object() || v.is_null();
+    let usual = fields.get("name").is_some_and(Value::is_string)
+        && fields.get("arguments").is_none_or(nullable_object)
+        && fields.get("_meta").is_none_or(nullable_object)
+        && !fields.contains_key("inputResponses")
+        && !fields.contains_key("requestState");
+    if !usual {
+        return copied_call_tool(params);
+    }
+    // Checked above: a string.
+    let Some(Value::String(name)) = fields.remove("name") else {
+        return None;
+    };
+    let mut typed = CallToolRequestParams::new(name);
+    if let Some(Value::Object(arguments)) = fields.remove("arguments") {
+        typed = typed.with_arguments(arguments);
+    }
+    let mut request = CallToolRequest::new(typed);
+    if let Some(Value::Object(meta)) = fields.remove("_meta") {
+        request.extensions.insert(RequestMetaObject::from(meta));
+    }
+    Some(request)
+}
+
+/// [`call_tool`] for params of any other form: read through their type's
+/// own `Deserialize`, which copies them.
+fn copied_call_tool(params: &Value) -> Option<CallToolRequest> {
     let meta = match params.get("_meta") {
         None | Some(Value::Null) => None,
         Some(meta) => Some(JsonObject::deserialize(meta).ok()?),
@@ -96,7 +138,7 @@ mod tests {
     /// both written back out (which includes `_meta`, kept in extensions);
     /// where both typed it, they chose the same request type.
     fn both(message: Value) -> (Option<Value>, Value) {
-        let fast = hot_request(&message);
+        let fast = hot_request(&mut message.clone());
         let rmcp: ClientJsonRpcMessage = serde_json::from_value(message).expect("rmcp parses it");
         if let Some(fast) = &fast {
             assert_eq!(variant(fast), variant(&rmcp));
@@ -163,7 +205,9 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": "e"}),
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}),
         ] {
-            assert!(hot_request(&bad).is_none(), "{bad}");
+            let mut left = bad.clone();
+            assert!(hot_request(&mut left).is_none(), "{bad}");
+            assert_eq!(left, bad, "refused, and left as it was");
             assert_eq!(
                 typed(bad.clone()).map_err(|e| e.to_string()).err(),
                 serde_json::from_value::<ClientJsonRpcMessage>(bad)

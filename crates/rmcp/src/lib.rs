@@ -37,6 +37,7 @@ mod owner;
 mod queue;
 mod recent;
 mod session_store;
+mod stateless;
 pub mod tasks;
 
 pub use backend::RmcpBackend;

@@ -105,7 +105,10 @@ pub trait Backend: Send + Sync + 'static {
 pub trait StatelessHttp: Send + Sync {
     /// Answers `request` (a `POST` whose body is one JSON-RPC message,
     /// credentials and `Origin` already checked by the transport).
-    fn serve(&self, request: Request<Body>) -> StatelessFuture;
+    /// `message` is that body as the transport parsed it, so that a backend
+    /// need not parse it again; the body's bytes stay in `request` for one
+    /// that passes them on as they are.
+    fn serve(&self, request: Request<Body>, message: Value) -> StatelessFuture;
 
     /// Whether it answers `subscriptions/listen` (`true`, the default), so
     /// that the transport may offer the resumable listen stream in front of

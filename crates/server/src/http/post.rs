@@ -59,7 +59,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Result<Res
         // Boxed, as every path but a session's message below: a future
         // holds the largest of the futures it awaits, and this one is moved
         // into a box per request.
-        let serve = super::stateless::serve(&state, caller, uri, headers, bytes, &value);
+        let serve = super::stateless::serve(&state, caller, uri, headers, bytes, value);
         return Ok(Box::pin(serve).await);
     }
     check_version(&headers)?;

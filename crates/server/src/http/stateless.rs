@@ -70,7 +70,7 @@ pub(super) async fn serve(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-    message: &Value,
+    message: Value,
 ) -> Response {
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     let method = message
@@ -109,13 +109,13 @@ pub(super) async fn serve(
         .filter(|_| tasks::serve::is_task_method(method))
     {
         if method == "tasks/stream" {
-            return task_stream(state, store, &caller, &headers, message).await;
+            return task_stream(state, store, &caller, &headers, &message).await;
         }
-        let (status, reply) = tasks::serve::serve(store, &caller, &headers, message).await;
+        let (status, reply) = tasks::serve::serve(store, &caller, &headers, &message).await;
         return error(status, reply);
     }
-    if subs::wants_resumable(message) && state.backend.stateless().is_none_or(|s| s.listens()) {
-        return subs::open(state, caller, &headers, message.clone()).await;
+    if subs::wants_resumable(&message) && state.backend.stateless().is_none_or(|s| s.listens()) {
+        return subs::open(state, caller, &headers, message).await;
     }
     let Some(service) = state.backend.stateless() else {
         let requested = headers
@@ -148,8 +148,9 @@ pub(super) async fn serve(
         .unwrap_or_default();
     *request.headers_mut() = headers;
     request.extensions_mut().insert(caller);
-    let resp = service.serve(request).await;
-    if method == "server/discover" && service.listens() {
+    let discover = method == "server/discover";
+    let resp = service.serve(request, message).await;
+    if discover && service.listens() {
         return offer_extensions(resp).await;
     }
     resp

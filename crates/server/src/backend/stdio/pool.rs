@@ -50,8 +50,6 @@ pub(super) const POOL_MAX: usize = 8;
 pub(super) const IDLE_STOP: Duration = Duration::from_secs(300);
 /// How often children are checked for having been idle that long.
 const REAP_EVERY: Duration = Duration::from_secs(30);
-/// Most bytes of a request body read.
-const BODY_LIMIT: usize = 16 << 20;
 
 /// The pool of children that answer stateless requests.
 pub(super) struct Pool {
@@ -65,9 +63,9 @@ pub(super) struct Pool {
 }
 
 impl StatelessHttp for Arc<Pool> {
-    fn serve(&self, request: Request<Body>) -> StatelessFuture {
+    fn serve(&self, request: Request<Body>, message: Value) -> StatelessFuture {
         let pool = self.clone();
-        Box::pin(async move { pool.answer(request).await })
+        Box::pin(async move { pool.answer(request, message).await })
     }
 
     /// A session-era child has no `subscriptions/listen`.
@@ -132,25 +130,8 @@ impl Pool {
         }
     }
 
-    async fn answer(self: Arc<Self>, request: Request<Body>) -> Response<Body> {
-        let (parts, body) = request.into_parts();
-        let message = match axum::body::to_bytes(body, BODY_LIMIT)
-            .await
-            .map(|b| serde_json::from_slice::<Value>(&b))
-        {
-            Ok(Ok(m)) => m,
-            _ => {
-                return json_reply(
-                    StatusCode::BAD_REQUEST,
-                    error(
-                        &Value::Null,
-                        -32700,
-                        "the body is not one JSON-RPC message",
-                        None,
-                    ),
-                )
-            }
-        };
+    async fn answer(self: Arc<Self>, request: Request<Body>, message: Value) -> Response<Body> {
+        let (parts, _) = request.into_parts();
         let id = message.get("id").cloned().unwrap_or(Value::Null);
         let method = message
             .get("method")

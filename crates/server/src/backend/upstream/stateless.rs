@@ -46,9 +46,9 @@ pub(super) struct StatelessRelay {
 }
 
 impl StatelessHttp for StatelessRelay {
-    fn serve(&self, request: Request<Body>) -> StatelessFuture {
+    fn serve(&self, request: Request<Body>, message: Value) -> StatelessFuture {
         let relay = self.clone();
-        Box::pin(async move { relay.relay(request).await })
+        Box::pin(async move { relay.relay(request, message).await })
     }
 }
 
@@ -67,7 +67,7 @@ fn returns(name: &str) -> bool {
 }
 
 impl StatelessRelay {
-    async fn relay(self, request: Request<Body>) -> Response<Body> {
+    async fn relay(self, request: Request<Body>, message: Value) -> Response<Body> {
         let (parts, body) = request.into_parts();
         let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
             Ok(b) => b,
@@ -80,16 +80,9 @@ impl StatelessRelay {
                 )
             }
         };
-        // The request's id, read only where an answer of the gateway's own
-        // needs it (an error, the watch on an SSE answer): the transport
-        // has parsed the body once already.
-        let sent = body.clone();
-        let id = move || {
-            serde_json::from_slice::<Value>(&sent)
-                .ok()
-                .and_then(|m| m.get("id").cloned())
-                .unwrap_or(Value::Null)
-        };
+        // The request's id, for an answer of the gateway's own (an error,
+        // the watch on an SSE answer), from the transport's parse.
+        let id = move || message.get("id").cloned().unwrap_or(Value::Null);
         let mut rb = self
             .http
             .post(self.url.clone())
