@@ -55,8 +55,7 @@ use tokio_util::sync::CancellationToken;
 /// serves it: a request whose `_meta` and SEP-2243 headers plainly pass
 /// rmcp's checks is typed from the transport's parse and run through rmcp's
 /// one-request service; any other goes to rmcp's stateless service itself,
-/// which answers or refuses it ([`crate::stateless`]). Both eras share one
-/// endpoint.
+/// which answers or refuses it. Both eras share one endpoint.
 pub struct RmcpBackend<F> {
     factory: Arc<F>,
     stateless: Box<dyn StatelessHttp>,

@@ -395,8 +395,8 @@ async fn a_2025_03_26_batch_is_answered_by_the_backend_in_one_array() {
 }
 
 /// One endpoint, both eras: a 2026-07-28 client (no `initialize`, `_meta` on
-/// every request) is served statelessly by rmcp's own stateless service,
-/// while a 2025 client keeps its session on the same URL.
+/// every request) is served statelessly, a handler per request, while a
+/// 2025 client keeps its session on the same URL.
 #[tokio::test]
 async fn both_protocol_eras_share_one_endpoint() {
     let url = serve(Arc::new(MemoryLog::new(Retention::default()))).await;

@@ -82,7 +82,9 @@ impl StatelessRelay {
         };
         // The request's id, for an answer of the gateway's own (an error,
         // the watch on an SSE answer), from the transport's parse.
-        let id = move || message.get("id").cloned().unwrap_or(Value::Null);
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        drop(message);
+        let id = move || id.clone();
         let mut rb = self
             .http
             .post(self.url.clone())
