@@ -34,7 +34,9 @@ use std::time::Duration;
 use axum::http::{header, HeaderValue, StatusCode};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use mcp_resume_server::backend::{Body, Request, Response, StatelessFuture, StatelessHttp};
+use mcp_resume_server::backend::{
+    sse_response, Body, Request, Response, StatelessFuture, StatelessHttp,
+};
 use rmcp::model::{
     ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetExtensions, GetMeta,
     InitializeRequestParams, JsonRpcError, JsonRpcMessage, JsonRpcRequest, RequestId,
@@ -235,14 +237,7 @@ fn sse<S: ServerHandler + Send + 'static>(
             Some((Bytes::from(frame), (None, receiver, running)))
         },
     );
-    let body = Body::from_stream(events.map(Ok::<_, std::convert::Infallible>));
-    let mut response = Response::new(body);
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    sse_response(Body::from_stream(
+        events.map(Ok::<_, std::convert::Infallible>),
+    ))
 }

@@ -124,6 +124,22 @@ pub trait StatelessHttp: Send + Sync {
 /// [`BackendSession::deliver_request`] for the transport to run.
 pub type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// A `200 text/event-stream` response carrying `body`, not to be cached nor
+/// buffered by a proxy: the head of every SSE answer of this transport, and
+/// of a backend's SSE answer to a stateless request.
+pub fn sse_response(body: Body) -> Response<Body> {
+    use axum::http::{header, HeaderValue};
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
 /// What [`StatelessHttp::serve`] returns.
 pub type StatelessFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 

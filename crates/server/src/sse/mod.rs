@@ -3,7 +3,7 @@
 use crate::chunks;
 use crate::route::state::AppState;
 use axum::body::Body;
-use axum::http::{header, HeaderValue, Response, StatusCode};
+use axum::http::Response;
 use bytes::Bytes;
 use mcp_resume_log::{Event, LogError, Seq, StreamKey, Subscription};
 use mcp_resume_proto::sse::{encode, ending, priming, KEEPALIVE};
@@ -45,16 +45,8 @@ pub fn respond(
 /// once the head is out (see [`feed`]).
 pub(crate) fn channel_response(rx: chunks::Receiver) -> Response<Body> {
     let (feed, body) = feed::Feed::new(rx);
-    let mut resp = Response::new(Body::new(body));
+    let mut resp = crate::backend::sse_response(Body::new(body));
     resp.extensions_mut().insert(feed::FeedHandle(feed));
-    *resp.status_mut() = StatusCode::OK;
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }
 
