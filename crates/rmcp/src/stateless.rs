@@ -24,9 +24,11 @@
 //! the request's HTTP parts in its extensions, a terminal first answer as
 //! JSON with rmcp's status for its error code, anything else as an SSE
 //! stream that ends with the answer, and the handler cancelled when its
-//! client goes away before it answers. One thing more: a handler that
+//! client goes away before it answers. Two things differ: a handler that
 //! panics answers with a JSON-RPC error (-32603), as in a session, where
-//! rmcp's service would leave the call without an answer.
+//! rmcp's service would leave the call without an answer; and a handler
+//! that ends without answering (which that makes all but impossible) gets
+//! a 500 whose body is a JSON-RPC error, where rmcp's is text.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +51,6 @@ use rmcp::transport::OneshotTransport;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::mpsc::Receiver;
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::Guarded;
 
@@ -81,13 +82,8 @@ where
                 return Box::pin(answer(Guarded(service), typed, parts));
             }
         }
-        let mut rmcp = self.rmcp.clone();
-        Box::pin(async move {
-            match tower_service::Service::call(&mut rmcp, request).await {
-                Ok(response) => response.map(Body::new),
-                Err(never) => match never {},
-            }
-        })
+        let rmcp = self.rmcp.clone();
+        Box::pin(async move { rmcp.handle(request).await.map(Body::new) })
     }
 }
 
@@ -116,9 +112,7 @@ where
     request.request.extensions_mut().insert(parts);
     let (transport, mut receiver) =
         OneshotTransport::<RoleServer>::new(ClientJsonRpcMessage::Request(request));
-    let ct = CancellationToken::new();
-    let running =
-        rmcp::service::serve_directly_with_ct(service, transport, Some(peer_info), ct.clone());
+    let running = rmcp::service::serve_directly(service, transport, Some(peer_info));
     let Some(first) = receiver.recv().await else {
         let error = ErrorData::internal_error("the handler ended without answering", None);
         return json(
@@ -130,16 +124,14 @@ where
         first,
         JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)
     ) {
-        ct.cancel();
-        drop(running);
+        running.cancellation_token().cancel();
         return json(status(&first), &first);
     }
     sse(
         first,
         receiver,
         Running {
-            _service: running,
-            ct,
+            service: running,
             id,
         },
     )
@@ -147,9 +139,7 @@ where
 
 /// A request's service while its SSE answer runs: dropped with the answer.
 struct Running<S: ServerHandler> {
-    /// Held for its drop, which ends the service.
-    _service: RunningService<RoleServer, Guarded<S>>,
-    ct: CancellationToken,
+    service: RunningService<RoleServer, Guarded<S>>,
     /// The request's id, for an error of the transport's own.
     id: RequestId,
 }
@@ -157,14 +147,17 @@ struct Running<S: ServerHandler> {
 impl<S: ServerHandler> Drop for Running<S> {
     fn drop(&mut self) {
         // Ended or abandoned: either way the handler has nothing left to
-        // send anyone (said before the service's own drop, so that it does
-        // not log a service dropped unclosed).
-        self.ct.cancel();
+        // send anyone. Cancelled here, before the service's own drop (which
+        // would cancel it too), so that rmcp does not log a service dropped
+        // without being closed.
+        self.service.cancellation_token().cancel();
     }
 }
 
 /// rmcp's HTTP status for a request's answer: the stateless era's refusals
-/// are 400, an unknown method 404, everything else 200.
+/// are 400, an unknown method 404, everything else 200. (rmcp also makes
+/// -32602 a 400 for a request whose `_meta` is incomplete; none is served
+/// here.)
 fn status(message: &ServerJsonRpcMessage) -> StatusCode {
     let JsonRpcMessage::Error(error) = message else {
         return StatusCode::OK;
@@ -200,7 +193,7 @@ fn json(status: StatusCode, message: &ServerJsonRpcMessage) -> Response<Body> {
     response
 }
 
-/// What is left of a request's messages after `first`, as SSE events; the
+/// `first`, then the rest of a request's messages, as SSE events; the
 /// stream ends after the answer, when rmcp's service closes the channel.
 /// Dropping it before then (the client went away) cancels the handler.
 fn sse<S: ServerHandler + Send + 'static>(

@@ -6,6 +6,7 @@
 use axum::body::HttpBody;
 use axum::http::uri::Authority;
 use axum::http::{header, HeaderMap, HeaderName, Uri};
+use mcp_resume_proto::headers as h;
 use mcp_resume_server::backend::{Body, Request};
 use rmcp::model::{
     ClientRequest, GetMeta, JsonObject, JsonRpcMessage, JsonRpcRequest, ProtocolVersion,
@@ -33,11 +34,12 @@ pub(super) fn served_directly(
 /// to rmcp to be refused there.
 const RMCP_BODY_LIMIT: usize = 4 * 1024 * 1024;
 
-/// The headers a stateless request's protocol version, method and name
-/// travel in (SEP-2243).
-const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-const METHOD: HeaderName = HeaderName::from_static("mcp-method");
-const NAME: HeaderName = HeaderName::from_static("mcp-name");
+/// `MCP-Protocol-Version`, as a header name made once.
+const PROTOCOL_VERSION: HeaderName = HeaderName::from_static(h::MCP_PROTOCOL_VERSION);
+/// `Mcp-Method` (SEP-2243), as a header name made once.
+const METHOD: HeaderName = HeaderName::from_static(h::MCP_METHOD);
+/// `Mcp-Name` (SEP-2243), as a header name made once.
+const NAME: HeaderName = HeaderName::from_static(h::MCP_NAME);
 
 /// `message` typed, when every check rmcp's stateless service makes before
 /// serving it plainly passes: an `Accept` of both media types without

@@ -10,10 +10,8 @@
 //!
 //! The request goes whole to the backend's
 //! [`StatelessHttp`](crate::backend::StatelessHttp), with the body as parsed
-//! here (for an rmcp handler: a handler of its own run by rmcp's one-request
-//! service when the `_meta` and the SEP-2243 headers plainly pass rmcp's
-//! checks, rmcp's own stateless Streamable HTTP service, which validates
-//! them, otherwise; either answers as JSON or SSE). The transport
+//! here; it validates the `_meta` and the SEP-2243 headers and answers as
+//! JSON or SSE (for an rmcp handler, see `crates/rmcp/src/stateless.rs`). The transport
 //! answers what the stateless era removed and the backend may still accept:
 //! `initialize` and `logging/setLevel` are 404 with -32601; with a durable
 //! task store, `tasks/*` are answered from the log ([`crate::tasks`]). The

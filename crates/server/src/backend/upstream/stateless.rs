@@ -84,7 +84,6 @@ impl StatelessRelay {
         // the watch on an SSE answer), from the transport's parse.
         let id = message.get("id").cloned().unwrap_or(Value::Null);
         drop(message);
-        let id = move || id.clone();
         let mut rb = self
             .http
             .post(self.url.clone())
@@ -99,7 +98,7 @@ impl StatelessRelay {
             Err(e) => {
                 return failure(
                     StatusCode::BAD_GATEWAY,
-                    &id(),
+                    &id,
                     "upstream-unreachable",
                     format!("cannot reach the upstream: {}", chain(&e)),
                 )
@@ -111,7 +110,7 @@ impl StatelessRelay {
             // already; this refusal is of the gateway's own.
             return failure(
                 StatusCode::BAD_GATEWAY,
-                &id(),
+                &id,
                 "upstream-refused",
                 format!(
                     "the upstream answered {status} to the gateway's credentials (see --upstream-header)"
@@ -128,7 +127,7 @@ impl StatelessRelay {
                 out = out.header(name.as_str(), value.as_bytes());
             }
         }
-        let id = if sse { id() } else { Value::Null };
+        let id = if sse { id } else { Value::Null };
         out.body(relay_body(resp, sse, id)).unwrap_or_else(|e| {
             failure(
                 StatusCode::BAD_GATEWAY,
