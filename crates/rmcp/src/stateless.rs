@@ -40,9 +40,9 @@ use mcp_resume_server::backend::{
     sse_response, Body, Request, Response, StatelessFuture, StatelessHttp,
 };
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetExtensions, GetMeta,
-    InitializeRequestParams, JsonRpcError, JsonRpcMessage, JsonRpcRequest, RequestId,
-    ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, GetExtensions,
+    InitializeRequestParams, JsonRpcError, JsonRpcMessage, JsonRpcRequest, ProtocolVersion,
+    RequestId, ServerJsonRpcMessage,
 };
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -75,11 +75,11 @@ where
     S: ServerHandler + Send + 'static,
 {
     fn serve(&self, request: Request<Body>, message: Value) -> StatelessFuture {
-        if let Some(typed) = checks::served_directly(&request, message) {
+        if let Some((typed, version)) = checks::served_directly(&request, message) {
             let service = (self.factory)();
             if !checks::carries_param_headers(&service, &typed) {
                 let (parts, _) = request.into_parts();
-                return Box::pin(answer(Guarded(service), typed, parts));
+                return Box::pin(answer(Guarded(service), typed, version, parts));
             }
         }
         let rmcp = self.rmcp.clone();
@@ -99,16 +99,16 @@ where
 async fn answer<S>(
     service: Guarded<S>,
     mut request: JsonRpcRequest<ClientRequest>,
+    version: ProtocolVersion,
     parts: axum::http::request::Parts,
 ) -> Response<Body>
 where
     S: ServerHandler + Send + 'static,
 {
     let id = request.id.clone();
+    // rmcp's peer info for a stateless request: its version, the rest default.
     let mut peer_info = InitializeRequestParams::default();
-    if let Some(version) = request.request.get_meta().protocol_version() {
-        peer_info.protocol_version = version;
-    }
+    peer_info.protocol_version = version;
     request.request.extensions_mut().insert(parts);
     let (transport, mut receiver) =
         OneshotTransport::<RoleServer>::new(ClientJsonRpcMessage::Request(request));

@@ -14,13 +14,13 @@ use rmcp::model::{
 use rmcp::ServerHandler;
 use serde_json::Value;
 
-/// `request`'s body (`message`, as the transport parsed it) typed, when
-/// rmcp's checks of the request plainly pass ([`direct`], [`plain_host`],
-/// the body within rmcp's limit).
+/// `request`'s body (`message`, as the transport parsed it) typed, with the
+/// protocol version it states, when rmcp's checks of the request plainly
+/// pass ([`direct`], [`plain_host`], the body within rmcp's limit).
 pub(super) fn served_directly(
     request: &Request<Body>,
     message: Value,
-) -> Option<JsonRpcRequest<ClientRequest>> {
+) -> Option<(JsonRpcRequest<ClientRequest>, ProtocolVersion)> {
     let small = HttpBody::size_hint(request.body())
         .upper()
         .is_some_and(|n| n <= RMCP_BODY_LIMIT as u64);
@@ -50,7 +50,10 @@ const NAME: HeaderName = HeaderName::from_static(h::MCP_NAME);
 /// for a method that names something) given once and equal to the body's,
 /// not Base64-wrapped. `None` sends the request to rmcp, which answers it
 /// (or refuses it) itself.
-fn direct(headers: &HeaderMap, message: Value) -> Option<JsonRpcRequest<ClientRequest>> {
+fn direct(
+    headers: &HeaderMap,
+    message: Value,
+) -> Option<(JsonRpcRequest<ClientRequest>, ProtocolVersion)> {
     if !accepts_both(headers) || !json_content(headers) {
         return None;
     }
@@ -80,7 +83,7 @@ fn direct(headers: &HeaderMap, message: Value) -> Option<JsonRpcRequest<ClientRe
     let complete = meta
         .missing_required_keys(&ProtocolVersion::V_2026_07_28)
         .is_empty();
-    (complete && stated.as_str() == version).then_some(request)
+    (complete && stated.as_str() == version).then_some((request, stated))
 }
 
 /// Whether rmcp's `Host` check (with every host allowed) plainly passes: one
@@ -104,7 +107,10 @@ fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
 }
 
 /// The body value SEP-2243's `Mcp-Name` must equal for `method`, if the
-/// method names something (rmcp's table).
+/// method names something. rmcp's table, not
+/// `mcp_resume_proto::meta::standard_headers`: that one (what a proxy must
+/// send) leaves out `resources/subscribe` and `resources/unsubscribe`, which
+/// rmcp checks, so a request to them would pass here unchecked.
 fn named<'a>(method: &str, params: Option<&'a Value>) -> Option<&'a Value> {
     let key = match method {
         "tools/call" | "prompts/get" => "name",
@@ -208,7 +214,7 @@ mod tests {
     #[test]
     fn a_request_that_meets_every_check_is_served_directly_with_its_meta() {
         let (headers, body) = call();
-        let request = direct(&headers, body).expect("served directly");
+        let (request, _) = direct(&headers, body).expect("served directly");
         assert_eq!(request.id, rmcp::model::RequestId::Number(7));
         let meta = request.request.get_meta();
         assert_eq!(meta.protocol_version(), Some(ProtocolVersion::V_2026_07_28));
