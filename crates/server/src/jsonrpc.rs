@@ -69,6 +69,21 @@ pub fn result(id: &Value, result: Value) -> Value {
     response(id, "result", result)
 }
 
+/// A success response to `id` as JSON text, written from its parts: the
+/// bytes [`result`]'s value encodes to (its keys in the same order), without
+/// building that value (a map, its keys and the id's copy) to encode it once
+/// and drop it. A tool call's answer is written this way.
+pub fn result_text(id: &Value, result: &Value) -> bytes::Bytes {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"{\"id\":");
+    // Writing a `Value` to a `Vec` cannot fail.
+    serde_json::to_writer(&mut out, id).expect("a JSON value encodes");
+    out.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
+    serde_json::to_writer(&mut out, result).expect("a JSON value encodes");
+    out.push(b'}');
+    out.into()
+}
+
 /// An error response.
 pub fn error(id: &Value, code: i64, message: impl Into<String>) -> Value {
     response(id, "error", error_object(code, message.into(), None))
@@ -148,4 +163,29 @@ pub fn notification(method: &str, params: Value) -> Value {
     m.insert("method".to_owned(), Value::String(method.to_owned()));
     m.insert("params".to_owned(), params);
     Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The text is byte for byte what the built response encodes to, for
+    /// ids and results of every shape (escapes, nesting, empty).
+    #[test]
+    fn result_text_is_the_built_response_encoded() {
+        let ids = [json!(7), json!(u64::MAX), json!(-3), json!("a\"b\\c\u{1}é")];
+        let results = [
+            json!({}),
+            json!({"content": [{"type": "text", "text": "hé\n\"x\""}], "isError": true}),
+            json!({"z": 1, "a": [null, 1.5, {"b": false}]}),
+            json!("text"),
+        ];
+        for id in &ids {
+            for r in &results {
+                let built = serde_json::to_vec(&result(id, r.clone())).unwrap();
+                assert_eq!(&result_text(id, r)[..], &built[..], "id {id}, result {r}");
+            }
+        }
+    }
 }

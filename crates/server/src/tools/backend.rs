@@ -171,28 +171,36 @@ impl BackendSession for ToolsSession {
                 biased;
                 r = work => r.unwrap_or_else(|_| {
                     tracing::error!(session = %ctx.of.session, %id, "a tool's handler failed without answering");
-                    Some(jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried"))
+                    Some(Reply::Message(jsonrpc::error(&id, jsonrpc::INTERNAL_ERROR, "the handler of this call failed without answering; it may be retried")))
                 }),
                 // The session's backend closed (its session ended): the call
                 // still ends, loudly. Its route answers it as long as a
                 // request holds the route, so no POST waits forever.
-                _ = ctx.of.cancel.cancelled() => answers.then(|| jsonrpc::error_with_data(
+                _ = ctx.of.cancel.cancelled() => answers.then(|| Reply::Message(jsonrpc::error_with_data(
                     &id,
                     jsonrpc::INTERNAL_ERROR,
                     "the session's backend stopped while this call ran; it may be retried",
                     json!({"reason": "backend-stopped"}),
-                )),
+                ))),
             };
-            if let Some(message) = reply {
-                // An error means the route has ended: it answers what is in flight.
-                let _ = ctx
-                    .of
-                    .outbox
-                    .send(Outbound {
-                        message,
-                        related: None,
-                    })
-                    .await;
+            // An error means the route has ended: it answers what is in flight.
+            match reply {
+                Some(Reply::Result(result)) => {
+                    let text = jsonrpc::result_text(&id, &result);
+                    drop(result);
+                    let _ = ctx.of.outbox.send_answer(id, text).await;
+                }
+                Some(Reply::Message(message)) => {
+                    let _ = ctx
+                        .of
+                        .outbox
+                        .send(Outbound {
+                            message,
+                            related: None,
+                        })
+                        .await;
+                }
+                None => {}
             }
         })))
     }
@@ -208,6 +216,16 @@ impl BackendSession for ToolsSession {
     }
 }
 
+/// A request's answer.
+enum Reply {
+    /// A success response's `result`: the response is written as JSON
+    /// text from it and the id ([`jsonrpc::result_text`]), never built
+    /// as a value first.
+    Result(Value),
+    /// A whole response (an error, mostly).
+    Message(Value),
+}
+
 /// Answers one request; `None` for one answered only when it ends
 /// (`subscriptions/listen`). `first` marks the session's first `initialize`.
 async fn answer(
@@ -216,8 +234,11 @@ async fn answer(
     method: &str,
     params: Value,
     first: bool,
-) -> Option<Value> {
-    Some(match method {
+) -> Option<Reply> {
+    if method == "tools/call" {
+        return Some(call(ctx, id, params).await);
+    }
+    Some(Reply::Message(match method {
         "initialize" if first => jsonrpc::result(
             id,
             crate::mcp::initialize_result(crate::mcp::negotiate(&params)),
@@ -240,11 +261,10 @@ async fn answer(
                 Ok(rec) => list.extend(rec.dynamic_tools.iter().map(|name| {
                     json!({"name": name, "description": "registered by register_tool", "inputSchema": {"type": "object"}})
                 })),
-                Err(e) => return Some(jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, e.to_string())),
+                Err(e) => return Some(Reply::Message(jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, e.to_string()))),
             }
             jsonrpc::result(id, json!({"tools": list}))
         }
-        "tools/call" => call(ctx, id, params).await,
         "subscriptions/listen" => {
             // A resumable listen stream `L` (docs/protocol.md 3.7): the
             // tools acknowledge it, and `emit` called with `L` as the
@@ -270,18 +290,22 @@ async fn answer(
             jsonrpc::METHOD_NOT_FOUND,
             format!("method {other:?} not found"),
         ),
-    })
+    }))
 }
 
-/// Runs a tool call; the result or error is a JSON-RPC response for `id`.
-async fn call(ctx: &ToolContext, id: &Value, mut params: Value) -> Value {
+/// Runs a tool call: its result, or an error response for `id`.
+async fn call(ctx: &ToolContext, id: &Value, mut params: Value) -> Reply {
     // Taken, not cloned: the params are this call's own.
     let args = params
         .get_mut("arguments")
         .map(Value::take)
         .unwrap_or_else(|| json!({}));
     let Some(name) = params.get("name").and_then(Value::as_str) else {
-        return jsonrpc::error(id, jsonrpc::INVALID_PARAMS, "tools/call needs a \"name\"");
+        return Reply::Message(jsonrpc::error(
+            id,
+            jsonrpc::INVALID_PARAMS,
+            "tools/call needs a \"name\"",
+        ));
     };
     let outcome = match ctx.of.shared.registry.get(name) {
         Some(tool) => (tool.handler)(ctx.clone(), args).await,
@@ -294,12 +318,15 @@ async fn call(ctx: &ToolContext, id: &Value, mut params: Value) -> Value {
         },
     };
     match outcome {
-        Ok(v) => jsonrpc::result(id, v),
-        Err(ToolError::InvalidParams(m)) => jsonrpc::error(id, jsonrpc::INVALID_PARAMS, m),
-        Err(ToolError::Failed(m)) => jsonrpc::result(
-            id,
-            json!({"content": [{"type": "text", "text": m}], "isError": true}),
-        ),
-        Err(ToolError::Log(e)) => jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, e.to_string()),
+        Ok(v) => Reply::Result(v),
+        Err(ToolError::InvalidParams(m)) => {
+            Reply::Message(jsonrpc::error(id, jsonrpc::INVALID_PARAMS, m))
+        }
+        Err(ToolError::Failed(m)) => {
+            Reply::Result(json!({"content": [{"type": "text", "text": m}], "isError": true}))
+        }
+        Err(ToolError::Log(e)) => {
+            Reply::Message(jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, e.to_string()))
+        }
     }
 }
