@@ -21,9 +21,24 @@ use crate::route::state::AppState;
 /// Takes the request whole rather than axum's `HeaderMap` and `Uri`
 /// extractors, which clone them from the request (the header map's clone
 /// is a few allocations and a reference count per header, every request).
-pub async fn post(State(state): State<AppState>, request: Request) -> Result<Response, ApiError> {
+///
+/// The request is taken apart before its future is made, so that the
+/// future (which axum moves into a box of its own per request) holds the
+/// URI, the headers and the body, not the whole request beside them.
+pub fn post(
+    State(state): State<AppState>,
+    request: Request,
+) -> impl std::future::Future<Output = Result<Response, ApiError>> + Send {
     let (parts, body) = request.into_parts();
-    let (uri, headers) = (parts.uri, parts.headers);
+    serve(state, parts.uri, parts.headers, body)
+}
+
+async fn serve(
+    state: AppState,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, ApiError> {
     let principal = credentials(&state, &headers, false).await?;
     let ct = headers
         .get(header::CONTENT_TYPE)

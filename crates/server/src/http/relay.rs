@@ -138,7 +138,7 @@ pub(super) async fn message(
     let taken = taken.filter(|r| !r.lease_lost(&*state.log));
     let located = match taken {
         Some(r) => Located::Here(r),
-        None => route::lease::locate(state, &session).await?,
+        None => Box::pin(route::lease::locate(state, &session)).await?,
     };
     let route = match located {
         Located::Here(r) => r,
@@ -247,14 +247,15 @@ async fn call_json(
 pub(super) fn json_reply(reply: Message) -> Response {
     match reply {
         Message::Value(v) => axum::Json(v).into_response(),
-        Message::Text(text) => (
-            [(
+        Message::Text(text) => {
+            // One header written, not `Bytes`'s own content type replaced.
+            let mut resp = Response::new(axum::body::Body::from(text));
+            resp.headers_mut().insert(
                 axum::http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
-            )],
-            text,
-        )
-            .into_response(),
+            );
+            resp
+        }
     }
 }
 
@@ -447,3 +448,4 @@ fn unanswered(id: &Value) -> Value {
         "the call ended without an answer",
     )
 }
+

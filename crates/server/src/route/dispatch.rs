@@ -118,7 +118,9 @@ pub(crate) async fn deliver(
         ),
     };
     if let Some(dest) = route.forget(id) {
-        super::answer(state, session, dest, reply).await;
+        // Boxed: committing the refusal is a large future, and a call's
+        // future (moved into a box per request) would be as large.
+        Box::pin(super::answer(state, session, dest, reply)).await;
     }
     None
 }

@@ -157,6 +157,37 @@ pub(crate) fn key(id: &Value) -> String {
     String::from_utf8(text).expect("serde_json writes UTF-8")
 }
 
+/// [`key`] for a lookup: written on the stack when it fits (any number,
+/// most strings), so that finding a call allocates nothing.
+enum Lookup {
+    Stack([u8; 48], usize),
+    Heap(String),
+}
+
+impl Lookup {
+    fn of(id: &Value) -> Self {
+        let mut buf = [0u8; 48];
+        let (written, left) = {
+            let mut w: &mut [u8] = &mut buf;
+            // Fails only when the text does not fit.
+            let written = serde_json::to_writer(&mut w, id).is_ok();
+            (written, w.len())
+        };
+        if written {
+            Self::Stack(buf, buf.len() - left)
+        } else {
+            Self::Heap(key(id))
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Self::Stack(buf, n) => std::str::from_utf8(&buf[..*n]).expect("serde_json writes UTF-8"),
+            Self::Heap(k) => k,
+        }
+    }
+}
+
 impl Table {
     /// An empty table whose server requests get ids starting with `prefix`.
     pub(crate) fn new(prefix: String) -> Self {
@@ -282,14 +313,15 @@ impl Table {
     /// were not answered (nothing waits for them now, and they would keep
     /// the route from parking), and returns where it was answered.
     pub(crate) fn forget(&mut self, id: &Value) -> Option<Dest> {
-        let k = key(id);
-        let call = self.calls.remove(&k)?;
+        let k = Lookup::of(id);
+        let k = k.as_str();
+        let call = self.calls.remove(k)?;
         if let Some(t) = call.token {
             self.tokens.remove(&t);
         }
         if !self.asked.is_empty() {
             self.asked
-                .retain(|_, a| a.call.as_deref() != Some(k.as_str()));
+                .retain(|_, a| a.call.as_deref() != Some(k));
         }
         self.give_back_room();
         Some(call.dest)
@@ -308,7 +340,7 @@ impl Table {
     /// Marks call `id` [failed](Dest::Failed) (it is answered with an error
     /// now) and returns where it was answered.
     pub(crate) fn fail(&mut self, id: &Value) -> Option<Dest> {
-        let c = self.calls.get_mut(&key(id))?;
+        let c = self.calls.get_mut(Lookup::of(id).as_str())?;
         Some(std::mem::replace(&mut c.dest, Dest::Failed))
     }
 
@@ -352,14 +384,15 @@ impl Table {
     /// if that call is answered as JSON (nothing to commit); otherwise gives
     /// it back.
     pub(crate) fn answer_json(&mut self, id: &Value, message: Message) -> Result<(), Message> {
-        let k = key(id);
-        match self.calls.get(&k).map(|c| &c.dest) {
+        let k = Lookup::of(id);
+        let k = k.as_str();
+        match self.calls.get(k).map(|c| &c.dest) {
             Some(Dest::Json(_) | Dest::Lazy(_)) => {}
             _ => return Err(message),
         }
         let call = self
             .calls
-            .remove(&k)
+            .remove(k)
             .expect("looked up under the same lock");
         if let Some(t) = call.token {
             self.tokens.remove(&t);

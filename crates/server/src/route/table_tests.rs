@@ -211,3 +211,37 @@ fn a_key_is_the_ids_json_text_so_1_and_string_1_differ() {
     }
     assert_ne!(key(&json!(1)), key(&json!("1")));
 }
+
+/// A lookup finds a call under the key it was registered with, whether the
+/// key fits on the stack or not (a string id longer than the stack's room,
+/// one that just fits, escapes, both signs and number kinds).
+#[test]
+fn a_call_is_found_and_answered_under_its_key_whatever_its_length() {
+    let long = "x".repeat(200);
+    let edge = "y".repeat(46); // 48 bytes with its quotes
+    let over = "z".repeat(47);
+    for id in [
+        json!(1),
+        json!(-7),
+        json!(u64::MAX),
+        json!("1"),
+        json!("a \"quoted\" \\ id\n\u{e9}"),
+        json!(edge),
+        json!(over),
+        json!(long),
+    ] {
+        assert_eq!(Lookup::of(&id).as_str(), key(&id), "{id:?}");
+        let mut t = Table::new("w.".into());
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        t.register(&id, &json!({}), Dest::Json(tx)).unwrap();
+        let reply = Message::Value(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
+        assert!(t.answer_json(&id, reply).is_ok(), "{id:?}");
+        assert!(rx.try_recv().is_ok(), "{id:?}: the waiting POST got its answer");
+        assert!(t.idle(), "{id:?}");
+        t.register(&id, &json!({}), Dest::Stream(StreamKey::Request(1)))
+            .unwrap();
+        assert!(matches!(t.fail(&id), Some(Dest::Stream(_))), "{id:?}");
+        assert!(matches!(t.forget(&id), Some(Dest::Failed)), "{id:?}");
+        assert!(t.idle(), "{id:?}");
+    }
+}
