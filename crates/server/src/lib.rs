@@ -157,7 +157,7 @@ impl McpServer {
                 &p,
                 MethodRouter::new()
                     .get_service(l.handler(http::get))
-                    .post_service(l.handler(http::post))
+                    .post_service(l.post())
                     .delete_service(l.handler(http::delete))
                     .fallback_service(l.handler(|| async { not_allowed("GET, POST, DELETE") })),
             )
@@ -224,17 +224,28 @@ impl McpServer {
     /// Serves until `signal` completes, then stops accepting, closes sockets
     /// with 1001, ends SSE streams and closes the log. TLS and the connection
     /// limits come from [`ServerConfig::tls`] and [`ServerConfig::conn_limits`].
+    ///
+    /// A POST to the endpoint is given to the route's own service (the same
+    /// layers) without [`McpServer::router`] in front of it: matching the
+    /// path and the route's boxing cost about 2,000 instructions of a
+    /// 47,000-instruction call (benches/results/echo-ceiling.md).
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let app = self.router();
-        self.serve_app(listener, app, signal).await
+        let app = accept::App::with_endpoint(
+            self.router(),
+            &self.state.config.base_path,
+            Layered::new(&self.state).post(),
+        );
+        self.serve_with(listener, app, signal).await
     }
 
     /// As [`McpServer::serve`], for an application that merged [`McpServer::router`]
     /// with routes of its own: the same maintenance and clean shutdown.
+    /// Every request passes `app` whole, so layers put around it see the
+    /// endpoint's POSTs too.
     ///
     /// An HTTP/1.1 GET stream is written to its socket by the connection once
     /// its head is out, not through the response body (it frees hyper's
@@ -248,10 +259,21 @@ impl McpServer {
         app: Router,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        self.serve_with(listener, accept::App::router(app), signal)
+            .await
+    }
+
+    /// Serves `app` as [`McpServer::serve`] says.
+    async fn serve_with(
+        self,
+        listener: tokio::net::TcpListener,
+        app: accept::App,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let maintenance = self.spawn_maintenance();
         let stop = self.stop.clone();
         let config = &self.state.config;
-        accept::serve(
+        accept::serve_app(
             listener,
             app,
             config.tls.clone(),
@@ -297,6 +319,13 @@ impl Layered {
             state: state.clone(),
             layers: tower_layer::Stack::new(cors::layer(state), trace::layer(state)),
         }
+    }
+
+    /// The endpoint's POST under the layers: the route's service, and what
+    /// [`McpServer::serve`]'s connections call without the router.
+    fn post(&self) -> accept::Endpoint {
+        use tower_layer::Layer as _;
+        self.layers.layer(http::PostService(self.state.clone()))
     }
 
     /// `handler` with the server's state, under the layers.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 
 use axum::body::{Body, HttpBody};
-use axum::Router;
+use futures_util::future::Either;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -291,7 +291,7 @@ fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
 /// returns (to run as a task of its own).
 pub(super) async fn serve_one<S>(
     io: S,
-    app: Router,
+    app: super::App,
     limits: ConnLimits,
     stop: watch::Receiver<bool>,
     proto: Proto,
@@ -329,10 +329,15 @@ where
             } else {
                 req.map(Body::new)
             };
-            let answer = app
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .call(req);
+            let answer = {
+                let mut app = app
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match app.endpoint_for(&req) {
+                    Some(post) => Either::Left(post.call(req)),
+                    None => Either::Right(app.router.call(req)),
+                }
+            };
             async move {
                 let mut resp = answer.await?;
                 if hand_over {

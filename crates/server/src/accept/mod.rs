@@ -10,6 +10,7 @@
 //! handshake gets [`ConnLimits::tls_handshake_timeout`], and shutdown waits
 //! for in-flight requests at most [`ConnLimits::shutdown_grace`].
 
+mod app;
 mod conn;
 mod due;
 mod handoff;
@@ -27,6 +28,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+pub(crate) use app::{App, Endpoint};
 pub use tls::tls_config;
 
 /// Time limits of one connection; `Default` suits a public endpoint.
@@ -118,6 +120,18 @@ pub async fn serve(
     limits: ConnLimits,
     signal: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    serve_app(listener, App::router(app), tls, limits, signal).await
+}
+
+/// [`serve`] of an [`App`]: the server's own router may come with its
+/// endpoint's POST, called without the router in front of it.
+pub(crate) async fn serve_app(
+    listener: TcpListener,
+    app: App,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    limits: ConnLimits,
+    signal: impl Future<Output = ()> + Send,
+) -> std::io::Result<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns: JoinSet<Then> = JoinSet::new();
@@ -190,7 +204,7 @@ fn then(conns: &mut JoinSet<Then>, ended: Result<Then, tokio::task::JoinError>) 
 async fn plain(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
-    app: Router,
+    app: App,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
 ) -> Then {
@@ -213,7 +227,7 @@ async fn secure(
     acceptor: tokio_rustls::TlsAcceptor,
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
-    app: Router,
+    app: App,
     limits: ConnLimits,
     stop: watch::Receiver<bool>,
 ) -> Then {

@@ -29,7 +29,7 @@ use crate::sse;
 pub use guard::CursorQuery;
 use guard::{accepts, session_header};
 pub(crate) use guard::{cursor, guard, live_session, query, Principal, Want};
-pub use post::post;
+pub(crate) use post::PostService;
 pub use task_events::task_events;
 
 /// `GET P`: the session stream over SSE, or a request stream with `Last-Event-ID: R/n`.

@@ -3,7 +3,7 @@
 //! requests answered as JSON or as a resumable request stream, notifications
 //! and responses.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -23,14 +23,39 @@ use crate::route::state::AppState;
 /// is a few allocations and a reference count per header, every request).
 ///
 /// The request is taken apart before its future is made, so that the
-/// future (which axum moves into a box of its own per request) holds the
-/// URI, the headers and the body, not the whole request beside them.
-pub fn post(
-    State(state): State<AppState>,
+/// future (moved into a box of its own per request, [`PostService`]) holds
+/// the URI, the headers and the body, not the whole request beside them.
+fn post(
+    state: AppState,
     request: Request,
 ) -> impl std::future::Future<Output = Result<Response, ApiError>> + Send {
     let (parts, body) = request.into_parts();
     serve(state, parts.uri, parts.headers, body)
+}
+
+/// [`post`] as a service of its own (the router's route for it, and the
+/// endpoint a connection of [`crate::McpServer::serve`] calls directly,
+/// `accept::App`): one boxed future a request, the handler's.
+#[derive(Clone)]
+pub(crate) struct PostService(pub(crate) AppState);
+
+impl tower_service::Service<Request> for PostService {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let answer = post(self.0.clone(), request);
+        Box::pin(async move { Ok(answer.await.into_response()) })
+    }
 }
 
 async fn serve(

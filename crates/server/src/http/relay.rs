@@ -448,4 +448,3 @@ fn unanswered(id: &Value) -> Value {
         "the call ended without an answer",
     )
 }
-

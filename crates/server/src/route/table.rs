@@ -182,7 +182,9 @@ impl Lookup {
 
     fn as_str(&self) -> &str {
         match self {
-            Self::Stack(buf, n) => std::str::from_utf8(&buf[..*n]).expect("serde_json writes UTF-8"),
+            Self::Stack(buf, n) => {
+                std::str::from_utf8(&buf[..*n]).expect("serde_json writes UTF-8")
+            }
             Self::Heap(k) => k,
         }
     }
@@ -320,8 +322,7 @@ impl Table {
             self.tokens.remove(&t);
         }
         if !self.asked.is_empty() {
-            self.asked
-                .retain(|_, a| a.call.as_deref() != Some(k));
+            self.asked.retain(|_, a| a.call.as_deref() != Some(k));
         }
         self.give_back_room();
         Some(call.dest)
@@ -390,10 +391,7 @@ impl Table {
             Some(Dest::Json(_) | Dest::Lazy(_)) => {}
             _ => return Err(message),
         }
-        let call = self
-            .calls
-            .remove(k)
-            .expect("looked up under the same lock");
+        let call = self.calls.remove(k).expect("looked up under the same lock");
         if let Some(t) = call.token {
             self.tokens.remove(&t);
         }

@@ -236,7 +236,10 @@ fn a_call_is_found_and_answered_under_its_key_whatever_its_length() {
         t.register(&id, &json!({}), Dest::Json(tx)).unwrap();
         let reply = Message::Value(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
         assert!(t.answer_json(&id, reply).is_ok(), "{id:?}");
-        assert!(rx.try_recv().is_ok(), "{id:?}: the waiting POST got its answer");
+        assert!(
+            rx.try_recv().is_ok(),
+            "{id:?}: the waiting POST got its answer"
+        );
         assert!(t.idle(), "{id:?}");
         t.register(&id, &json!({}), Dest::Stream(StreamKey::Request(1)))
             .unwrap();

@@ -137,12 +137,10 @@ impl BackendSession for ToolsSession {
 
     fn deliver_request(&self, mut message: Value) -> Result<Option<Work>, DeliverError> {
         // Notifications and answers to server requests (the tools send
-        // none) need nothing from the tools.
-        let (Some(method), Some(id)) = (
-            message
-                .get("method")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+        // none) need nothing from the tools. The method and id are taken,
+        // not copied: the message is this request's own.
+        let (Some(Value::String(method)), Some(id)) = (
+            message.get_mut("method").map(Value::take),
             message.get_mut("id").map(Value::take),
         ) else {
             return Ok(None);

@@ -62,6 +62,30 @@ impl TestServer {
         }
     }
 
+    /// Serves `server` as an application that merged its router serves it
+    /// (`serve_app`), the router passed through `wrap` first.
+    pub async fn start_app(
+        server: McpServer,
+        base: &str,
+        wrap: impl FnOnce(axum::Router) -> axum::Router,
+    ) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log = server.log().clone();
+        let app = wrap(server.router());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.serve_app(listener, app, async move {
+            let _ = stopped.await;
+        }));
+        Self {
+            url: format!("http://{addr}{base}"),
+            addr,
+            log,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
     /// Stops like SIGTERM does, and waits for a clean exit.
     pub async fn shutdown(mut self) {
         if let Some(s) = self.stop.take() {
