@@ -69,10 +69,12 @@ pub fn result(id: &Value, result: Value) -> Value {
     response(id, "result", result)
 }
 
-/// A success response to `id` as JSON text, written from its parts: the
-/// bytes [`result`]'s value encodes to (its keys in the same order), without
-/// building that value (a map, its keys and the id's copy) to encode it once
-/// and drop it. A tool call's answer is written this way.
+/// A success response to `id` as JSON text, written from its parts, without
+/// building the response (a map, its keys and the id's copy) to encode it
+/// once and drop it. A tool call's answer is written this way. The bytes
+/// are those [`result`]'s value encodes to, keys in serde_json's sorted
+/// order (an application that turns on serde_json's `preserve_order` gets
+/// the same object with its keys in another order than [`result`]'s).
 pub fn result_text(id: &Value, result: &Value) -> bytes::Bytes {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"{\"id\":");

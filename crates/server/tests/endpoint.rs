@@ -95,6 +95,9 @@ async fn the_endpoints_post_answers_alike_with_or_without_the_router_in_front() 
             answer(&server.url, Some("no-such-session"), &json, &call).await,
             answer(&server.url, None, &json, &call).await,
         ];
+        // A notification: 202 with no body.
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+        answers.push(answer(&server.url, s, &json, &note).await);
         // A path the endpoint is not: the router's (404).
         answers.push(answer(&other, s, &json, &call).await);
         seen.push(answers);
@@ -114,6 +117,7 @@ async fn the_endpoints_post_answers_alike_with_or_without_the_router_in_front() 
         "a JSON answer has its length: {:?}",
         direct_answers[0].1
     );
+    assert_eq!(direct_answers[direct_answers.len() - 2].0, 202);
     assert_eq!(direct_answers.last().unwrap().0, 404);
     for (i, (d, r)) in direct_answers.iter().zip(routed_answers).enumerate() {
         assert_eq!((d.0, &d.1, &d.2), (r.0, &r.1, &r.2), "request {i}");
