@@ -64,17 +64,13 @@ impl<'a> Incoming<'a> {
     }
 }
 
-/// A success response.
-pub fn result(id: &Value, result: Value) -> Value {
-    response(id, "result", result)
-}
-
-/// A success response to `id` as JSON text, written from its parts, without
-/// building the response (a map, its keys and the id's copy) to encode it
-/// once and drop it. A tool call's answer is written this way. The bytes
-/// are those [`result`]'s value encodes to, keys in serde_json's sorted
-/// order (an application that turns on serde_json's `preserve_order` gets
-/// the same object with its keys in another order than [`result`]'s).
+/// A success response to `id` as JSON text, written from its parts (the
+/// built-in tools answer this way). Building the response as a value (a
+/// map, its keys and the id's copy) to encode it once and drop it cost a
+/// tenth of a tool call. The bytes are those the built response
+/// would encode to, keys in serde_json's sorted order (an application that
+/// turns on serde_json's `preserve_order` gets the same object with its
+/// keys in another order than an error response's).
 pub fn result_text(id: &Value, result: &Value) -> bytes::Bytes {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"{\"id\":");
@@ -185,7 +181,7 @@ mod tests {
         ];
         for id in &ids {
             for r in &results {
-                let built = serde_json::to_vec(&result(id, r.clone())).unwrap();
+                let built = serde_json::to_vec(&response(id, "result", r.clone())).unwrap();
                 assert_eq!(&result_text(id, r)[..], &built[..], "id {id}, result {r}");
             }
         }

@@ -227,7 +227,7 @@ impl McpServer {
     ///
     /// A POST to the endpoint is given to the route's own service (the same
     /// layers) without [`McpServer::router`] in front of it: matching the
-    /// path and the route's boxing cost about 2,000 instructions of a
+    /// path and the route's boxing cost about 2,500 instructions of a
     /// 47,000-instruction call (benches/results/echo-ceiling.md).
     pub async fn serve(
         self,

@@ -10,6 +10,7 @@
 //! answered with an error: a caller never waits forever.
 
 pub(crate) mod bell;
+mod call_key;
 mod commit;
 pub(crate) mod dispatch;
 pub(crate) mod inbox;

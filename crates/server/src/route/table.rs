@@ -9,6 +9,7 @@ use mcp_resume_log::{Seq, StreamKey, Subscription};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::call_key::{key, Lookup};
 use super::Map;
 use crate::backend::{Message, Outbound};
 
@@ -141,51 +142,6 @@ impl Refusal {
                 "the session's backend stopped; it may be retried",
                 serde_json::json!({"reason": "backend-stopped"}),
             ),
-        }
-    }
-}
-
-/// The key of a JSON-RPC id (or progress token): its JSON text, so `1` and
-/// `"1"` differ as JSON-RPC says they do.
-///
-/// Written by serde_json's serializer straight into the string: `Display`
-/// (`to_string`) gives the same text through `fmt`'s adapter, at twice the
-/// instructions, and each call takes two keys (registered, answered).
-pub(crate) fn key(id: &Value) -> String {
-    let mut text = Vec::with_capacity(24);
-    serde_json::to_writer(&mut text, id).expect("a JSON value always serializes");
-    String::from_utf8(text).expect("serde_json writes UTF-8")
-}
-
-/// [`key`] for a lookup: written on the stack when it fits (any number,
-/// most strings), so that finding a call allocates nothing.
-enum Lookup {
-    Stack([u8; 48], usize),
-    Heap(String),
-}
-
-impl Lookup {
-    fn of(id: &Value) -> Self {
-        let mut buf = [0u8; 48];
-        let (written, left) = {
-            let mut w: &mut [u8] = &mut buf;
-            // Fails only when the text does not fit.
-            let written = serde_json::to_writer(&mut w, id).is_ok();
-            (written, w.len())
-        };
-        if written {
-            Self::Stack(buf, buf.len() - left)
-        } else {
-            Self::Heap(key(id))
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        match self {
-            Self::Stack(buf, n) => {
-                std::str::from_utf8(&buf[..*n]).expect("serde_json writes UTF-8")
-            }
-            Self::Heap(k) => k,
         }
     }
 }

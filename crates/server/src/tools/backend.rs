@@ -220,7 +220,7 @@ enum Reply {
     /// text from it and the id ([`jsonrpc::result_text`]), never built
     /// as a value first.
     Result(Value),
-    /// A whole response (an error, mostly).
+    /// A whole error response.
     Message(Value),
 }
 
@@ -233,20 +233,17 @@ async fn answer(
     params: Value,
     first: bool,
 ) -> Option<Reply> {
-    if method == "tools/call" {
-        return Some(call(ctx, id, params).await);
-    }
-    Some(Reply::Message(match method {
-        "initialize" if first => jsonrpc::result(
-            id,
-            crate::mcp::initialize_result(crate::mcp::negotiate(&params)),
-        ),
-        "initialize" => jsonrpc::error(
+    Some(match method {
+        "tools/call" => call(ctx, id, params).await,
+        "initialize" if first => Reply::Result(crate::mcp::initialize_result(
+            crate::mcp::negotiate(&params),
+        )),
+        "initialize" => Reply::Message(jsonrpc::error(
             id,
             jsonrpc::INVALID_REQUEST,
             "the session is already initialized",
-        ),
-        "ping" | "logging/setLevel" => jsonrpc::result(id, json!({})),
+        )),
+        "ping" | "logging/setLevel" => Reply::Result(json!({})),
         "tools/list" => {
             let mut list: Vec<Value> = ctx
                 .of
@@ -261,7 +258,7 @@ async fn answer(
                 })),
                 Err(e) => return Some(Reply::Message(jsonrpc::error(id, jsonrpc::INTERNAL_ERROR, e.to_string()))),
             }
-            jsonrpc::result(id, json!({"tools": list}))
+            Reply::Result(json!({"tools": list}))
         }
         "subscriptions/listen" => {
             // A resumable listen stream `L` (docs/protocol.md 3.7): the
@@ -283,12 +280,12 @@ async fn answer(
                 .await;
             return None;
         }
-        other => jsonrpc::error(
+        other => Reply::Message(jsonrpc::error(
             id,
             jsonrpc::METHOD_NOT_FOUND,
             format!("method {other:?} not found"),
-        ),
-    }))
+        )),
+    })
 }
 
 /// Runs a tool call: its result, or an error response for `id`.
