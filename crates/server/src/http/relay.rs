@@ -120,14 +120,17 @@ fn backend_error(e: crate::backend::BackendError) -> ApiError {
 /// Any message but `initialize` on a live session.
 ///
 /// `taken`: the session's route here, if the request's checks took it
-/// already (`guard::live_session`); used while its lease holds.
+/// already (`guard::live_session`); used while its lease holds. The state
+/// is taken, not borrowed, so that a POST's checks can hand theirs on
+/// (`post::post`).
 pub(super) async fn message(
-    state: &AppState,
+    state: AppState,
     session: String,
     acc: Accepts,
     message: Value,
     taken: Option<Arc<SessionRoute>>,
 ) -> Result<Response, ApiError> {
+    let state = &state;
     // The paths other than a call answered here are boxed: this future is
     // as large as the largest it awaits, and is moved for every request.
     if message.get("method").is_none() {
