@@ -98,6 +98,7 @@ impl tower_service::Service<Request> for PostService {
 /// route: a plain `fn` returning an `async` block, which keeps its
 /// arguments once (an `async fn` keeps them twice: as it was called, and
 /// as its locals).
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 fn checks(
     state: AppState,
     uri: axum::http::Uri,
