@@ -13,6 +13,7 @@
 //! Those responses get the same `Vary` as a constant instead, so that a cache
 //! still never serves one to a browser's request.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -116,8 +117,14 @@ where
 {
     type Response = Response<R>;
     type Error = S::Error;
-    type Future =
-        Either<tower_http::cors::ResponseFuture<S::Future>, WithVary<S::Future, R, S::Error>>;
+    /// tower-http's future is boxed: at 192 bytes (it carries the headers
+    /// it will add) it made every request's future that large, a request
+    /// without an `Origin` too, and hyper moves a request's future into its
+    /// connection.
+    type Future = Either<
+        Pin<Box<tower_http::cors::ResponseFuture<S::Future>>>,
+        WithVary<S::Future, R, S::Error>,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -128,7 +135,7 @@ where
             // The service made ready goes into tower-http's; a clone stays.
             let clone = self.inner.clone();
             let ready = std::mem::replace(&mut self.inner, clone);
-            Either::Left(self.cors.layer(ready).call(req))
+            Either::Left(Box::pin(self.cors.layer(ready).call(req)))
         } else {
             let add: AddVary<R, S::Error> = with_vary;
             Either::Right(self.inner.call(req).map(add))

@@ -19,6 +19,7 @@ use std::task::{Context, Poll};
 
 use axum::body::{Body, HttpBody};
 use futures_util::future::Either;
+use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -333,20 +334,25 @@ where
                 let mut app = app
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // The router's future (320 bytes) boxed: held unboxed, it
+                // would size every request's future, the endpoint's too.
                 match app.endpoint_for(&req) {
                     Some(post) => Either::Left(post.call(req)),
-                    None => Either::Right(app.router.call(req)),
+                    None => Either::Right(Box::pin(app.router.call(req))),
                 }
             };
-            async move {
-                let mut resp = answer.await?;
+            // Mapped, not awaited in an `async` block, which would hold the
+            // answer's future twice (as captured, and as awaited): hyper
+            // moves this future into its connection for every request.
+            answer.map(move |resp| {
+                let mut resp = resp?;
                 if hand_over {
                     activity.offer(&mut resp);
                 }
                 Ok::<_, std::convert::Infallible>(
                     resp.map(|body| Body::new(Tracked::new(body, in_flight))),
                 )
-            }
+            })
         }
     });
     // Each protocol's connection boxed at its own size: the task then holds
