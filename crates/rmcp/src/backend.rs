@@ -31,6 +31,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use futures_util::future::Either;
 use futures_util::FutureExt;
 use mcp_resume_server::backend::{
     Backend, BackendError, BackendSession, DeliverError, Outbound, Outbox, Queue, StatelessHttp,
@@ -237,6 +238,13 @@ impl Drop for Port {
 #[error("not committed: {0}")]
 pub struct PortError(#[source] mcp_resume_log::LogError);
 
+/// A queued send's outcome as the transport's. The sends' futures are
+/// mapped with it rather than awaited in `async` blocks, which would hold
+/// each twice: rmcp moves a send's future into a task of its own.
+fn not_committed(sent: Result<(), mcp_resume_log::LogError>) -> Result<(), PortError> {
+    sent.map_err(PortError)
+}
+
 impl Transport<RoleServer> for Port {
     type Error = PortError;
 
@@ -257,9 +265,7 @@ impl Transport<RoleServer> for Port {
             // A call's answer: written once, here, and handed over or
             // committed as it is.
             let sent = self.outbox.send_answer(id, text.into());
-            return futures_util::future::Either::Left(futures_util::future::Either::Left(
-                async move { sent.await.map_err(PortError) },
-            ));
+            return Either::Left(Either::Left(sent.map(not_committed)));
         }
         if let JsonRpcMessage::Notification(n) = &item {
             let routed = matches!(
@@ -271,9 +277,7 @@ impl Transport<RoleServer> for Port {
                 // Bound for the session stream as it is: encoded once, here.
                 let bytes = crate::outbound::to_vec(&item).unwrap_or_default();
                 let sent = self.outbox.send_session_notification(bytes.into());
-                return futures_util::future::Either::Left(futures_util::future::Either::Right(
-                    async move { sent.await.map_err(PortError) },
-                ));
+                return Either::Left(Either::Right(sent.map(not_committed)));
             }
         }
         let message = crate::outbound::to_value(&item).unwrap_or(Value::Null);
@@ -281,7 +285,7 @@ impl Transport<RoleServer> for Port {
         // session's queue, never for the commit: the route commits whatever
         // is queued in one append, and readers see only what is committed.
         let sent = self.outbox.send(Outbound { message, related });
-        futures_util::future::Either::Right(async move { sent.await.map_err(PortError) })
+        Either::Right(sent.map(not_committed))
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<ClientJsonRpcMessage>> + Send {
