@@ -152,24 +152,36 @@ pub(super) async fn message(
             .await
         }
     };
-    let method = message
-        .get("method")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    match (method, message.get("id").is_some()) {
+    // Decided from the message as it is (its method borrowed, not copied)
+    // before it moves on.
+    let kind = match (
+        message.get("method").and_then(Value::as_str),
+        message.get("id").is_some(),
+    ) {
         (Some(method), true) => {
-            let at_once = state.backend.streams_at_once(&method, params_of(&message));
+            let at_once = state.backend.streams_at_once(method, params_of(&message));
             if acc.sse && (!acc.json || at_once) {
-                Box::pin(call_stream(state, session, &route, message)).await
+                Kind::Stream
             } else if acc.sse && method == "tools/call" {
-                call_lazy(state, session, &route, message).await
+                Kind::Lazy
             } else {
-                let reply = call_json(state, &session, &route, message).await;
-                Ok(json_reply(reply))
+                Kind::Json
             }
         }
-        (Some(method), false) => {
-            if method == "notifications/cancelled" {
+        (Some(method), false) => Kind::Notification {
+            cancel: method == "notifications/cancelled",
+        },
+        (None, _) => Kind::Answer,
+    };
+    match kind {
+        Kind::Stream => Box::pin(call_stream(state, session, &route, message)).await,
+        Kind::Lazy => call_lazy(state, session, &route, message).await,
+        Kind::Json => {
+            let reply = call_json(state, &session, &route, message).await;
+            Ok(json_reply(reply))
+        }
+        Kind::Notification { cancel } => {
+            if cancel {
                 Box::pin(cancelled(state, &session, &route, &message)).await;
             }
             // A notification the backend cannot read is dropped: nobody
@@ -179,11 +191,26 @@ pub(super) async fn message(
             }
             Ok(StatusCode::ACCEPTED.into_response())
         }
-        (None, _) => {
+        Kind::Answer => {
             Box::pin(client_answer(state, &session, message)).await?;
             Ok(StatusCode::ACCEPTED.into_response())
         }
     }
+}
+
+/// How a client's message on a live session is answered.
+enum Kind {
+    /// A request answered on a request stream of its own ([`call_stream`]).
+    Stream,
+    /// A `tools/call` answered as JSON unless it streams ([`call_lazy`]).
+    Lazy,
+    /// A request answered as JSON ([`call_json`]).
+    Json,
+    /// A notification (`cancel`: `notifications/cancelled`, which ends its
+    /// call first).
+    Notification { cancel: bool },
+    /// Not a request or a notification: a response to a server request.
+    Answer,
 }
 
 /// The client's response to a server request: delivered to the route that
