@@ -310,8 +310,8 @@ impl<S: Service<RoleServer>> Service<RoleServer> for Guarded<S> {
     /// this future into a task of its own for every request. Boxed, rmcp's
     /// task would hold only a pointer: 2,300 fewer instructions a hosted
     /// echo call and a third fewer simulated cache misses, but every idle
-    /// session held 2.5 KiB more RSS (22.5 -> 25.1 KiB at 5,000 sessions,
-    /// `benches/idle/rss.sh`), so it is not (session 31).
+    /// session held 2.5 KiB more RSS (22.6 -> 25.1 KiB at 5,000 sessions,
+    /// two runs each, `benches/idle/rss.sh`), so it is not (session 31).
     fn handle_request(
         &self,
         request: ClientRequest,

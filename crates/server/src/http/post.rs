@@ -3,11 +3,11 @@
 //! requests answered as JSON or as a resumable request stream, notifications
 //! and responses.
 
+use std::sync::Arc;
+
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::sync::Arc;
-
 use futures_util::future::Either;
 use futures_util::FutureExt;
 use serde_json::Value;
@@ -59,10 +59,16 @@ enum Checked {
     Done(Response),
     /// A message for a live session, for [`super::relay::message`].
     Message {
+        /// The server's state, handed on rather than cloned.
         state: AppState,
+        /// The session's id, from `Mcp-Session-Id`.
         session: String,
+        /// What the client's `Accept` allows.
         acc: Accepts,
+        /// The message, parsed once.
         value: Value,
+        /// The session's route, if `live_session` took it (then counted as
+        /// used); `None` has the message locate it.
         route: Option<Arc<SessionRoute>>,
     },
 }
@@ -89,7 +95,8 @@ impl tower_service::Service<Request> for PostService {
     fn call(&mut self, request: Request) -> Self::Future {
         // Mapped, not awaited in an `async` block: such a block holds the
         // handler's future twice (as the value it captured and as the one
-        // it awaits): 2,936 bytes a request where one copy is enough.
+        // it awaits): 2,936 bytes a request with the former one-function
+        // `post`, where one copy is enough.
         Box::pin(post(self.0.clone(), request).map(|answer| Ok(answer.into_response())))
     }
 }
@@ -98,7 +105,10 @@ impl tower_service::Service<Request> for PostService {
 /// route: a plain `fn` returning an `async` block, which keeps its
 /// arguments once (an `async fn` keeps them twice: as it was called, and
 /// as its locals).
-#[allow(clippy::manual_async_fn)] // on purpose: see above
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would keep its arguments twice, see above"
+)]
 fn checks(
     state: AppState,
     uri: axum::http::Uri,
@@ -138,9 +148,9 @@ fn checks(
         let session = session_header(&headers)?;
         if session.is_none() && super::stateless::is_stateless(&headers, &value) {
             let caller = crate::tasks::Caller(principal);
-            // Boxed, as every path but a session's message below: a future
-            // holds the largest of the futures it awaits, and this one is moved
-            // into a box per request.
+            // Boxed, as every path here: the POST's future is as large as
+            // the larger of these checks and the session's message, and it
+            // is moved into a box per request.
             let serve = super::stateless::serve(&state, caller, uri, headers, bytes, value);
             return Ok(Checked::Done(Box::pin(serve).await));
         }
