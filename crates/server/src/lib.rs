@@ -150,8 +150,13 @@ impl McpServer {
     /// [`ServerConfig::metrics_on_main`] is off, `/metrics`, `/healthz` and
     /// `/readyz`.
     pub fn router(&self) -> Router {
+        self.routes(&Layered::new(&self.state))
+    }
+
+    /// [`McpServer::router`] with the layers `l` (which
+    /// [`McpServer::serve`] also puts around the endpoint it calls directly).
+    fn routes(&self, l: &Layered) -> Router {
         let p = self.state.config.base_path.clone();
-        let l = Layered::new(&self.state);
         let mcp = Router::new()
             .route(
                 &p,
@@ -234,10 +239,11 @@ impl McpServer {
         listener: tokio::net::TcpListener,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let layered = Layered::new(&self.state);
         let app = accept::App::with_endpoint(
-            self.router(),
+            self.routes(&layered),
             &self.state.config.base_path,
-            Layered::new(&self.state).post(),
+            layered.post(),
         );
         self.serve_with(listener, app, signal).await
     }

@@ -135,8 +135,9 @@ pub(super) async fn message(
     let state = &state;
     // The paths other than a call answered here are boxed: this future is
     // as large as the largest it awaits, and is moved for every request.
-    if message.get("method").is_none() {
-        // An answer to a server request: no backend needs starting for it.
+    if message.get("method").and_then(Value::as_str).is_none() {
+        // An answer to a server request (a POST refuses a `method` that is
+        // not a string): no backend needs starting for it.
         Box::pin(client_answer(state, &session, message)).await?;
         return Ok(StatusCode::ACCEPTED.into_response());
     }
@@ -154,26 +155,22 @@ pub(super) async fn message(
             .await
         }
     };
-    // Decided from the message as it is (its method borrowed, not copied)
-    // before it moves on.
-    let kind = match (
-        message.get("method").and_then(Value::as_str),
-        message.get("id").is_some(),
-    ) {
-        (Some(method), true) => {
-            let at_once = state.backend.streams_at_once(method, params_of(&message));
-            if acc.sse && (!acc.json || at_once) {
-                Kind::Stream
-            } else if acc.sse && method == "tools/call" {
-                Kind::Lazy
-            } else {
-                Kind::Json
-            }
-        }
-        (Some(method), false) => Kind::Notification {
+    // Decided from the message as it is (its method borrowed, not copied;
+    // a string, checked above) before it moves on.
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = if message.get("id").is_none() {
+        Kind::Notification {
             cancel: method == "notifications/cancelled",
-        },
-        (None, _) => Kind::NotString,
+        }
+    } else if acc.sse && (!acc.json || state.backend.streams_at_once(method, params_of(&message))) {
+        Kind::Stream
+    } else if acc.sse && method == "tools/call" {
+        Kind::Lazy
+    } else {
+        Kind::Json
     };
     match kind {
         Kind::Stream => Box::pin(call_stream(state, session, &route, message)).await,
@@ -193,10 +190,6 @@ pub(super) async fn message(
             }
             Ok(StatusCode::ACCEPTED.into_response())
         }
-        Kind::NotString => {
-            Box::pin(client_answer(state, &session, message)).await?;
-            Ok(StatusCode::ACCEPTED.into_response())
-        }
     }
 }
 
@@ -211,10 +204,6 @@ enum Kind {
     /// A notification (`cancel`: `notifications/cancelled`, which ends its
     /// call first).
     Notification { cancel: bool },
-    /// A `method` that is not a string (a POST refuses one before this;
-    /// a message without any `method` returned earlier, as a response to a
-    /// server request): handed on as a response, as it always was.
-    NotString,
 }
 
 /// The client's response to a server request: delivered to the route that

@@ -46,20 +46,12 @@ impl TestServer {
 
     /// Serves `server` (its endpoint at `base`, the config's `base_path`).
     pub async fn start_server(server: McpServer, base: &str) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let log = server.log().clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(server.serve(listener, async move {
-            let _ = stopped.await;
-        }));
-        Self {
-            url: format!("http://{addr}{base}"),
-            addr,
-            log,
-            stop: Some(stop),
-            task: Some(task),
-        }
+        Self::serving(server, base, |server, listener, stopped| {
+            tokio::spawn(server.serve(listener, async move {
+                let _ = stopped.await;
+            }))
+        })
+        .await
     }
 
     /// Serves `server` as an application that merged its router serves it
@@ -69,14 +61,31 @@ impl TestServer {
         base: &str,
         wrap: impl FnOnce(axum::Router) -> axum::Router,
     ) -> Self {
+        Self::serving(server, base, |server, listener, stopped| {
+            let app = wrap(server.router());
+            tokio::spawn(server.serve_app(listener, app, async move {
+                let _ = stopped.await;
+            }))
+        })
+        .await
+    }
+
+    /// `server` on a port of its own, started by `spawn` with the signal
+    /// that `shutdown` sends.
+    async fn serving(
+        server: McpServer,
+        base: &str,
+        spawn: impl FnOnce(
+            McpServer,
+            tokio::net::TcpListener,
+            oneshot::Receiver<()>,
+        ) -> tokio::task::JoinHandle<std::io::Result<()>>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let log = server.log().clone();
-        let app = wrap(server.router());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(server.serve_app(listener, app, async move {
-            let _ = stopped.await;
-        }));
+        let task = spawn(server, listener, stopped);
         Self {
             url: format!("http://{addr}{base}"),
             addr,
