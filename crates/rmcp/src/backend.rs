@@ -307,11 +307,14 @@ impl<S: Service<RoleServer>> Service<RoleServer> for Guarded<S> {
     /// The handler's future, mapped rather than awaited in an `async fn`:
     /// such a function keeps its arguments (the request, its context) as
     /// well as the future it awaits, which holds them too, and rmcp moves
-    /// this future into a task of its own for every request. Boxed, rmcp's
-    /// task would hold only a pointer: 2,300 fewer instructions a hosted
-    /// echo call and a third fewer simulated cache misses, but every idle
-    /// session held 2.5 KiB more RSS (22.6 -> 25.1 KiB at 5,000 sessions,
-    /// two runs each, `benches/idle/rss.sh`), so it is not (session 31).
+    /// this future into a task of its own for every request. Not boxed:
+    /// boxed, rmcp's task would hold only a pointer (2,300 fewer
+    /// instructions a hosted echo call, a third fewer simulated cache
+    /// misses), but wrk saw no more calls/s (0.997 of this), and every idle
+    /// session held about 2 KiB more RSS, since `initialize` runs through
+    /// here too and its freed 5 KiB box leaves a hole that the session's
+    /// long-lived allocations split (sessions 31 and 32,
+    /// benches/results/echo-ceiling.md).
     fn handle_request(
         &self,
         request: ClientRequest,
