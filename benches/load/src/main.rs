@@ -12,6 +12,7 @@
 
 mod bare;
 mod baseline;
+mod caller;
 mod compare;
 mod cross;
 mod forwarded;

@@ -285,10 +285,18 @@ fn report(a: &Args, figs: &[Figures]) -> String {
     }
     let _ = writeln!(
         t,
-        "\nThis client costs more per call than a server does: where the bare server \
-         answers no faster than `serve`, echo is bound by the client, and native / bare \
-         is to be read from wrk instead (`benches/wrk/ab target/release/mcp-resume-load \
-         target/release/mcp-resume`)."
+        "\nEcho: one session a connection, each call written and read whole through \
+         a hyper connection of its own (`benches/load/src/caller.rs`). wrk on one \
+         session is the second opinion: `benches/wrk/ab target/release/mcp-resume-load \
+         target/release/mcp-resume`."
     );
+    if med(&bare.rps) <= med(&native.rps) {
+        // The ceiling no faster than what it bounds: the client was the limit.
+        let _ = writeln!(
+            t,
+            "\n**The bare server answered no faster than `serve`: this run's echo was \
+             bound by the client or the machine, not the servers; read echo from wrk.**"
+        );
+    }
     t
 }

@@ -13,28 +13,51 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::caller::{contains, CallError, Caller};
 use crate::workloads::session;
 
+/// What a call of `test_simple_text` answers.
+const ANSWER: &[u8] = b"simple text response";
+
 /// `tools/call test_simple_text` round trips/s over `conns` connections,
-/// each with a 2025 session of its own.
+/// each with a 2025 session of its own (opened with `reqwest`, called
+/// through a [`Caller`], as the stateless calls are).
 pub async fn session_rps(url: &str, conns: usize, duration: Duration) -> f64 {
-    let mut sessions = Vec::new();
+    let mut callers = Vec::new();
     for _ in 0..conns {
-        sessions.push(session(url).await);
+        let s = session(url).await;
+        let caller = Caller::session(url, &s.id)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e:?}"));
+        callers.push((caller, s.id));
     }
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let start = Instant::now();
-    let tasks: Vec<_> = sessions
+    let tasks: Vec<_> = callers
         .into_iter()
-        .map(|s| {
+        .map(|(mut caller, id)| {
             let done = done.clone();
+            let url = url.to_owned();
             tokio::spawn(async move {
                 let mut i = 1;
                 while Instant::now() < deadline {
-                    let body = s.call(i, "test_simple_text", json!({})).await;
-                    if body.contains("simple text response") {
-                        done.fetch_add(1, Ordering::Relaxed);
+                    let body = format!(
+                        r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"test_simple_text","arguments":{{}}}}}}"#
+                    );
+                    match caller.post(body).await {
+                        Ok(b) if contains(&b, ANSWER) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(_) | Err(CallError::Status(_)) => {}
+                        // Closed by the server: open the connection again, once.
+                        Err(CallError::Connection(e)) => match Caller::session(&url, &id).await {
+                            Ok(c) => caller = c,
+                            Err(again) => {
+                                eprintln!("session call: {url}: {e}; reconnecting: {again:?}");
+                                break;
+                            }
+                        },
                     }
                     i += 1;
                 }
@@ -63,10 +86,14 @@ pub async fn stateless_calls(url: &str, conns: usize, duration: Duration) -> (f6
             let done = done.clone();
             let url = url.to_owned();
             tokio::spawn(async move {
-                let http = reqwest::Client::builder()
-                    .pool_max_idle_per_host(1)
-                    .build()
-                    .unwrap();
+                let headers = [
+                    ("mcp-protocol-version", "2026-07-28"),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", "test_simple_text"),
+                ];
+                let mut caller = Caller::connect(&url, &headers)
+                    .await
+                    .unwrap_or_else(|e| panic!("{url}: {e:?}"));
                 let mut took = Vec::new();
                 let mut i = 1u64;
                 while Instant::now() < deadline {
@@ -78,23 +105,23 @@ pub async fn stateless_calls(url: &str, conns: usize, duration: Duration) -> (f6
                         "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"}
                     }}});
                     let t0 = Instant::now();
-                    let resp = http
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .header("accept", "application/json, text/event-stream")
-                        .header("mcp-protocol-version", "2026-07-28")
-                        .header("mcp-method", "tools/call")
-                        .header("mcp-name", "test_simple_text")
-                        .body(body.to_string())
-                        .send()
-                        .await;
-                    if let Ok(r) = resp {
-                        if r.text()
-                            .await
-                            .is_ok_and(|t| t.contains("simple text response"))
-                        {
+                    match caller.post(body.to_string()).await {
+                        Ok(b) if contains(&b, ANSWER) => {
                             done.fetch_add(1, Ordering::Relaxed);
                             took.push(t0.elapsed().as_secs_f64() * 1e3);
+                        }
+                        Ok(_) | Err(CallError::Status(_)) => {}
+                        // Closed by the server: open the connection again, once.
+                        Err(CallError::Connection(e)) => {
+                            match Caller::connect(&url, &headers).await {
+                                Ok(c) => caller = c,
+                                Err(again) => {
+                                    eprintln!(
+                                        "stateless call: {url}: {e}; reconnecting: {again:?}"
+                                    );
+                                    break;
+                                }
+                            }
                         }
                     }
                     i += 1;

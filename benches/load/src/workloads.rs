@@ -6,6 +6,8 @@ use futures_util::StreamExt;
 use mcp_resume_client::sse::SseParser;
 use serde_json::{json, Value};
 
+use crate::caller::{contains, CallError, Caller};
+
 const ACCEPT: &str = "application/json, text/event-stream";
 
 /// A raw session: its id and the client it was made with.
@@ -100,26 +102,54 @@ pub struct Echo {
     pub p50_ms: f64,
 }
 
-/// (a) with the time of every answered call kept, for its median.
+/// (a) with the time of every answered call kept, for its median. Each
+/// session's calls go through a [`Caller`] of their own (the session is
+/// opened with `reqwest`, as in the other workloads).
 pub async fn echo(url: &str, conns: usize, duration: Duration) -> Echo {
-    let mut sessions = Vec::new();
+    let mut callers = Vec::new();
     for _ in 0..conns {
-        sessions.push(session(url).await);
+        let s = session(url).await;
+        let caller = Caller::session(url, &s.id)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e:?}"));
+        callers.push((caller, s.id));
     }
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
-    for s in sessions {
+    for (mut caller, id) in callers {
+        let url = url.to_owned();
         tasks.push(tokio::spawn(async move {
             let mut took = Vec::new();
+            let mut refused = (0u64, None);
             let mut i = 1;
             while Instant::now() < deadline {
                 let t = Instant::now();
-                let body = s.call(i, "echo", json!({"text": "hello"})).await;
-                if body.contains("hello") && body.contains("result") {
-                    took.push(t.elapsed().as_secs_f64() * 1000.0);
+                let body = format!(
+                    r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}}}}}}"#
+                );
+                match caller.post(body).await {
+                    Ok(b) if contains(&b, b"hello") && contains(&b, b"result") => {
+                        took.push(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    Ok(_) => {}
+                    Err(CallError::Status(status)) => {
+                        refused.0 += 1;
+                        refused.1.get_or_insert(status);
+                    }
+                    // Closed by the server: open the connection again, once.
+                    Err(CallError::Connection(e)) => match Caller::session(&url, &id).await {
+                        Ok(c) => caller = c,
+                        Err(again) => {
+                            eprintln!("echo: {url}: {e}; reconnecting: {again:?}");
+                            break;
+                        }
+                    },
                 }
                 i += 1;
+            }
+            if let (n @ 1.., Some(status)) = refused {
+                eprintln!("echo: {url}: {n} calls refused, the first with {status}");
             }
             took
         }));
