@@ -7,9 +7,11 @@
 //! this 2-core machine more than `serve` spends answering one, so echo
 //! rates measured the client, not the servers (benches/results/paths.md:
 //! bare hyper and `serve` at the same rate). This caller does what wrk
-//! does per request: writes one prebuilt request, reads one response whole.
+//! does per request: writes one request, reads its response whole. It
+//! follows no redirect: a server that answers the endpoint with one counts
+//! as refusing every call.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -17,6 +19,10 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+
+/// How long after its loop's deadline a call may still be waited for: a
+/// server that never answers ends the loop, it does not hang the run.
+const LATE: Duration = Duration::from_secs(5);
 
 /// One connection to a server's MCP endpoint, and the headers every POST
 /// on it carries besides `Host`, `Content-Type` and `Accept`.
@@ -31,7 +37,7 @@ pub struct Caller {
 /// answer (then count it as not answered).
 #[derive(Debug)]
 pub enum CallError {
-    /// The connection failed or was closed by the server.
+    /// The URL, a header, the connection, or the server closed it.
     Connection(String),
     /// The server answered, but not with a success.
     Status(hyper::StatusCode),
@@ -65,25 +71,19 @@ impl Caller {
             .authority()
             .ok_or_else(|| CallError::Connection(format!("{url}: no host")))?
             .to_string();
-        let path = uri.path().to_owned();
-        let tcp = tokio::time::timeout(
-            Duration::from_secs(10),
-            tokio::net::TcpStream::connect(&authority),
-        )
-        .await
-        .map_err(|_| CallError::Connection(format!("{authority}: connect timed out")))?
-        .map_err(|e| CallError::Connection(format!("{authority}: {e}")))?;
-        let _ = tcp.set_nodelay(true);
-        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .map_err(|e| CallError::Connection(e.to_string()))?;
-        tokio::spawn(conn);
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
         Ok(Self {
-            send,
+            send: open(&authority).await?,
             authority,
             path,
             headers,
         })
+    }
+
+    /// A new connection in place of this one (the server closed it).
+    pub async fn reopen(&mut self) -> Result<(), CallError> {
+        self.send = open(&self.authority).await?;
+        Ok(())
     }
 
     /// POSTs `body` (one JSON-RPC message) and returns the response's body
@@ -113,9 +113,80 @@ impl Caller {
     }
 }
 
-/// Whether `haystack` contains `needle`.
+/// An HTTP/1.1 connection to `authority` (`HOST:PORT`), driven by a task of
+/// its own that ends with the connection or its last sender.
+async fn open(authority: &str) -> Result<SendRequest<Full<Bytes>>, CallError> {
+    let tcp = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::net::TcpStream::connect(authority),
+    )
+    .await
+    .map_err(|_| CallError::Connection(format!("{authority}: connect timed out")))?
+    .map_err(|e| CallError::Connection(format!("{authority}: {e}")))?;
+    let _ = tcp.set_nodelay(true);
+    let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| CallError::Connection(e.to_string()))?;
+    tokio::spawn(conn);
+    Ok(send)
+}
+
+/// Round trips through `caller` until `deadline`: call `i`'s body is
+/// `body(i)`, and it counts as answered when its response is a success
+/// containing every one of `expect`. Returns each answered call's time in
+/// ms; prints, under `label`, what did not count (refused, answered
+/// without what was expected, connections reopened) and why it stopped
+/// early, if it did.
+pub async fn round_trips(
+    label: &str,
+    mut caller: Caller,
+    deadline: Instant,
+    body: impl Fn(u64) -> String,
+    expect: &[&[u8]],
+) -> Vec<f64> {
+    let mut took = Vec::new();
+    let (mut refused, mut unexpected, mut reopened) = (0u64, 0u64, 0u64);
+    let mut first_refusal = None;
+    let late = tokio::time::Instant::from_std(deadline + LATE);
+    let mut i = 1;
+    while Instant::now() < deadline {
+        let t = Instant::now();
+        let Ok(answer) = tokio::time::timeout_at(late, caller.post(body(i))).await else {
+            eprintln!("{label}: a call still unanswered {LATE:?} after the deadline");
+            break;
+        };
+        match answer {
+            Ok(b) if expect.iter().all(|e| contains(&b, e)) => {
+                took.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            Ok(_) => unexpected += 1,
+            Err(CallError::Status(status)) => {
+                refused += 1;
+                first_refusal.get_or_insert(status);
+            }
+            // Closed by the server: reopen it, or give up if that fails.
+            Err(CallError::Connection(e)) => {
+                reopened += 1;
+                if let Err(again) = caller.reopen().await {
+                    eprintln!("{label}: {e}; reopening: {again:?}");
+                    break;
+                }
+            }
+        }
+        i += 1;
+    }
+    if refused + unexpected + reopened > 0 {
+        eprintln!(
+            "{label}: {refused} calls refused (the first with {first_refusal:?}), \
+             {unexpected} answered without what was expected, {reopened} connections reopened"
+        );
+    }
+    took
+}
+
+/// Whether `haystack` contains `needle` (an empty one is everywhere).
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -126,6 +197,7 @@ mod tests {
     fn contains_finds_a_needle_anywhere_and_only_whole() {
         assert!(contains(b"{\"result\":\"hello\"}", b"hello"));
         assert!(contains(b"hello", b"hello"));
+        assert!(contains(b"hello", b""));
         assert!(!contains(b"hell", b"hello"));
         assert!(!contains(b"", b"hello"));
     }

@@ -290,12 +290,14 @@ fn report(a: &Args, figs: &[Figures]) -> String {
          session is the second opinion: `benches/wrk/ab target/release/mcp-resume-load \
          target/release/mcp-resume`."
     );
-    if med(&bare.rps) <= med(&native.rps) {
-        // The ceiling no faster than what it bounds: the client was the limit.
+    if med(&bare.rps) < 1.02 * med(&native.rps) {
+        // The ceiling hardly faster than what it bounds: the client, or the
+        // machine, may have been the limit.
         let _ = writeln!(
             t,
-            "\n**The bare server answered no faster than `serve`: this run's echo was \
-             bound by the client or the machine, not the servers; read echo from wrk.**"
+            "\n**The bare server answered hardly faster than `serve` (under 2 %): this \
+             run's echo may have been bound by the client or the machine, not the \
+             servers; read echo from wrk.**"
         );
     }
     t

@@ -7,13 +7,9 @@
 //! stateless path hands each request whole to rmcp's stateless service: a
 //! handler per request, nothing logged. Rounds alternate the order.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
-use crate::caller::{contains, CallError, Caller};
+use crate::caller::{round_trips, Caller};
 use crate::workloads::session;
 
 /// What a call of `test_simple_text` answers.
@@ -29,45 +25,15 @@ pub async fn session_rps(url: &str, conns: usize, duration: Duration) -> f64 {
         let caller = Caller::session(url, &s.id)
             .await
             .unwrap_or_else(|e| panic!("{url}: {e:?}"));
-        callers.push((caller, s.id));
+        callers.push(caller);
     }
-    let done = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + duration;
-    let start = Instant::now();
-    let tasks: Vec<_> = callers
-        .into_iter()
-        .map(|(mut caller, id)| {
-            let done = done.clone();
-            let url = url.to_owned();
-            tokio::spawn(async move {
-                let mut i = 1;
-                while Instant::now() < deadline {
-                    let body = format!(
-                        r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"test_simple_text","arguments":{{}}}}}}"#
-                    );
-                    match caller.post(body).await {
-                        Ok(b) if contains(&b, ANSWER) => {
-                            done.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(_) | Err(CallError::Status(_)) => {}
-                        // Closed by the server: open the connection again, once.
-                        Err(CallError::Connection(e)) => match Caller::session(&url, &id).await {
-                            Ok(c) => caller = c,
-                            Err(again) => {
-                                eprintln!("session call: {url}: {e}; reconnecting: {again:?}");
-                                break;
-                            }
-                        },
-                    }
-                    i += 1;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        let _ = t.await;
-    }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let body = |i| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"test_simple_text","arguments":{{}}}}}}"#
+        )
+    };
+    let (took, elapsed) = calls(&format!("session calls {url}"), callers, duration, body).await;
+    took.len() as f64 / elapsed.as_secs_f64()
 }
 
 /// The same calls without a session: each carries the 2026-07-28 `_meta`
@@ -78,65 +44,55 @@ pub async fn stateless_rps(url: &str, conns: usize, duration: Duration) -> f64 {
 
 /// [`stateless_rps`] with each call's latency: (round trips/s, p50 ms, p99 ms).
 pub async fn stateless_calls(url: &str, conns: usize, duration: Duration) -> (f64, f64, f64) {
-    let done = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + duration;
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "test_simple_text"),
+    ];
+    let mut callers = Vec::new();
+    for _ in 0..conns {
+        let caller = Caller::connect(url, &headers)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e:?}"));
+        callers.push(caller);
+    }
+    // Written as the session path's body is, so both cost the client alike.
+    let body = |i| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"test_simple_text","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"load","version":"1"}}}}}}}}"#
+        )
+    };
+    let (took, elapsed) = calls(&format!("stateless calls {url}"), callers, duration, body).await;
+    let rps = took.len() as f64 / elapsed.as_secs_f64();
+    assert!(!took.is_empty(), "no stateless call to {url} was answered");
+    (rps, crate::pct(&took, 0.5), crate::pct(&took, 0.99))
+}
+
+/// `test_simple_text` calls through every one of `callers` at once for
+/// `duration`, call `i`'s body `body(i)`: each answered call's time (ms),
+/// and how long they all took.
+async fn calls(
+    label: &str,
+    callers: Vec<Caller>,
+    duration: Duration,
+    body: fn(u64) -> String,
+) -> (Vec<f64>, Duration) {
     let start = Instant::now();
-    let tasks: Vec<_> = (0..conns)
-        .map(|_| {
-            let done = done.clone();
-            let url = url.to_owned();
-            tokio::spawn(async move {
-                let headers = [
-                    ("mcp-protocol-version", "2026-07-28"),
-                    ("mcp-method", "tools/call"),
-                    ("mcp-name", "test_simple_text"),
-                ];
-                let mut caller = Caller::connect(&url, &headers)
-                    .await
-                    .unwrap_or_else(|e| panic!("{url}: {e:?}"));
-                let mut took = Vec::new();
-                let mut i = 1u64;
-                while Instant::now() < deadline {
-                    let body = json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
-                    "name": "test_simple_text", "arguments": {},
-                    "_meta": {
-                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                        "io.modelcontextprotocol/clientCapabilities": {},
-                        "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"}
-                    }}});
-                    let t0 = Instant::now();
-                    match caller.post(body.to_string()).await {
-                        Ok(b) if contains(&b, ANSWER) => {
-                            done.fetch_add(1, Ordering::Relaxed);
-                            took.push(t0.elapsed().as_secs_f64() * 1e3);
-                        }
-                        Ok(_) | Err(CallError::Status(_)) => {}
-                        // Closed by the server: open the connection again, once.
-                        Err(CallError::Connection(e)) => {
-                            match Caller::connect(&url, &headers).await {
-                                Ok(c) => caller = c,
-                                Err(again) => {
-                                    eprintln!(
-                                        "stateless call: {url}: {e}; reconnecting: {again:?}"
-                                    );
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    i += 1;
-                }
-                took
-            })
+    let deadline = start + duration;
+    let tasks: Vec<_> = callers
+        .into_iter()
+        .map(|caller| {
+            let label = label.to_owned();
+            tokio::spawn(
+                async move { round_trips(&label, caller, deadline, body, &[ANSWER]).await },
+            )
         })
         .collect();
     let mut took = Vec::new();
     for t in tasks {
         took.extend(t.await.unwrap_or_default());
     }
-    let rps = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
-    assert!(!took.is_empty(), "no stateless call to {url} was answered");
-    (rps, crate::pct(&took, 0.5), crate::pct(&took, 0.99))
+    (took, start.elapsed())
 }
 
 /// The `stateless --gateway` run: stateless calls to the `conformance`

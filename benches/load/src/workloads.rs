@@ -6,7 +6,7 @@ use futures_util::StreamExt;
 use mcp_resume_client::sse::SseParser;
 use serde_json::{json, Value};
 
-use crate::caller::{contains, CallError, Caller};
+use crate::caller::{round_trips, Caller};
 
 const ACCEPT: &str = "application/json, text/event-stream";
 
@@ -112,48 +112,25 @@ pub async fn echo(url: &str, conns: usize, duration: Duration) -> Echo {
         let caller = Caller::session(url, &s.id)
             .await
             .unwrap_or_else(|e| panic!("{url}: {e:?}"));
-        callers.push((caller, s.id));
+        callers.push(caller);
     }
     let start = Instant::now();
     let deadline = start + duration;
-    let mut tasks = Vec::new();
-    for (mut caller, id) in callers {
-        let url = url.to_owned();
-        tasks.push(tokio::spawn(async move {
-            let mut took = Vec::new();
-            let mut refused = (0u64, None);
-            let mut i = 1;
-            while Instant::now() < deadline {
-                let t = Instant::now();
-                let body = format!(
-                    r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}}}}}}"#
-                );
-                match caller.post(body).await {
-                    Ok(b) if contains(&b, b"hello") && contains(&b, b"result") => {
-                        took.push(t.elapsed().as_secs_f64() * 1000.0);
-                    }
-                    Ok(_) => {}
-                    Err(CallError::Status(status)) => {
-                        refused.0 += 1;
-                        refused.1.get_or_insert(status);
-                    }
-                    // Closed by the server: open the connection again, once.
-                    Err(CallError::Connection(e)) => match Caller::session(&url, &id).await {
-                        Ok(c) => caller = c,
-                        Err(again) => {
-                            eprintln!("echo: {url}: {e}; reconnecting: {again:?}");
-                            break;
-                        }
-                    },
-                }
-                i += 1;
-            }
-            if let (n @ 1.., Some(status)) = refused {
-                eprintln!("echo: {url}: {n} calls refused, the first with {status}");
-            }
-            took
-        }));
-    }
+    let label = format!("echo {url}");
+    let tasks: Vec<_> = callers
+        .into_iter()
+        .map(|caller| {
+            let label = label.clone();
+            tokio::spawn(async move {
+                let body = |i| {
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}}}}}}"#
+                    )
+                };
+                round_trips(&label, caller, deadline, body, &[b"hello", b"result"]).await
+            })
+        })
+        .collect();
     let mut took = Vec::new();
     for t in tasks {
         took.extend(t.await.unwrap_or_default());

@@ -311,7 +311,7 @@ impl<S: Service<RoleServer>> Service<RoleServer> for Guarded<S> {
     /// boxed, rmcp's task would hold only a pointer (2,300 fewer
     /// instructions a hosted echo call, a third fewer simulated cache
     /// misses), but wrk saw no more calls/s (0.997 of this), and every idle
-    /// session held about 2 KiB more RSS, since `initialize` runs through
+    /// session held 2-2.5 KiB more RSS, since `initialize` runs through
     /// here too and its freed 5 KiB box leaves a hole that the session's
     /// long-lived allocations split (sessions 31 and 32,
     /// benches/results/echo-ceiling.md).
