@@ -4,49 +4,28 @@
 //! scripts/test builds and installs: `mcp-resume` and the `rmcp_durable`
 //! example beside this binary, and `benches/peers/node`'s modules.
 
-use std::os::unix::process::CommandExt;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
 
 #[test]
 fn paths_measures_every_row_and_judges_every_goal() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("paths.md");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume-load"))
-        .args([
-            "paths",
-            "--rounds",
-            "1",
-            "--duration",
-            "1",
-            "--conns",
-            "4",
-            "--events",
-            "200",
-            "--idle-sessions",
-            "200",
-            "--out",
-        ])
-        .arg(&out)
-        .env("RUST_BACKTRACE", "0")
-        // A group of its own: on the deadline the servers it started go too.
-        .process_group(0)
-        .spawn()
-        .expect("spawn mcp-resume-load");
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = Command::new("kill")
-                .args(["-KILL", &format!("-{}", child.id())])
-                .status();
-            let _ = child.wait();
-            panic!("mcp-resume-load paths did not finish in 240 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let args = [
+        "paths",
+        "--rounds",
+        "1",
+        "--duration",
+        "1",
+        "--conns",
+        "4",
+        "--events",
+        "200",
+        "--idle-sessions",
+        "200",
+    ];
+    let status = common::run_load(&args, &out, Duration::from_secs(240));
     assert!(status.success(), "mcp-resume-load paths: {status}");
     let report = std::fs::read_to_string(&out).unwrap();
     let rows: Vec<Vec<&str>> = report

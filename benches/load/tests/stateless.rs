@@ -4,45 +4,24 @@
 //! needs the `conformance` example beside this binary, as scripts/test
 //! builds it.
 
-use std::os::unix::process::CommandExt;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+mod common;
 
 #[test]
 fn stateless_calls_both_paths_and_reports_their_ratio() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("stateless.md");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-resume-load"))
-        .args([
-            "stateless",
-            "--rounds",
-            "1",
-            "--duration",
-            "1",
-            "--conns",
-            "2",
-            "--out",
-        ])
-        .arg(&out)
-        .env("RUST_BACKTRACE", "0")
-        // A group of its own: on the deadline the server it started goes too.
-        .process_group(0)
-        .spawn()
-        .expect("spawn mcp-resume-load");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = Command::new("kill")
-                .args(["-KILL", &format!("-{}", child.id())])
-                .status();
-            let _ = child.wait();
-            panic!("mcp-resume-load stateless did not finish in 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let args = [
+        "stateless",
+        "--rounds",
+        "1",
+        "--duration",
+        "1",
+        "--conns",
+        "2",
+    ];
+    let status = common::run_load(&args, &out, Duration::from_secs(120));
     assert!(status.success(), "mcp-resume-load stateless: {status}");
     let report = std::fs::read_to_string(&out).unwrap();
     let rates: Vec<f64> = report
