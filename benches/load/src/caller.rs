@@ -137,7 +137,7 @@ async fn open(authority: &str) -> Result<SendRequest<Full<Bytes>>, CallError> {
 /// ms; prints, under `label`, what did not count (refused, answered
 /// without what was expected, connections reopened) and why it stopped
 /// early, if it did.
-pub async fn round_trips(
+async fn round_trips(
     label: &str,
     mut caller: Caller,
     deadline: Instant,
@@ -182,6 +182,45 @@ pub async fn round_trips(
         );
     }
     took
+}
+
+/// `conns` callers, each in a new MCP session of its own (opened with
+/// `reqwest`, as the other workloads open theirs).
+pub async fn in_new_sessions(url: &str, conns: usize) -> Vec<Caller> {
+    let mut callers = Vec::new();
+    for _ in 0..conns {
+        let s = crate::workloads::session(url).await;
+        let caller = Caller::session(url, &s.id)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e:?}"));
+        callers.push(caller);
+    }
+    callers
+}
+
+/// [`round_trips`] through every one of `callers` at once for `duration`:
+/// each answered call's time (ms), and how long they all took.
+pub async fn all_round_trips(
+    label: &str,
+    callers: Vec<Caller>,
+    duration: Duration,
+    body: fn(u64) -> String,
+    expect: &'static [&'static [u8]],
+) -> (Vec<f64>, Duration) {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let tasks: Vec<_> = callers
+        .into_iter()
+        .map(|caller| {
+            let label = label.to_owned();
+            tokio::spawn(async move { round_trips(&label, caller, deadline, body, expect).await })
+        })
+        .collect();
+    let mut took = Vec::new();
+    for t in tasks {
+        took.extend(t.await.unwrap_or_default());
+    }
+    (took, start.elapsed())
 }
 
 /// Whether `haystack` contains `needle` (an empty one is everywhere).

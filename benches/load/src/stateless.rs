@@ -7,10 +7,9 @@
 //! stateless path hands each request whole to rmcp's stateless service: a
 //! handler per request, nothing logged. Rounds alternate the order.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::caller::{round_trips, Caller};
-use crate::workloads::session;
+use crate::caller::{all_round_trips, in_new_sessions, Caller};
 
 /// What a call of `test_simple_text` answers.
 const ANSWER: &[u8] = b"simple text response";
@@ -19,20 +18,14 @@ const ANSWER: &[u8] = b"simple text response";
 /// each with a 2025 session of its own (opened with `reqwest`, called
 /// through a [`Caller`], as the stateless calls are).
 pub async fn session_rps(url: &str, conns: usize, duration: Duration) -> f64 {
-    let mut callers = Vec::new();
-    for _ in 0..conns {
-        let s = session(url).await;
-        let caller = Caller::session(url, &s.id)
-            .await
-            .unwrap_or_else(|e| panic!("{url}: {e:?}"));
-        callers.push(caller);
-    }
+    let callers = in_new_sessions(url, conns).await;
     let body = |i| {
         format!(
             r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"test_simple_text","arguments":{{}}}}}}"#
         )
     };
-    let (took, elapsed) = calls(&format!("session calls {url}"), callers, duration, body).await;
+    let label = format!("session calls {url}");
+    let (took, elapsed) = all_round_trips(&label, callers, duration, body, &[ANSWER]).await;
     took.len() as f64 / elapsed.as_secs_f64()
 }
 
@@ -62,37 +55,11 @@ pub async fn stateless_calls(url: &str, conns: usize, duration: Duration) -> (f6
             r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"test_simple_text","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"load","version":"1"}}}}}}}}"#
         )
     };
-    let (took, elapsed) = calls(&format!("stateless calls {url}"), callers, duration, body).await;
+    let label = format!("stateless calls {url}");
+    let (took, elapsed) = all_round_trips(&label, callers, duration, body, &[ANSWER]).await;
     let rps = took.len() as f64 / elapsed.as_secs_f64();
     assert!(!took.is_empty(), "no stateless call to {url} was answered");
     (rps, crate::pct(&took, 0.5), crate::pct(&took, 0.99))
-}
-
-/// `test_simple_text` calls through every one of `callers` at once for
-/// `duration`, call `i`'s body `body(i)`: each answered call's time (ms),
-/// and how long they all took.
-async fn calls(
-    label: &str,
-    callers: Vec<Caller>,
-    duration: Duration,
-    body: fn(u64) -> String,
-) -> (Vec<f64>, Duration) {
-    let start = Instant::now();
-    let deadline = start + duration;
-    let tasks: Vec<_> = callers
-        .into_iter()
-        .map(|caller| {
-            let label = label.to_owned();
-            tokio::spawn(
-                async move { round_trips(&label, caller, deadline, body, &[ANSWER]).await },
-            )
-        })
-        .collect();
-    let mut took = Vec::new();
-    for t in tasks {
-        took.extend(t.await.unwrap_or_default());
-    }
-    (took, start.elapsed())
 }
 
 /// The `stateless --gateway` run: stateless calls to the `conformance`

@@ -6,7 +6,7 @@ use futures_util::StreamExt;
 use mcp_resume_client::sse::SseParser;
 use serde_json::{json, Value};
 
-use crate::caller::{round_trips, Caller};
+use crate::caller::{all_round_trips, in_new_sessions};
 
 const ACCEPT: &str = "application/json, text/event-stream";
 
@@ -102,40 +102,19 @@ pub struct Echo {
     pub p50_ms: f64,
 }
 
-/// (a) with the time of every answered call kept, for its median. Each
-/// session's calls go through a [`Caller`] of their own (the session is
-/// opened with `reqwest`, as in the other workloads).
+/// (a) with the time of every answered call kept, for its median, each
+/// session's calls through a [`Caller`] of their own.
 pub async fn echo(url: &str, conns: usize, duration: Duration) -> Echo {
-    let mut callers = Vec::new();
-    for _ in 0..conns {
-        let s = session(url).await;
-        let caller = Caller::session(url, &s.id)
-            .await
-            .unwrap_or_else(|e| panic!("{url}: {e:?}"));
-        callers.push(caller);
-    }
-    let start = Instant::now();
-    let deadline = start + duration;
+    let callers = in_new_sessions(url, conns).await;
+    let body = |i| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}}}}}}"#
+        )
+    };
     let label = format!("echo {url}");
-    let tasks: Vec<_> = callers
-        .into_iter()
-        .map(|caller| {
-            let label = label.clone();
-            tokio::spawn(async move {
-                let body = |i| {
-                    format!(
-                        r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"hello"}}}}}}"#
-                    )
-                };
-                round_trips(&label, caller, deadline, body, &[b"hello", b"result"]).await
-            })
-        })
-        .collect();
-    let mut took = Vec::new();
-    for t in tasks {
-        took.extend(t.await.unwrap_or_default());
-    }
-    let rps = took.len() as f64 / start.elapsed().as_secs_f64();
+    let (mut took, elapsed) =
+        all_round_trips(&label, callers, duration, body, &[b"hello", b"result"]).await;
+    let rps = took.len() as f64 / elapsed.as_secs_f64();
     took.sort_by(|a, b| a.total_cmp(b));
     let p50_ms = took.get(took.len() / 2).copied().unwrap_or(f64::NAN);
     Echo { rps, p50_ms }
