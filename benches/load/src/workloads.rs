@@ -103,7 +103,7 @@ pub struct Echo {
 }
 
 /// (a) with the time of every answered call kept, for its median, each
-/// session's calls through a [`Caller`] of their own.
+/// session's calls through a [`Caller`](crate::caller::Caller) of their own.
 pub async fn echo(url: &str, conns: usize, duration: Duration) -> Echo {
     let callers = in_new_sessions(url, conns).await;
     let body = |i| {
