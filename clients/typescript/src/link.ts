@@ -43,6 +43,7 @@ export interface Resolved {
   requestRetries: number;
   idleTimeoutMs: number;
   handshakeTimeoutMs: number;
+  maxMessageBytes: number;
 }
 
 /** The transport, as its readers see it. */
@@ -149,4 +150,19 @@ export function refusalOf(status: number, body: string, what: string, cursor: nu
 /** The `Content-Type` without parameters, lower case. */
 export function mediaType(res: Response): string {
   return (res.headers.get("content-type") ?? "").split(";")[0].trim().toLowerCase();
+}
+
+/** The UTF-8 length of `s` without encoding it (a limit in bytes checked on a string). */
+export function utf8Length(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      n += 4;
+      i++;
+    } else n += 3;
+  }
+  return n;
 }

@@ -275,6 +275,7 @@ export class SessionStream {
       token: await link.token(),
       headers: link.extraHeaders,
       timeoutMs: link.opts.handshakeTimeoutMs,
+      maxMessageBytes: link.opts.maxMessageBytes,
     });
     if (link.closed) {
       if (hs.kind === "open") hs.socket.close(1000, "closing");

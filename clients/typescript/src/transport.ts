@@ -15,6 +15,7 @@ import { followRequestStream } from "./request-stream.js";
 import { SessionStream, type TransportStats } from "./session-stream.js";
 import { MemoryCursorStore, type CursorStore } from "./stores.js";
 import { domConnector, type WebSocketConstructor } from "./ws/dom.js";
+import { DEFAULT_MAX_MESSAGE_BYTES } from "./ws/frames.js";
 import { nodeConnector } from "./ws/node.js";
 import type { Connector } from "./ws/types.js";
 
@@ -58,6 +59,14 @@ export interface ResumableTransportOptions {
   idleTimeoutMs?: number;
   /** The longest WebSocket handshake; default 10,000. */
   handshakeTimeoutMs?: number;
+  /**
+   * The largest message accepted from the server over a WebSocket (all its
+   * fragments); default 4 MiB, the server's own limit for a client's message
+   * (docs/protocol.md 3.5). A server frame that declares more closes the
+   * socket with 1009 before its payload is buffered, so a lying server
+   * cannot grow this client's memory.
+   */
+  maxMessageBytes?: number;
   /** Diagnostics: reconnects, fallbacks, healed gaps, one line each. */
   log?: (line: string) => void;
 }
@@ -112,6 +121,7 @@ export class ResumableClientTransport {
       requestRetries: options.requestStreamRetries ?? 10,
       idleTimeoutMs: options.idleTimeoutMs ?? 45_000,
       handshakeTimeoutMs: options.handshakeTimeoutMs ?? 10_000,
+      maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
     };
     const self = this;
     this.link = {

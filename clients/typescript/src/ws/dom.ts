@@ -13,6 +13,7 @@
  * 401 and the reader stays on SSE, where `Authorization` can be sent).
  */
 
+import { utf8Length } from "../link.js";
 import type { Connector, FrameHandlers, FrameSocket, Handshake, UpgradeRequest } from "./types.js";
 import { AUTH_SUBPROTOCOL_PREFIX, CURSOR_FRAME_SUBPROTOCOL, SUBPROTOCOL } from "./types.js";
 
@@ -38,18 +39,22 @@ export function domConnector(WebSocketImpl?: WebSocketConstructor): Connector {
     if (!Impl) {
       return Promise.reject(new Error("no WebSocket constructor here (Node 20 needs --experimental-websocket, or websocketApi: \"node\")"));
     }
+    if (req.signal?.aborted) return Promise.reject(new Error("the WebSocket handshake was aborted"));
     const url = new URL(req.url);
-    url.searchParams.set("last_event_id", String(req.prior));
+    if (req.prior !== undefined) url.searchParams.set("last_event_id", String(req.prior));
+    const maxMessageBytes = req.maxMessageBytes ?? 4 * 1024 * 1024;
     const protocols = [SUBPROTOCOL, CURSOR_FRAME_SUBPROTOCOL];
     if (req.token && url.protocol === "wss:") protocols.push(AUTH_SUBPROTOCOL_PREFIX + req.token);
     return new Promise<Handshake>((resolve) => {
       let settled = false;
       const ws = new Impl(url.toString(), protocols);
-      const socket = new DomFrameSocket(ws);
+      const socket = new DomFrameSocket(ws, maxMessageBytes);
+      const onAbort = () => refused("the WebSocket handshake was aborted");
       const settle = (h: Handshake) => {
         if (settled) return;
         settled = true;
         clearTimeout(timer);
+        req.signal?.removeEventListener("abort", onAbort);
         resolve(h);
       };
       const refused = (detail: string) => {
@@ -57,6 +62,7 @@ export function domConnector(WebSocketImpl?: WebSocketConstructor): Connector {
         settle({ kind: "refused", status: undefined, body: "", detail });
       };
       const timer = setTimeout(() => refused(`the WebSocket handshake took longer than ${req.timeoutMs} ms`), req.timeoutMs);
+      req.signal?.addEventListener("abort", onAbort, { once: true });
       ws.onerror = () => refused("the WebSocket handshake failed (a browser does not say why)");
       ws.onclose = (e) => refused(`the WebSocket closed ${e.code} before the cursor frame`);
       ws.onopen = () => {
@@ -87,11 +93,27 @@ class DomFrameSocket implements FrameSocket {
   private queued: Array<string | { code: number; reason: string }> = [];
   private done = false;
 
-  constructor(private readonly ws: WebSocketLike) {}
+  constructor(
+    private readonly ws: WebSocketLike,
+    private readonly maxMessageBytes: number,
+  ) {}
 
   /** From the handshake on, frames and the end go to the handlers (queued until attached). */
   listen(): void {
-    this.ws.onmessage = (m) => this.emit(String(m.data));
+    this.ws.onmessage = (m) => {
+      if (this.done) return;
+      const text = String(m.data);
+      // A browser buffers a message whole before handing it over; the limit
+      // still holds for what reaches the reader (its UTF-8 bytes: at least one
+      // per UTF-16 unit, at most three).
+      const max = this.maxMessageBytes;
+      if (text.length > max || (text.length * 3 > max && utf8Length(text) > max)) {
+        this.emit({ code: 1009, reason: `a message over ${this.maxMessageBytes} bytes` });
+        this.close(1009, "message too big");
+        return;
+      }
+      this.emit(text);
+    };
     this.ws.onclose = (e) => this.emit({ code: e.code, reason: e.reason });
     this.ws.onerror = () => {};
   }
@@ -103,8 +125,10 @@ class DomFrameSocket implements FrameSocket {
     for (const item of q) this.deliver(item);
   }
 
-  send(text: string): void {
-    if (!this.done && this.ws.readyState === 1) this.ws.send(text);
+  send(text: string): boolean {
+    if (this.done || this.ws.readyState !== 1) return false;
+    this.ws.send(text);
+    return true;
   }
 
   close(code: number, reason: string): void {

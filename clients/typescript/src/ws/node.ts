@@ -7,10 +7,13 @@
  * `Authorization` over `ws://`, which a browser cannot.
  *
  * Text frames only (the protocol has no binary frames); ping is answered,
- * fragments are joined, client frames are masked. Node's built-ins are
+ * fragments are joined, client frames are masked. What the server sends is
+ * read by {@link FrameParser} (src/ws/frames.ts): bounded per message,
+ * linear in the bytes received, and strict about RFC 6455's rules. Node's built-ins are
  * imported when first used so that the module costs a browser bundle nothing.
  */
 
+import { DEFAULT_MAX_MESSAGE_BYTES, FrameParser } from "./frames.js";
 import type { Connector, FrameHandlers, FrameSocket, Handshake, UpgradeRequest } from "./types.js";
 import { SUBPROTOCOL } from "./types.js";
 
@@ -20,7 +23,12 @@ type Crypto = typeof import("node:crypto");
 
 const GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
-/** Upgrades with `node:http`/`node:https`, reading the echo from the `101`. */
+/**
+ * Upgrades with `node:http`/`node:https`, reading the echo from the `101`.
+ * The handshake is bounded by `timeoutMs` (a server that accepts the
+ * connection and never answers rejects it then) and ends at once when
+ * `signal` aborts (the reader stopped): either way the request is destroyed.
+ */
 export const nodeConnector: Connector = async (req: UpgradeRequest): Promise<Handshake> => {
   const url = new URL(req.url);
   const secure = url.protocol === "wss:" || url.protocol === "https:";
@@ -28,6 +36,7 @@ export const nodeConnector: Connector = async (req: UpgradeRequest): Promise<Han
   url.protocol = secure ? "https:" : "http:";
   const http = secure ? await import("node:https") : await import("node:http");
   const crypto = await import("node:crypto");
+  if (req.signal?.aborted) throw new Error("the WebSocket handshake was aborted");
   const key = crypto.randomBytes(16).toString("base64");
   const protocols = [SUBPROTOCOL];
   const headers: Record<string, string> = {
@@ -36,40 +45,56 @@ export const nodeConnector: Connector = async (req: UpgradeRequest): Promise<Han
     Upgrade: "websocket",
     "Sec-WebSocket-Version": "13",
     "Sec-WebSocket-Key": key,
-    "Last-Event-ID": String(req.prior),
-    "Mcp-Session-Id": req.sessionId,
   };
+  if (req.prior !== undefined) headers["Last-Event-ID"] = String(req.prior);
+  if (req.sessionId !== undefined) headers["Mcp-Session-Id"] = req.sessionId;
   if (req.protocolVersion) headers["MCP-Protocol-Version"] = req.protocolVersion;
   // The token rides in Authorization; node can always send it, so never in a subprotocol.
   if (req.token) headers.Authorization = `Bearer ${req.token}`;
   headers["Sec-WebSocket-Protocol"] = protocols.join(", ");
+  const maxMessageBytes = req.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
 
   return new Promise<Handshake>((resolve, reject) => {
     let settled = false;
+    const r = http.request(url, { method: "GET", headers, agent: false });
+    const onAbort = () => {
+      r.destroy();
+      done(() => reject(new Error("the WebSocket handshake was aborted")));
+    };
     const done = (f: () => void) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      req.signal?.removeEventListener("abort", onAbort);
       f();
     };
-    const r = http.request(url, { method: "GET", headers, agent: false });
     const timer = setTimeout(() => {
       r.destroy();
       done(() => reject(new Error(`the WebSocket handshake took longer than ${req.timeoutMs} ms`)));
     }, req.timeoutMs);
+    req.signal?.addEventListener("abort", onAbort, { once: true });
     r.on("error", (e) => done(() => reject(e)));
     r.on("response", (res) => {
       const chunks: NodeBuffer[] = [];
-      res.on("data", (c: NodeBuffer) => chunks.push(c));
+      let size = 0;
+      res.on("data", (c: NodeBuffer) => {
+        // A refusal's body is read for its error code; a huge one is cut, not buffered.
+        if (size < REFUSAL_BODY_LIMIT) chunks.push(c);
+        size += c.length;
+      });
       res.on("error", (e) => done(() => reject(e)));
       res.on("end", () => {
-        const body = Buffer.concat(chunks).toString("utf8");
+        const body = Buffer.concat(chunks).subarray(0, REFUSAL_BODY_LIMIT).toString("utf8");
         done(() =>
           resolve({ kind: "refused", status: res.statusCode, body, detail: `the upgrade was answered ${res.statusCode}` }),
         );
       });
     });
     r.on("upgrade", (res, socket: NodeSocket, head: NodeBuffer) => {
+      if (settled) {
+        socket.destroy();
+        return;
+      }
       const accept = crypto.createHash("sha1").update(key + GUID).digest("base64");
       if (res.headers["sec-websocket-accept"] !== accept) {
         socket.destroy();
@@ -77,7 +102,7 @@ export const nodeConnector: Connector = async (req: UpgradeRequest): Promise<Han
         return;
       }
       const selected = res.headers["sec-websocket-protocol"];
-      const ws = new NodeFrameSocket(socket, crypto);
+      const ws = new NodeFrameSocket(socket, crypto, maxMessageBytes);
       ws.push(head);
       if (selected !== SUBPROTOCOL) {
         ws.close(1002, "no mcp.resume.v1");
@@ -95,11 +120,12 @@ export const nodeConnector: Connector = async (req: UpgradeRequest): Promise<Han
   });
 };
 
-/** The framing of RFC 6455 over a raw socket. */
+/** The most of a refusal's body that is kept (its JSON error names the code in the first bytes). */
+const REFUSAL_BODY_LIMIT = 64 * 1024;
+
+/** The framing of RFC 6455 over a raw socket; what arrives is read by a bounded {@link FrameParser}. */
 class NodeFrameSocket implements FrameSocket {
-  private chunks: NodeBuffer[] = [];
-  private total = 0;
-  private fragments: NodeBuffer[] | undefined;
+  private readonly parser: FrameParser;
   private queued: Array<string | { code: number; reason: string }> = [];
   private handlers: FrameHandlers | undefined;
   /** The end was reported (or queued for) the handlers. */
@@ -112,7 +138,9 @@ class NodeFrameSocket implements FrameSocket {
   constructor(
     private readonly socket: NodeSocket,
     private readonly crypto: Crypto,
+    maxMessageBytes: number,
   ) {
+    this.parser = new FrameParser(maxMessageBytes);
     this.mask = Buffer.alloc(4);
     socket.setNoDelay(true);
     socket.setTimeout(0);
@@ -135,8 +163,10 @@ class NodeFrameSocket implements FrameSocket {
     }
   }
 
-  send(text: string): void {
-    if (!this.sentClose) this.socket.write(this.frame(0x1, Buffer.from(text, "utf8")));
+  send(text: string): boolean {
+    if (this.sentClose || this.reported || this.socket.destroyed) return false;
+    this.socket.write(this.frame(0x1, Buffer.from(text, "utf8")));
+    return true;
   }
 
   close(code: number, reason: string): void {
@@ -147,16 +177,32 @@ class NodeFrameSocket implements FrameSocket {
 
   /** Feeds received bytes (also the bytes that came with the 101). */
   push(c: NodeBuffer): void {
-    if (c.length === 0) return;
-    this.chunks.push(c);
-    this.total += c.length;
-    this.parse();
+    if (this.sentClose) return;
+    for (const item of this.parser.push(c)) {
+      switch (item.kind) {
+        case "text":
+          this.emitText(item.text);
+          break;
+        case "close":
+          this.emitClose(item.code, item.reason);
+          this.sendClose(item.code === 1005 ? 1000 : item.code, "");
+          return;
+        case "ping":
+          if (!this.sentClose) this.socket.write(this.frame(0xa, item.payload));
+          break;
+        case "pong":
+          break;
+        case "error":
+          return this.fail(item.code, item.reason);
+      }
+      if (this.sentClose) return;
+    }
   }
 
   private sendClose(code: number, reason: string): void {
     if (this.sentClose) return;
     this.sentClose = true;
-    const r = Buffer.from(reason, "utf8").subarray(0, 123);
+    const r = cutReason(reason);
     const payload = Buffer.alloc(2 + r.length);
     payload.writeUInt16BE(code, 0);
     r.copy(payload, 2);
@@ -168,72 +214,6 @@ class NodeFrameSocket implements FrameSocket {
     }
     // The server answers the close and hangs up; do not wait for it longer than a moment.
     setTimeout(() => this.socket.destroy(), 1000).unref?.();
-  }
-
-  private parse(): void {
-    while (!this.sentClose && this.total >= 2) {
-      const buf = this.chunks.length === 1 ? this.chunks[0] : this.concat();
-      const b0 = buf[0];
-      const b1 = buf[1];
-      let len = b1 & 0x7f;
-      let off = 2;
-      if (len === 126) {
-        if (buf.length < 4) return;
-        len = buf.readUInt16BE(2);
-        off = 4;
-      } else if (len === 127) {
-        if (buf.length < 10) return;
-        len = Number(buf.readBigUInt64BE(2));
-        off = 10;
-      }
-      if (b1 & 0x80) return this.fail(1002, "the server masked a frame");
-      if (buf.length < off + len) return;
-      const payload = buf.subarray(off, off + len);
-      const rest = buf.subarray(off + len);
-      this.chunks = rest.length ? [rest] : [];
-      this.total = rest.length;
-      this.onFrame((b0 & 0x80) !== 0, b0 & 0x0f, payload);
-    }
-  }
-
-  private concat(): NodeBuffer {
-    const b = Buffer.concat(this.chunks, this.total);
-    this.chunks = [b];
-    return b;
-  }
-
-  private onFrame(fin: boolean, opcode: number, payload: NodeBuffer): void {
-    switch (opcode) {
-      case 0x0:
-        if (!this.fragments) return this.fail(1002, "a continuation frame without a start");
-        this.fragments.push(Buffer.from(payload));
-        if (fin) {
-          const whole = Buffer.concat(this.fragments);
-          this.fragments = undefined;
-          this.emitText(whole.toString("utf8"));
-        }
-        return;
-      case 0x1:
-        if (fin) this.emitText(payload.toString("utf8"));
-        else this.fragments = [Buffer.from(payload)];
-        return;
-      case 0x2:
-        return this.fail(1003, "a binary frame: the protocol is text only");
-      case 0x8: {
-        const code = payload.length >= 2 ? payload.readUInt16BE(0) : 1005;
-        const reason = payload.length > 2 ? payload.subarray(2).toString("utf8") : "";
-        this.emitClose(code, reason);
-        this.sendClose(code === 1005 ? 1000 : code, "");
-        return;
-      }
-      case 0x9:
-        if (!this.sentClose) this.socket.write(this.frame(0xa, payload));
-        return;
-      case 0xa:
-        return;
-      default:
-        return this.fail(1002, `unknown opcode ${opcode}`);
-    }
   }
 
   private emitText(text: string): void {
@@ -275,4 +255,14 @@ class NodeFrameSocket implements FrameSocket {
     for (let i = 0; i < len; i++) out[hlen + 4 + i] = payload[i] ^ this.mask[i & 3];
     return out;
   }
+}
+
+/** A close reason cut to 123 bytes on a UTF-8 character boundary (RFC 6455 5.5: two of a control frame's 125 are the code). */
+function cutReason(reason: string): NodeBuffer {
+  const b = Buffer.from(reason, "utf8");
+  if (b.length <= 123) return b;
+  let end = 123;
+  // Back off over continuation bytes (10xxxxxx) to the start of a character.
+  while (end > 0 && (b[end] & 0xc0) === 0x80) end--;
+  return b.subarray(0, end);
 }

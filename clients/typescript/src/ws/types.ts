@@ -17,18 +17,23 @@ export const AUTH_SUBPROTOCOL_PREFIX = "mcp.auth.";
 
 /** What the reader asks for. */
 export interface UpgradeRequest {
-  /** `ws://` or `wss://` URL of `P/session/{id}/events`. */
+  /** `ws://` or `wss://` URL: `P/session/{id}/events`, or a task's `P/tasks/{taskId}/events`. */
   url: string;
-  /** The reader's cursor: `Last-Event-ID` (or `last_event_id`). */
-  prior: number;
-  sessionId: string;
+  /** The reader's cursor: `Last-Event-ID` (or `last_event_id`); none lets the server start at the earliest it retains. */
+  prior?: number;
+  /** `Mcp-Session-Id` (the session stream; a task stream has none). */
+  sessionId?: string;
   protocolVersion?: string;
   /** A bearer token: `Authorization`, or `mcp.auth.TOKEN` over `wss://` where headers cannot be set. */
   token?: string;
   /** Extra request headers (where the implementation can send headers). */
   headers: Record<string, string>;
-  /** Give up on the handshake after this long. */
+  /** Give up on the handshake after this long (a server that accepts the connection and never answers). */
   timeoutMs: number;
+  /** Ends the handshake at once (the reader stopped); an open socket is the caller's to close. */
+  signal?: AbortSignal;
+  /** The largest message accepted from the server; larger ones close the socket with 1009. Default 4 MiB. */
+  maxMessageBytes?: number;
 }
 
 /** Handlers the reader attaches once the handshake is done. */
@@ -43,7 +48,8 @@ export interface FrameHandlers {
 export interface FrameSocket {
   /** Starts delivering frames (those that arrived during the handshake first). */
   attach(handlers: FrameHandlers): void;
-  send(text: string): void;
+  /** Sends a text frame; false when the connection is closing or gone (nothing was sent). */
+  send(text: string): boolean;
   /** Closes (sending a close frame); no handler is called after this. */
   close(code: number, reason: string): void;
 }
