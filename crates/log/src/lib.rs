@@ -274,12 +274,56 @@ pub trait Leases: Send + Sync + 'static {
     }
 
     /// Grows by one each time this handle's leases may have lapsed (its
-    /// heartbeat came back after [`Leases::leases_fresh`] was false). Whatever
-    /// runs under a lease won in an older epoch must stop: another instance
-    /// may run it now. Always 0 for a log of one process.
+    /// heartbeat came back after [`Leases::leases_fresh`] was false, or
+    /// came back to find its key gone: evicted, or expired under a stall).
+    /// Whatever runs under a lease won in an older epoch must stop: another
+    /// instance may run it now. Always 0 for a log of one process.
     fn lease_epoch(&self) -> u64 {
         0
     }
+
+    /// Whether this handle holds session `id`'s lease in the log now: the
+    /// owner the log names, not only this handle's freshness (a claim a
+    /// failover took back, or a lease another instance took after this
+    /// handle's heartbeat key was evicted, leaves [`Leases::leases_fresh`]
+    /// true). What a lease holder checks before it acts on the session
+    /// without a fenced commit ([`EventLog::append_fenced`]) vouching for it,
+    /// such as handing a client an answer that was not committed. A log of
+    /// one process: always true.
+    async fn holds(&self, id: &str) -> Result<bool, LogError> {
+        let _ = id;
+        Ok(true)
+    }
+
+    /// Gives up this handle's lease on session `id`, so that the next
+    /// claim, by any instance, takes it at once instead of after this
+    /// handle's heartbeat expires: the graceful stop of an owner. Only if
+    /// nothing was forwarded to it unread: `seen` is how many request
+    /// streams the caller has read ([`EventLog::request_streams`] when it
+    /// last read them); if the session opened more since, nothing is given
+    /// up (`Ok(false)`) and the caller reads them first. `None` gives it up
+    /// whatever was opened since (what is forwarded to it after that is the
+    /// caller's to end). `Ok(true)` also when this handle does not hold the
+    /// lease. A log of one process keeps no leases: `Ok(true)`.
+    async fn release(&self, id: &str, seen: Option<u64>) -> Result<bool, LogError> {
+        let _ = (id, seen);
+        Ok(true)
+    }
+
+    /// Opens a request stream carrying a message forwarded to the lease
+    /// holder `owner` ([`EventLog::open_request_stream`] with `meta`), only
+    /// while `owner` still holds session `id`'s lease, checked atomically
+    /// with the open: `Ok(None)` when it does not (it gave the lease up with
+    /// [`Leases::release`], or another instance took it), and the forwarder
+    /// finds the owner again. So a released lease never leaves a message
+    /// forwarded to an instance that will not read it. A log of one process
+    /// forwards nothing: it opens the stream.
+    async fn open_carrier(
+        &self,
+        id: &str,
+        owner: &str,
+        meta: Bytes,
+    ) -> Result<Option<u64>, LogError>;
 }
 
 /// Housekeeping and shutdown.

@@ -496,4 +496,13 @@ impl Leases for DiskLog {
     async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
         Ok(instance == self.instance)
     }
+
+    async fn open_carrier(
+        &self,
+        id: &str,
+        _owner: &str,
+        meta: Bytes,
+    ) -> Result<Option<u64>, LogError> {
+        self.open_request_stream(id, meta).await.map(Some)
+    }
 }

@@ -49,11 +49,14 @@ impl Liveness {
         self.start.elapsed().as_millis() as u64
     }
 
-    /// Redis acknowledged a refresh sent at `sent_ms`: a refresh after a
-    /// lapse starts a new epoch.
-    fn refreshed(&self, sent_ms: u64) {
+    /// Redis acknowledged a refresh sent at `sent_ms`, which found the key
+    /// still there unless `was_gone`: a refresh after a lapse, or one that
+    /// had to set the key again (evicted, or expired while this process was
+    /// stalled), starts a new epoch, as another instance may have taken
+    /// the leases meanwhile.
+    fn refreshed(&self, sent_ms: u64, was_gone: bool) {
         let last = self.last_ok_ms.swap(sent_ms, Ordering::AcqRel);
-        if sent_ms.saturating_sub(last) > FRESH.as_millis() as u64 {
+        if was_gone || sent_ms.saturating_sub(last) > FRESH.as_millis() as u64 {
             self.epoch.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -93,8 +96,10 @@ impl Heartbeat {
         let id = crate::types::new_instance_id();
         let liveness = Arc::new(Liveness::new());
         let sent = liveness.now_ms();
-        beat(&mut conn.clone(), &id).await.map_err(unavailable)?;
-        liveness.refreshed(sent);
+        beat(&mut conn.clone(), &id, false)
+            .await
+            .map_err(unavailable)?;
+        liveness.refreshed(sent, false);
         let task = {
             let (mut conn, id, liveness) = (conn, id.clone(), liveness.clone());
             tokio::spawn(async move {
@@ -102,8 +107,13 @@ impl Heartbeat {
                     tokio::time::sleep(REFRESH).await;
                     // The time it was sent: Redis's expiry counts from later.
                     let sent = liveness.now_ms();
-                    match beat(&mut conn, &id).await {
-                        Ok(()) => liveness.refreshed(sent),
+                    match beat(&mut conn, &id, true).await {
+                        Ok(was_gone) => {
+                            if was_gone {
+                                tracing::warn!("this instance's heartbeat key was gone (evicted, or expired during a stall): its leases may have been taken, and what runs under them stops");
+                            }
+                            liveness.refreshed(sent, was_gone)
+                        }
                         Err(e) => tracing::warn!(error = %e, "instance heartbeat not refreshed"),
                     }
                 }
@@ -136,22 +146,38 @@ impl Drop for Heartbeat {
     }
 }
 
-/// Sets (or refreshes) the heartbeat key with its TTL, and registers the
-/// instance among those that divide maintenance ([`super::buckets`]; again
-/// each time, as another instance unregisters one it saw dead).
-async fn beat(conn: &mut Conn, id: &str) -> redis::RedisResult<()> {
-    redis::cmd("SET")
-        .arg(key(id))
-        .arg(1)
-        .arg("PX")
-        .arg(TTL.as_millis() as u64)
-        .query_async::<()>(conn)
-        .await?;
+/// Sets (or, with `refresh`, refreshes) the heartbeat key with its TTL,
+/// and registers the instance among those that divide maintenance
+/// ([`super::buckets`]; again each time, as another instance unregisters
+/// one it saw dead). Whether a refresh found the key gone (and set it again).
+async fn beat(conn: &mut Conn, id: &str, refresh: bool) -> redis::RedisResult<bool> {
+    let mut was_gone = false;
+    if refresh {
+        let kept: Option<String> = redis::cmd("SET")
+            .arg(key(id))
+            .arg(1)
+            .arg("PX")
+            .arg(TTL.as_millis() as u64)
+            .arg("XX")
+            .query_async(conn)
+            .await?;
+        was_gone = kept.is_none();
+    }
+    if !refresh || was_gone {
+        redis::cmd("SET")
+            .arg(key(id))
+            .arg(1)
+            .arg("PX")
+            .arg(TTL.as_millis() as u64)
+            .query_async::<()>(conn)
+            .await?;
+    }
     redis::cmd("SADD")
         .arg(super::buckets::INSTANCES)
         .arg(id)
         .query_async::<()>(conn)
-        .await
+        .await?;
+    Ok(was_gone)
 }
 
 /// Whether `instance`'s heartbeat is still there.

@@ -1,9 +1,11 @@
 //! This handle among the instances that share one Redis: its identity
 //! (the heartbeat of [`super::instance`]), whether another instance is
 //! alive, and the owner leases of sessions (field `o` of the session hash,
-//! taken over by `claim.lua` once the owner's heartbeat is gone).
+//! taken over by `claim.lua` once the owner's heartbeat is gone, given up by
+//! `release.lua` at an owner's graceful stop).
 
 use async_trait::async_trait;
+use bytes::Bytes;
 
 use super::{instance, prefix, unavailable, RedisLog};
 use crate::{Leases, LogError};
@@ -62,5 +64,37 @@ impl Leases for RedisLog {
             self.wait_replicas(id).await?;
         }
         Ok(Some(owner))
+    }
+
+    async fn holds(&self, id: &str) -> Result<bool, LogError> {
+        let owner: Option<String> = redis::cmd("HGET")
+            .arg(format!("{}:s", prefix(id)))
+            .arg("o")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(owner.as_deref() == Some(self.instance()))
+    }
+
+    async fn release(&self, id: &str, seen: Option<u64>) -> Result<bool, LogError> {
+        let given_up: i64 = self
+            .scripts
+            .release
+            .key(format!("{}:s", prefix(id)))
+            .arg(self.instance())
+            .arg(seen.map(|s| s.to_string()).unwrap_or_default())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(given_up == 1)
+    }
+
+    async fn open_carrier(
+        &self,
+        id: &str,
+        owner: &str,
+        meta: Bytes,
+    ) -> Result<Option<u64>, LogError> {
+        self.open_request(id, meta, Some(owner)).await
     }
 }

@@ -10,7 +10,7 @@ use super::buckets::Share;
 use super::live::ended_keys;
 use super::{prefix, unavailable, RedisLog};
 use crate::types::now_ms;
-use crate::{LogError, SessionRecords, StreamKey};
+use crate::{LogError, StreamKey};
 
 /// Tombstones listed per round trip.
 const FORGET_BATCH: usize = 512;
@@ -101,8 +101,11 @@ impl RedisLog {
                     self.reconcile(id, e.as_deref()).await?;
                     continue;
                 }
-                if idle_for(a, now, idle) && self.still_idle(id, idle).await? {
-                    if self.end_session(id).await.is_ok() {
+                if idle_for(a, now, idle) {
+                    // Ended only if it is still idle when the end runs: a
+                    // client that came back since the batch read keeps it.
+                    let used_after = now_ms().saturating_sub(idle.as_millis() as u64);
+                    if let Ok(true) = self.end_unless_used_since(id, Some(used_after)).await {
                         ended.push(id.clone());
                     }
                     continue;
@@ -122,19 +125,6 @@ impl RedisLog {
         }
         self.due.keep(&ids);
         Ok(ended)
-    }
-
-    /// Whether session `id` is still idle for longer than `idle`, read again
-    /// just before it is ended: its state was read with a batch, and a
-    /// client that came back since must not lose its session.
-    async fn still_idle(&self, id: &str, idle: Duration) -> Result<bool, LogError> {
-        let a: Option<u64> = redis::cmd("HGET")
-            .arg(format!("{}:s", prefix(id)))
-            .arg("a")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        Ok(idle_for(a, now_ms(), idle))
     }
 
     /// Age retention on each stream of session `id` that holds something:

@@ -116,6 +116,77 @@ impl RedisLog {
         }
     }
 
+    /// Opens a request stream of `id` with record `meta`; with `owner`,
+    /// only while that instance holds the session's lease (`None` when it
+    /// does not, [`Leases::open_carrier`]).
+    async fn open_request(
+        &self,
+        id: &str,
+        meta: Bytes,
+        owner: Option<&str>,
+    ) -> Result<Option<u64>, LogError> {
+        let p = prefix(id);
+        let r: i64 = self
+            .scripts
+            .open_request
+            .key(format!("{p}:s"))
+            .arg(&p)
+            .arg(meta.as_ref())
+            .arg(owner.unwrap_or_default())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match r {
+            -1 => Err(LogError::NoSession(id.to_owned())),
+            -2 => Ok(None),
+            r if r < 0 => Err(LogError::Corrupt(format!("unexpected open reply {r}"))),
+            r => {
+                self.wait_replicas(id).await?;
+                Ok(Some(r as u64))
+            }
+        }
+    }
+
+    /// Ends session `id`, unless `used_after` (Unix ms) is given and the
+    /// session was used after it: checked in the same step as the end, so
+    /// a client that comes back while idle expiry decides never loses its
+    /// session. Whether it ended it (`false`: used since).
+    async fn end_unless_used_since(
+        &self,
+        id: &str,
+        used_after: Option<u64>,
+    ) -> Result<bool, LogError> {
+        let p = prefix(id);
+        let at = now_ms();
+        let mut inv = self.scripts.end.key(format!("{p}:s"));
+        if !self.cluster() {
+            inv.key(live::LIVE).key(live::ENDED).key(tail::ENDINGS);
+        }
+        let r: i64 = inv
+            .arg(&p)
+            .arg(id)
+            .arg(at)
+            .arg(used_after.map(|t| t.to_string()).unwrap_or_default())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        match r {
+            -2 => return Ok(false),
+            r if r < 0 => return Err(LogError::NoSession(id.to_owned())),
+            _ => {}
+        }
+        self.list_ended(id, at).await?;
+        if self.cluster() {
+            // Lost with a crash right here: readers elsewhere then end at
+            // their tail's backstop check instead of at once.
+            let _: Result<String, _> = tail::end_notice(id)
+                .query_async(&mut self.conn.clone())
+                .await;
+        }
+        self.wait_replicas(id).await?;
+        Ok(true)
+    }
+
     /// Sets one field of a live session's hash; `NoSession` otherwise.
     async fn hset_if_live(
         &self,
@@ -142,21 +213,8 @@ impl RedisLog {
 #[async_trait]
 impl EventLog for RedisLog {
     async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
-        let p = prefix(id);
-        let r: i64 = self
-            .scripts
-            .open_request
-            .key(format!("{p}:s"))
-            .arg(&p)
-            .arg(meta.as_ref())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if r < 0 {
-            return Err(LogError::NoSession(id.to_owned()));
-        }
-        self.wait_replicas(id).await?;
-        Ok(r as u64)
+        let r = self.open_request(id, meta, None).await?;
+        Ok(r.expect("an open with no owner to check is never refused for one"))
     }
 
     async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
@@ -295,21 +353,34 @@ impl EventLog for RedisLog {
         seq: Seq,
         ttl: Duration,
     ) -> Result<PinId, LogError> {
-        self.bounds_of(id, stream).await?;
-        let mut conn = self.conn.clone();
-        let pin: u64 = redis::cmd("INCR")
-            .arg("mcpr:pinseq")
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        // A random id: unique among a session's few pins without a counter
+        // (a round trip, and a key outside the session's slot).
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).map_err(|e| LogError::Unavailable(e.to_string()))?;
+        let pin = u64::from_le_bytes(b) >> 1;
+        let p = prefix(id);
         let until = now_ms() + ttl.as_millis() as u64;
-        let _: () = redis::cmd("HSET")
-            .arg(format!("{}:pin", prefix(id)))
+        let r: i64 = self
+            .scripts
+            .pin
+            .key(format!("{p}:s"))
+            .key(format!("{p}:st:{}", stream.number()))
+            .key(format!("{p}:pin"))
             .arg(pin)
             .arg(format!("{}:{seq}:{until}", stream.number()))
-            .query_async(&mut conn)
+            .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
+        match r {
+            -1 => return Err(LogError::NoSession(id.to_owned())),
+            -2 => {
+                return Err(LogError::NoStream {
+                    session: id.to_owned(),
+                    stream: stream.number(),
+                })
+            }
+            _ => {}
+        }
         Ok(PinId(pin))
     }
 
@@ -400,31 +471,7 @@ impl SessionRecords for RedisLog {
     }
 
     async fn end_session(&self, id: &str) -> Result<(), LogError> {
-        let p = prefix(id);
-        let at = now_ms();
-        let mut inv = self.scripts.end.key(format!("{p}:s"));
-        if !self.cluster() {
-            inv.key(live::LIVE).key(live::ENDED).key(tail::ENDINGS);
-        }
-        let r: i64 = inv
-            .arg(&p)
-            .arg(id)
-            .arg(at)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        if r < 0 {
-            return Err(LogError::NoSession(id.to_owned()));
-        }
-        self.list_ended(id, at).await?;
-        if self.cluster() {
-            // Lost with a crash right here: readers elsewhere then end at
-            // their tail's backstop check instead of at once.
-            let _: Result<String, _> = tail::end_notice(id)
-                .query_async(&mut self.conn.clone())
-                .await;
-        }
-        self.wait_replicas(id).await
+        self.end_unless_used_since(id, None).await.map(|_| ())
     }
 
     async fn session_ids(&self) -> Result<Vec<String>, LogError> {

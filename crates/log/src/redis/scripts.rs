@@ -18,6 +18,8 @@ pub(super) const COMMIT: &str = include_str!("lua/commit.lua");
 pub(super) const REQUEST_META: &str = include_str!("lua/request_meta.lua");
 pub(super) const BOUNDS: &str = include_str!("lua/bounds.lua");
 pub(super) const CLAIM: &str = include_str!("lua/claim.lua");
+pub(super) const RELEASE: &str = include_str!("lua/release.lua");
+pub(super) const PIN: &str = include_str!("lua/pin.lua");
 pub(super) const RETIRE: &str = include_str!("lua/retire.lua");
 pub(super) const BUCKET_LEASES: &str = include_str!("lua/buckets.lua");
 
@@ -35,6 +37,8 @@ pub(super) struct Scripts {
     pub forget: Script,
     pub adopt: Script,
     pub claim: Script,
+    pub release: Script,
+    pub pin: Script,
     pub retire: Script,
     pub buckets: Script,
 }
@@ -55,6 +59,8 @@ impl Scripts {
             forget: Script::new(FORGET),
             adopt: Script::new(ADOPT),
             claim: Script::new(CLAIM),
+            release: Script::new(RELEASE),
+            pin: Script::new(PIN),
             retire: Script::new(RETIRE),
             buckets: Script::new(BUCKET_LEASES),
         }

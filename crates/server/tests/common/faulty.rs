@@ -228,6 +228,15 @@ impl Leases for FaultyLog {
     async fn instance_alive(&self, instance: &str) -> Result<bool, LogError> {
         self.inner.instance_alive(instance).await
     }
+
+    async fn open_carrier(
+        &self,
+        id: &str,
+        owner: &str,
+        meta: Bytes,
+    ) -> Result<Option<u64>, LogError> {
+        self.inner.open_carrier(id, owner, meta).await
+    }
 }
 
 #[async_trait]

@@ -1,7 +1,11 @@
 -- Assigns seqs, appends, trims by count (or to `floor`, for age) short of
--- pins, and moves the heads, in one step. With a key (`once`, kept ten
--- minutes in `once_keys`), a batch already appended under it is not appended
--- again: its head is returned (a retry after an unknown outcome). With an
+-- pins, and moves the heads, in one step. With a key (`once`), a batch
+-- already appended under it is not appended again: its head is returned (a
+-- retry after an unknown outcome). `once_keys` remembers the last 64 keys of
+-- the session, for ten minutes after its last keyed append: field `#` counts
+-- them, field `#N` (N = count mod 64) names the key in that slot of the
+-- ring, and the key's own field holds its head; the key a slot held before
+-- is forgotten, so the hash never holds more than 129 fields. With an
 -- `owner`, nothing is appended unless that instance holds the session's
 -- lease (field `o`): `{-4}`, the fence of a stalled owner.
 -- Returns `{head, floor}`, or `{-1}` no live session, `{-2}` no stream,
@@ -74,7 +78,10 @@ else
 end
 if emptied then redis.call('PEXPIRE', stream_state, 86400000) end
 if once ~= '' then
-  redis.call('HSET', once_keys, once, h)
+  local slot = '#' .. (redis.call('HINCRBY', once_keys, '#', 1) % 64)
+  local old = redis.call('HGET', once_keys, slot)
+  if old then redis.call('HDEL', once_keys, old) end
+  redis.call('HSET', once_keys, slot, once, once, h)
   redis.call('PEXPIRE', once_keys, 600000)
 end
 return {h, f}

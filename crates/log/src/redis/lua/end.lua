@@ -10,7 +10,13 @@ local endings = KEYS[4]
 local prefix = ARGV[1]
 local id = ARGV[2]
 local ended_ms = ARGV[3]
+-- Idle expiry: only if the session was not used after this time (Unix ms),
+-- else -2 (a client came back while the expiry decided).
+local used_after = ARGV[4] or ''
 if redis.call('HGET', session, 'e') ~= '0' then return -1 end
+if used_after ~= '' and tonumber(redis.call('HGET', session, 'a') or '0') > tonumber(used_after) then
+  return -2
+end
 -- The streams that hold something: the session stream and the index of
 -- request streams (retention emptied the others, which expire by
 -- themselves); a session of an older release has no index, and every

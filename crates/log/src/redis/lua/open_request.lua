@@ -1,9 +1,14 @@
 -- Numbers a new request stream, stores its record with its state and
 -- lists it in the session's index of request streams that hold something.
+-- With `owner` (a carrier of a message forwarded to the lease holder), only
+-- while that instance holds the session's lease (field `o`).
+-- Returns the stream's number, or -1 no live session, -2 not the owner.
 local session = KEYS[1]
 local prefix = ARGV[1]
 local meta = ARGV[2]
+local owner = ARGV[3] or ''
 if redis.call('HGET', session, 'e') ~= '0' then return -1 end
+if owner ~= '' and redis.call('HGET', session, 'o') ~= owner then return -2 end
 local r = redis.call('HINCRBY', session, 'r', 1) - 1
 redis.call('HSET', prefix .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0, 'm', meta)
 redis.call('SADD', prefix .. ':rs', r)
