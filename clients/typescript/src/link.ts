@@ -43,7 +43,51 @@ export interface Resolved {
   requestRetries: number;
   idleTimeoutMs: number;
   handshakeTimeoutMs: number;
+  headersTimeoutMs: number;
   maxMessageBytes: number;
+}
+
+/**
+ * A GET (or POST) whose response headers must arrive within `timeoutMs`: a
+ * server that accepts the connection and never answers would otherwise hold
+ * the reader until the platform's own limit (undici's is 300 s), or forever.
+ * The timeout aborts `ac` (the caller's controller of this request, which
+ * also aborts it when the reader stops) and is thrown as a
+ * {@link TransientError}, so the caller's usual reconnect with backoff
+ * follows. The body stays readable after the headers.
+ */
+export async function fetchHeaders(
+  fetchImpl: (input: URL, init: RequestInit) => Promise<Response>,
+  input: URL,
+  init: RequestInit,
+  timeoutMs: number,
+  ac: AbortController,
+): Promise<Response> {
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    ac.abort();
+  }, timeoutMs);
+  try {
+    return await fetchImpl(input, { ...init, signal: ac.signal });
+  } catch (e) {
+    if (timedOut) throw new TransientError(`no response headers within ${timeoutMs} ms`);
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A controller aborted with `parent` (and on its own); `unlink` when done, so the parent holds no listener. */
+export function childController(parent: AbortSignal): { ac: AbortController; unlink(): void } {
+  const ac = new AbortController();
+  if (parent.aborted) {
+    ac.abort();
+    return { ac, unlink: () => {} };
+  }
+  const onAbort = () => ac.abort();
+  parent.addEventListener("abort", onAbort, { once: true });
+  return { ac, unlink: () => parent.removeEventListener("abort", onAbort) };
 }
 
 /** The transport, as its readers see it. */

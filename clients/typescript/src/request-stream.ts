@@ -11,7 +11,7 @@
 
 import { ProtocolViolationError, TransientError } from "./errors.js";
 import type { JSONRPCMessage, Link } from "./link.js";
-import { asError, backoffDelay, isFatal, mediaType, refusal, sleep, watchdog } from "./link.js";
+import { asError, backoffDelay, childController, fetchHeaders, isFatal, mediaType, refusal, sleep, watchdog } from "./link.js";
 import { parseRequestId } from "./seq.js";
 import { readSse, SseParser } from "./sse.js";
 
@@ -34,6 +34,8 @@ export interface FollowOptions {
 /** Reads `first` (a request stream's response) and its resumes until the call's response. Never rejects. */
 export async function followRequestStream(link: Link, first: Response | undefined, o: FollowOptions): Promise<void> {
   let res = first;
+  /** Releases the controller of a resumed GET (its body is read in the next round). */
+  let unlinkGet: (() => void) | undefined;
   let lastId = o.lastEventId;
   let stream: number | undefined;
   let n: number | undefined;
@@ -112,6 +114,8 @@ export async function followRequestStream(link: Link, first: Response | undefine
       } finally {
         dog.stop();
         link.signal.removeEventListener("abort", onAbort);
+        unlinkGet?.();
+        unlinkGet = undefined;
       }
     }
     if (link.closed) return;
@@ -128,19 +132,27 @@ export async function followRequestStream(link: Link, first: Response | undefine
     if (link.closed) return;
     o.onResume();
     res = undefined;
+    const get = childController(link.signal);
     try {
-      const got = await link.fetch(link.url, {
-        method: "GET",
-        headers: await link.headers({ accept: "text/event-stream", "last-event-id": lastId }),
-        signal: link.signal,
-      });
-      if (got.ok) res = got;
-      else {
+      // Bounded until the headers (a server that accepts and never answers); the body is watched by the watchdog.
+      const got = await fetchHeaders(
+        (input, init) => link.fetch(input, init),
+        link.url,
+        { method: "GET", headers: await link.headers({ accept: "text/event-stream", "last-event-id": lastId }) },
+        link.opts.headersTimeoutMs,
+        get.ac,
+      );
+      if (got.ok) {
+        res = got;
+        unlinkGet = get.unlink;
+      } else {
+        get.unlink();
         const e = await refusal(got, `GET (request stream ${lastId})`, n ?? 0, `request ${stream ?? "?"}`, link.sessionId ?? "");
         if (isFatal(e)) return end(link, o, e, lastId);
       }
     } catch {
-      // Not reachable yet (a restart): the next round waits longer.
+      get.unlink();
+      // Not reachable yet (a restart), or no headers in time: the next round waits longer.
     }
   }
 }

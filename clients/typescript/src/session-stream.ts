@@ -9,7 +9,18 @@
 
 import { ProtocolViolationError, SessionNotFoundError, TransientError } from "./errors.js";
 import type { JSONRPCMessage, Link } from "./link.js";
-import { asError, backoffDelay, isFatal, mediaType, refusal, refusalOf, sleep, watchdog } from "./link.js";
+import {
+  asError,
+  backoffDelay,
+  childController,
+  fetchHeaders,
+  isFatal,
+  mediaType,
+  refusal,
+  refusalOf,
+  sleep,
+  watchdog,
+} from "./link.js";
 import { decideStart, parseSeq, SeqChecker } from "./seq.js";
 import { readSse, SseParser, type SseEvent } from "./sse.js";
 import type { CursorStore } from "./stores.js";
@@ -54,6 +65,9 @@ export class SessionStream {
   /** Drops the live connection (close, or a watchdog). */
   private drop: (() => void) | undefined;
   private stopped = false;
+  /** Aborted by {@link stop} and by the transport's close: every request and wait of this reader. */
+  private readonly ac: AbortController;
+  private readonly unlink: () => void;
   /** The session this reader reads (the transport's may change with a new initialize). */
   private readonly sid: string;
 
@@ -66,6 +80,7 @@ export class SessionStream {
     private readonly stats: TransportStats,
   ) {
     this.sid = link.sessionId as string;
+    ({ ac: this.ac, unlink: this.unlink } = childController(link.signal));
     this.wsDisabled = !link.opts.websocket;
     if (startCursor !== undefined) {
       this.checker = new SeqChecker(startCursor);
@@ -79,14 +94,30 @@ export class SessionStream {
     return this.checker?.cursor;
   }
 
-  /** Ends the reader (the transport closed, or its session ended or was replaced). */
+  /**
+   * Ends the reader (the transport closed, or its session ended or was
+   * replaced): whatever is in flight is aborted (a GET waiting for its
+   * headers, a WebSocket handshake, a body being read, a backoff wait), and
+   * nothing is handed to the application after this returns.
+   */
   stop(): void {
+    if (this.stopped) return;
     this.stopped = true;
     this.drop?.();
+    this.ac.abort();
+    this.unlink();
   }
 
   /** Reads until the transport closes or a fatal error (reported through `fail`). */
   async run(): Promise<void> {
+    try {
+      await this.loop();
+    } finally {
+      this.unlink();
+    }
+  }
+
+  private async loop(): Promise<void> {
     const { link } = this;
     while (!link.closed && !this.stopped) {
       this.progressed = false;
@@ -109,7 +140,7 @@ export class SessionStream {
       const base = link.opts.initialDelayMs ?? this.retryMs ?? 1000;
       const wait = backoffDelay(base, link.opts.maxDelayMs, this.failures);
       link.log(`session stream: ${err.message}; resuming after ${this.checker?.cursor ?? this.opaqueId ?? "-"} in ${Math.round(wait)} ms`);
-      await sleep(wait, link.signal);
+      await sleep(wait, this.ac.signal);
     }
   }
 
@@ -138,15 +169,25 @@ export class SessionStream {
   private async sse(stopAtPriming: boolean): Promise<Error | typeof PRIMED> {
     const { link } = this;
     const sid = this.sid;
-    const ac = new AbortController();
-    const onAbort = () => ac.abort();
-    link.signal.addEventListener("abort", onAbort, { once: true });
+    const { ac, unlink } = childController(this.ac.signal);
     const extra: Record<string, string> = { accept: "text/event-stream" };
     const from = this.checker ? String(this.checker.cursor) : this.opaqueId;
     if (from !== undefined) extra["last-event-id"] = from;
     let dog: ReturnType<typeof watchdog> | undefined;
     try {
-      const res = await link.fetch(link.url, { method: "GET", headers: await link.headers(extra), signal: ac.signal });
+      const headers = await link.headers(extra);
+      if (this.stopped) return new TransientError("stopped");
+      const res = await fetchHeaders(
+        (input, init) => link.fetch(input, init),
+        link.url,
+        { method: "GET", headers },
+        link.opts.headersTimeoutMs,
+        ac,
+      );
+      if (this.stopped) {
+        await res.body?.cancel().catch(() => {});
+        return new TransientError("stopped");
+      }
       if (res.status === 405) {
         // A server without a standalone GET stream: nothing to read (the SDK's rule).
         await res.body?.cancel();
@@ -184,7 +225,7 @@ export class SessionStream {
     } finally {
       dog?.stop();
       this.drop = undefined;
-      link.signal.removeEventListener("abort", onAbort);
+      unlink();
     }
   }
 
@@ -254,6 +295,12 @@ export class SessionStream {
       this.link.report(new ProtocolViolationError(`an event that is not JSON: ${asError(e).message}`));
       return;
     }
+    this.deliver(message);
+  }
+
+  /** Hands one message of the session stream to the application, unless this reader was stopped. */
+  private deliver(message: JSONRPCMessage): void {
+    if (this.stopped || this.link.closed) throw new TransientError("stopped");
     this.link.deliver(message);
   }
 
@@ -275,9 +322,10 @@ export class SessionStream {
       token: await link.token(),
       headers: link.extraHeaders,
       timeoutMs: link.opts.handshakeTimeoutMs,
+      signal: this.ac.signal,
       maxMessageBytes: link.opts.maxMessageBytes,
     });
-    if (link.closed) {
+    if (link.closed || this.stopped) {
       if (hs.kind === "open") hs.socket.close(1000, "closing");
       return new TransientError("closed");
     }
@@ -328,13 +376,13 @@ export class SessionStream {
         if (ended) return;
         ended = true;
         dog.stop();
-        link.signal.removeEventListener("abort", onAbort);
+        this.ac.signal.removeEventListener("abort", onAbort);
         this.drop = undefined;
         if (code !== undefined) socket.close(code, e.message);
         resolve(e);
       };
       const onAbort = () => end(new TransientError("closed"), 1000);
-      link.signal.addEventListener("abort", onAbort, { once: true });
+      this.ac.signal.addEventListener("abort", onAbort, { once: true });
       this.drop = onAbort;
       const dog = watchdog(link.opts.idleTimeoutMs, () =>
         end(new TransientError(`no frame for ${link.opts.idleTimeoutMs} ms`), 1000),
@@ -384,7 +432,7 @@ export class SessionStream {
         throw new TransientError(gap.why);
       }
       this.progressed = true;
-      this.link.deliver(f.message as JSONRPCMessage);
+      this.deliver(f.message as JSONRPCMessage);
       this.queueSave();
     } else if (f.type === "heartbeat") {
       if (!Number.isSafeInteger(f.head)) throw new ProtocolViolationError(`a malformed heartbeat: ${text.slice(0, 100)}`);

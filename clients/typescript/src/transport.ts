@@ -57,8 +57,19 @@ export interface ResumableTransportOptions {
   requestStreamRetries?: number;
   /** A connection silent this long is dropped and resumed; default 45,000 (three heartbeats). */
   idleTimeoutMs?: number;
-  /** The longest WebSocket handshake; default 10,000. */
+  /**
+   * The longest WebSocket handshake, default 10,000: a server that accepts
+   * the connection and never answers the upgrade is given up on, and the
+   * reader reconnects with its usual backoff.
+   */
   handshakeTimeoutMs?: number;
+  /**
+   * The longest wait for the response headers of a GET (an SSE resume of the
+   * session stream or of a request stream), default 10,000: the same bound
+   * as the handshake, for the same reason. A stream that has begun is
+   * watched by `idleTimeoutMs` instead.
+   */
+  headersTimeoutMs?: number;
   /**
    * The largest message accepted from the server over a WebSocket (all its
    * fragments); default 4 MiB, the server's own limit for a client's message
@@ -121,6 +132,7 @@ export class ResumableClientTransport {
       requestRetries: options.requestStreamRetries ?? 10,
       idleTimeoutMs: options.idleTimeoutMs ?? 45_000,
       handshakeTimeoutMs: options.handshakeTimeoutMs ?? 10_000,
+      headersTimeoutMs: options.headersTimeoutMs ?? 10_000,
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
     };
     const self = this;

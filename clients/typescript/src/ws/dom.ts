@@ -58,8 +58,10 @@ export function domConnector(WebSocketImpl?: WebSocketConstructor): Connector {
         resolve(h);
       };
       const refused = (detail: string) => {
-        socket.close(1000, "");
+        // Settled first: closing a socket that is still connecting fires its
+        // error event again, synchronously in Node's WebSocket (undici).
         settle({ kind: "refused", status: undefined, body: "", detail });
+        socket.close(1000, "");
       };
       const timer = setTimeout(() => refused(`the WebSocket handshake took longer than ${req.timeoutMs} ms`), req.timeoutMs);
       req.signal?.addEventListener("abort", onAbort, { once: true });
@@ -92,6 +94,7 @@ class DomFrameSocket implements FrameSocket {
   private handlers: FrameHandlers | undefined;
   private queued: Array<string | { code: number; reason: string }> = [];
   private done = false;
+  private closing = false;
 
   constructor(
     private readonly ws: WebSocketLike,
@@ -132,6 +135,12 @@ class DomFrameSocket implements FrameSocket {
   }
 
   close(code: number, reason: string): void {
+    // Once only: undici fires `error` synchronously when a connecting socket
+    // is closed, and its handler closes again; unguarded, that recursed until
+    // the stack overflowed before the handshake was settled, and the reader
+    // hung (seen as the flaky WHATWG 409 test of refusals.test.mjs).
+    if (this.closing) return;
+    this.closing = true;
     this.done = true;
     this.handlers = undefined;
     try {
