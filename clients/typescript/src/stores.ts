@@ -86,12 +86,17 @@ export interface SavedCursor {
 }
 
 /**
- * Node: one JSON file `{"sessionId": ..., "cursor": N}`, replaced atomically
- * (written beside it, then renamed), so a crash leaves the old cursor or the
- * new one, never half a file. Saves are coalesced: while one write is under
- * way only the newest cursor waits, so a fast stream costs at most one write
- * at a time. It keeps the latest session only; {@link lastSession} tells a
- * restarted program which session to re-attach to.
+ * Node: one JSON file `{"sessionId": ..., "cursor": N}`, replaced atomically,
+ * so a crash (of the program or of the machine) leaves the old cursor or the
+ * new one, never half a file or an empty one: the new content is written to
+ * a temporary file beside it and fsync'd, renamed over the file, and the
+ * directory is fsync'd so the rename itself is durable. The temporary name is
+ * unique to the write (pid and random), so two stores on one path (two
+ * programs, or two transports in one) never write into each other's
+ * temporary file; the last rename wins whole. Saves are coalesced: while one
+ * write is under way only the newest cursor waits, so a fast stream costs at
+ * most one write at a time. It keeps the latest session only;
+ * {@link lastSession} tells a restarted program which session to re-attach to.
  */
 export class FileCursorStore implements CursorStore {
   private pending: SavedCursor | undefined;
@@ -155,13 +160,29 @@ export class FileCursorStore implements CursorStore {
 
   private async drain(): Promise<void> {
     const fs = await import("node:fs/promises");
+    const { dirname } = await import("node:path");
+    const { randomBytes } = await import("node:crypto");
     try {
       while (this.pending) {
         const next = this.pending;
         this.pending = undefined;
-        const tmp = `${this.path}.tmp`;
-        await fs.writeFile(tmp, JSON.stringify(next) + "\n");
-        await fs.rename(tmp, this.path);
+        const tmp = `${this.path}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
+        try {
+          const fh = await fs.open(tmp, "wx", 0o600);
+          try {
+            await fh.writeFile(JSON.stringify(next) + "\n");
+            // The data is on disk before the name points at it: a crash after
+            // the rename must not find an empty file (ext4, xfs delay data).
+            await fh.sync();
+          } finally {
+            await fh.close();
+          }
+          await fs.rename(tmp, this.path);
+        } catch (e) {
+          await fs.rm(tmp, { force: true }).catch(() => {});
+          throw e;
+        }
+        await syncDir(fs, dirname(this.path));
       }
     } catch (e) {
       this.failure = e;
@@ -169,5 +190,27 @@ export class FileCursorStore implements CursorStore {
     } finally {
       this.writing = undefined;
     }
+  }
+}
+
+/**
+ * fsyncs a directory, so that a rename in it survives a crash of the machine.
+ * Platforms that cannot open a directory for it (Windows) refuse with
+ * EISDIR, EPERM or EACCES; there a rename is as durable as the platform makes it.
+ */
+async function syncDir(fs: typeof import("node:fs/promises"), dir: string): Promise<void> {
+  let fh: import("node:fs/promises").FileHandle;
+  try {
+    fh = await fs.open(dir, "r");
+  } catch (e) {
+    if (["EISDIR", "EPERM", "EACCES"].includes((e as { code?: string }).code ?? "")) return;
+    throw e;
+  }
+  try {
+    await fh.sync();
+  } catch (e) {
+    if (!["EISDIR", "EPERM", "EACCES", "EINVAL", "EBADF"].includes((e as { code?: string }).code ?? "")) throw e;
+  } finally {
+    await fh.close();
   }
 }

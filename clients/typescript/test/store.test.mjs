@@ -56,6 +56,61 @@ test('FileCursorStore refuses a file that is not a cursor, rather than starting 
   assert.equal(await new FileCursorStore(path.join(tempDir(), 'none.json')).load('x'), undefined);
 });
 
+test('FileCursorStore: two stores writing one path at once never corrupt it, never fail, and leave no temporary file', async () => {
+  const dir = tempDir();
+  const file = path.join(dir, 'cursor.json');
+  // Two stores on one path (two programs, or two transports of one): each
+  // save of one races saves of the other. Sessions of different lengths, so
+  // that interleaved writes into one shared temporary file would show.
+  const a = new FileCursorStore(file);
+  const b = new FileCursorStore(file);
+  const valid = (text) => {
+    const v = JSON.parse(text);
+    return (v.sessionId === 'a' || v.sessionId === 'b'.repeat(200)) && Number.isSafeInteger(v.cursor);
+  };
+  for (let round = 0; round < 200; round++) {
+    await Promise.all([a.save('a', round), b.save('b'.repeat(200), round * 1000), a.flush(), b.flush()]);
+    const text = fs.readFileSync(file, 'utf8');
+    assert.ok(valid(text), `round ${round}: ${JSON.stringify(text.slice(0, 80))}`);
+  }
+  await Promise.all([a.flush(), b.flush()]);
+  assert.deepEqual(fs.readdirSync(dir), ['cursor.json'], 'no temporary file left behind');
+});
+
+test('FileCursorStore: the new content is fsync\'d before the rename, and the directory after it', async () => {
+  const { syncBuiltinESMExports } = await import('node:module');
+  const dir = tempDir();
+  const file = path.join(dir, 'cursor.json');
+  const calls = [];
+  const fsp = fs.promises;
+  const { open, rename } = fsp;
+  fsp.open = async (p, ...rest) => {
+    const fh = await open(p, ...rest);
+    const sync = fh.sync.bind(fh);
+    fh.sync = async () => {
+      calls.push(`sync ${p === dir ? 'dir' : path.dirname(p) === dir && p !== file ? 'tmp' : p}`);
+      return sync();
+    };
+    return fh;
+  };
+  fsp.rename = async (from, to) => {
+    calls.push(`rename ${path.basename(to)}`);
+    return rename(from, to);
+  };
+  syncBuiltinESMExports();
+  try {
+    const store = new FileCursorStore(file);
+    await store.save('s', 7);
+    await store.flush();
+  } finally {
+    fsp.open = open;
+    fsp.rename = rename;
+    syncBuiltinESMExports();
+  }
+  assert.deepEqual(calls, ['sync tmp', 'rename cursor.json', 'sync dir']);
+  assert.deepEqual(await new FileCursorStore(file).lastSession(), { sessionId: 's', cursor: 7 });
+});
+
 test('LocalStorageCursorStore keeps one key per session', () => {
   const m = new Map();
   const storage = {
