@@ -17,4 +17,5 @@ export {
 } from "./errors.js";
 export type { DiscontinuityDetails, DiscontinuityReason } from "./errors.js";
 export { REQUEST_STREAM_LOST } from "./request-stream.js";
+export { WEBSOCKET_MESSAGE_LOST } from "./session-stream.js";
 export type { WebSocketConstructor, WebSocketLike } from "./ws/dom.js";

@@ -45,6 +45,7 @@ export interface Resolved {
   handshakeTimeoutMs: number;
   headersTimeoutMs: number;
   maxMessageBytes: number;
+  websocketMessages: boolean;
 }
 
 /**
@@ -111,6 +112,12 @@ export interface Link {
   report(e: Error): void;
   /** Reports and closes the transport. */
   fail(e: Error): void;
+  /**
+   * POSTs a client message again (one sent as a WebSocket frame whose
+   * reading the server never confirmed); a request whose POST fails ends
+   * with a JSON-RPC error, anything else is reported.
+   */
+  resend(message: JSONRPCMessage): void;
   /** A line for the `log` option: reconnects, fallbacks, healed gaps. */
   log(line: string): void;
 }

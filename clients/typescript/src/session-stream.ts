@@ -19,6 +19,7 @@ import {
   refusal,
   refusalOf,
   sleep,
+  utf8Length,
   watchdog,
 } from "./link.js";
 import { decideStart, parseSeq, SeqChecker } from "./seq.js";
@@ -50,6 +51,26 @@ const PRIMED = Symbol("primed");
 /** Fallbacks in a row where the reason is uncertain (a browser's failed handshake, 503) before the upgrade is no longer tried. */
 const MAX_STRIKES = 3;
 
+/**
+ * The most client messages sent as `message` frames whose reading by the
+ * server is not yet confirmed (docs/protocol.md 3.5: the server handles 64 at
+ * once per socket); past it messages go by POST, so the outbox stays bounded.
+ */
+const MAX_UNCONFIRMED = 64;
+
+/** How many requests failed with their socket are remembered, to recognise their late responses. */
+const MAX_ABANDONED = 1024;
+
+/** The JSON-RPC error code of a request whose socket closed before its response (as the SDK's ConnectionClosed). */
+export const WEBSOCKET_MESSAGE_LOST = -32000;
+
+/** A client message sent as a `message` frame on the current socket, not yet known to have been read. */
+interface Unconfirmed {
+  message: JSONRPCMessage;
+  /** A request (it has a method and an id): its response confirms it and everything sent before it. */
+  request: boolean;
+}
+
 export class SessionStream {
   private checker: SeqChecker | undefined;
   /** The last id from a server whose ids are not seqs (a plain Streamable HTTP server). */
@@ -70,6 +91,17 @@ export class SessionStream {
   private readonly unlink: () => void;
   /** The session this reader reads (the transport's may change with a new initialize). */
   private readonly sid: string;
+  /** The socket client messages may be sent on: open, and its echo accepted. */
+  private socket: FrameSocket | undefined;
+  /** Messages sent on {@link socket} not yet confirmed read by the server, in the order sent. */
+  private outbox: Unconfirmed[] = [];
+  /** Whether any `message` frame went out on the current socket, and whether one was confirmed. */
+  private framesSent = false;
+  private framesConfirmed = false;
+  /** The server refused `message` frames: every message goes by POST from now on. */
+  private framesRefused = false;
+  /** Ids of requests failed when their socket closed: their responses, if they come, are reported, not delivered. */
+  private readonly abandoned = new Set<string | number>();
 
   constructor(
     private readonly link: Link,
@@ -103,9 +135,34 @@ export class SessionStream {
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
+    this.socket = undefined;
+    const left = this.outbox;
+    this.outbox = [];
     this.drop?.();
     this.ac.abort();
     this.unlink();
+    // Requests sent on this reader's socket would be answered on its stream,
+    // which nobody reads now: end their calls (a closed transport's are the SDK's).
+    if (!this.link.closed) for (const u of left) if (u.request) this.failRequest(u.message, "its session's reader stopped (the session ended or was replaced)");
+  }
+
+  /**
+   * Sends `message` as a `message` frame on the open socket (docs/protocol.md
+   * 5.3): true when it went out, false when it must be POSTed instead (no
+   * socket, the server refused frames, too many unconfirmed, too large).
+   * A request's response comes back as a session-stream event.
+   */
+  sendFrame(message: JSONRPCMessage): boolean {
+    const socket = this.socket;
+    if (!socket || this.stopped || this.framesRefused || !this.link.opts.websocketMessages) return false;
+    if (this.outbox.length >= MAX_UNCONFIRMED) return false;
+    const text = JSON.stringify({ type: "message", message });
+    // The server's limit for a client's message (3.5); a larger one is POSTed and meets 413 there, loudly.
+    if (text.length > this.link.opts.maxMessageBytes || utf8Length(text) > this.link.opts.maxMessageBytes) return false;
+    if (!socket.send(text)) return false;
+    this.framesSent = true;
+    this.outbox.push({ message, request: message.method !== undefined && message.id !== undefined });
+    return true;
   }
 
   /** Reads until the transport closes or a fatal error (reported through `fail`). */
@@ -298,9 +355,32 @@ export class SessionStream {
     this.deliver(message);
   }
 
-  /** Hands one message of the session stream to the application, unless this reader was stopped. */
+  /**
+   * Hands one message of the session stream to the application, unless this
+   * reader was stopped. A response to a request sent on the socket confirms
+   * it and every frame sent before it (the server reads frames in order); a
+   * response to a request already failed with its socket is reported instead.
+   */
   private deliver(message: JSONRPCMessage): void {
     if (this.stopped || this.link.closed) throw new TransientError("stopped");
+    const id = message.id;
+    if (id !== undefined && message.method === undefined) {
+      if (this.outbox.length) {
+        const i = this.outbox.findIndex((u) => u.request && u.message.id === id);
+        if (i >= 0) {
+          this.outbox.splice(0, i + 1);
+          this.framesConfirmed = true;
+        }
+      }
+      if (this.abandoned.delete(id)) {
+        this.link.report(
+          new Error(
+            `the response to request ${JSON.stringify(id)} arrived after its call was failed when its WebSocket closed: the request did run`,
+          ),
+        );
+        return;
+      }
+    }
     this.link.deliver(message);
   }
 
@@ -370,15 +450,20 @@ export class SessionStream {
 
   private readSocket(socket: FrameSocket, checker: SeqChecker): Promise<Error> {
     const { link } = this;
+    this.socket = socket;
+    this.framesSent = false;
+    this.framesConfirmed = false;
     return new Promise<Error>((resolve) => {
       let ended = false;
-      const end = (e: Error, code?: number) => {
+      const end = (e: Error, code?: number, serverCode?: number) => {
         if (ended) return;
         ended = true;
         dog.stop();
         this.ac.signal.removeEventListener("abort", onAbort);
         this.drop = undefined;
+        if (this.socket === socket) this.socket = undefined;
         if (code !== undefined) socket.close(code, e.message);
+        this.settleOutbox(serverCode);
         resolve(e);
       };
       const onAbort = () => end(new TransientError("closed"), 1000);
@@ -404,7 +489,15 @@ export class SessionStream {
             end(err, err instanceof ProtocolViolationError ? 4400 : 4409);
           }
         },
-        onClose: (code, reason) => end(closeError(code, reason, this.sid)),
+        onClose: (code, reason) => {
+          if (this.framesSent && REFUSED_FRAME.has(code)) {
+            // The server refused what this client sent on the socket: a
+            // `message` frame (the only other frame is the ack). The session
+            // stream resumes; messages go by POST from now on.
+            return end(new TransientError(`the server closed the socket ${code} after a message frame (${reason}); POST from now on`), undefined, code);
+          }
+          end(closeError(code, reason, this.sid), undefined, code);
+        },
       });
       // prior = C: nothing to replay, the gate opens at once.
       try {
@@ -412,6 +505,61 @@ export class SessionStream {
       } catch (e) {
         end(asError(e), 1000);
       }
+    });
+  }
+
+  /**
+   * What happens to the messages of a socket that ended before the server was
+   * shown to have read them (no response to a later request came back). The
+   * protocol has no receipt for a frame, so:
+   *
+   * - a notification or a response (an answer to a server request) is POSTed
+   *   again: the server drops an answer it already has (3.4) and a repeated
+   *   cancellation changes nothing, so at least once is safe for them;
+   * - a request may have run: like a POST whose connection broke before its
+   *   answer, its call ends at once with a JSON-RPC error -32000
+   *   (`data.reason: "websocket-closed"`) and the application decides; if its
+   *   response still arrives on the session stream, it is reported through
+   *   `onerror` as proof that it ran, not delivered;
+   * - if the server refused the frames (a close of 1003, 1009 or 4400 after
+   *   message frames), frames stay off for this transport; when none of this
+   *   socket's frames had been confirmed, none was handled, and requests too
+   *   are POSTed again.
+   */
+  private settleOutbox(serverCode: number | undefined): void {
+    const left = this.outbox;
+    this.outbox = [];
+    const refused = serverCode !== undefined && this.framesSent && REFUSED_FRAME.has(serverCode);
+    if (refused) {
+      this.framesRefused = true;
+      this.link.log(`the server refused message frames (close ${serverCode}); client messages go by POST from now on`);
+    }
+    if (this.stopped || this.link.closed) return;
+    const replayRequests = refused && !this.framesConfirmed;
+    for (const u of left) {
+      if (!u.request || replayRequests) {
+        this.link.resend(u.message);
+        continue;
+      }
+      const id = u.message.id as string | number;
+      this.abandoned.add(id);
+      if (this.abandoned.size > MAX_ABANDONED) this.abandoned.delete(this.abandoned.values().next().value as string | number);
+      this.failRequest(u.message, "the WebSocket that carried it closed before its response");
+    }
+  }
+
+  /** Ends a request's call with a JSON-RPC error made here (-32000, `data.reason: "websocket-closed"`), and reports why. */
+  private failRequest(message: JSONRPCMessage, why: string): void {
+    const id = message.id as string | number;
+    this.link.report(new Error(`request ${JSON.stringify(id)} (${message.method}): ${why}; it may or may not have run`));
+    this.link.deliver({
+      jsonrpc: "2.0",
+      id,
+      error: {
+        code: WEBSOCKET_MESSAGE_LOST,
+        message: `${why}: the request may or may not have run`,
+        data: { reason: "websocket-closed", method: message.method },
+      },
     });
   }
 
@@ -470,6 +618,9 @@ export class SessionStream {
     }
   }
 }
+
+/** Close codes by which a server refuses what a client sent (docs/protocol.md 5.5: binary, too big, malformed). */
+const REFUSED_FRAME = new Set([1003, 1009, 4400]);
 
 /** The server has no standalone GET stream (405): the reader stops quietly. */
 const NO_STREAM = new Error("no session stream");

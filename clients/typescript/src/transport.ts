@@ -12,7 +12,7 @@ import { HttpStatusError, SessionNotFoundError } from "./errors.js";
 import type { JSONRPCMessage, Link, ReconnectOptions, Resolved } from "./link.js";
 import { asError, mediaType } from "./link.js";
 import { followRequestStream } from "./request-stream.js";
-import { SessionStream, type TransportStats } from "./session-stream.js";
+import { SessionStream, WEBSOCKET_MESSAGE_LOST, type TransportStats } from "./session-stream.js";
 import { MemoryCursorStore, type CursorStore } from "./stores.js";
 import { domConnector, type WebSocketConstructor } from "./ws/dom.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./ws/frames.js";
@@ -65,19 +65,31 @@ export interface ResumableTransportOptions {
   handshakeTimeoutMs?: number;
   /**
    * The longest wait for the response headers of a GET (an SSE resume of the
-   * session stream or of a request stream), default 10,000: the same bound
-   * as the handshake, for the same reason. A stream that has begun is
-   * watched by `idleTimeoutMs` instead.
+   * session stream or of a request stream, a task stream), default 10,000:
+   * the same bound as the handshake, for the same reason. A stream that has
+   * begun is watched by `idleTimeoutMs` instead.
    */
   headersTimeoutMs?: number;
   /**
    * The largest message accepted from the server over a WebSocket (all its
-   * fragments); default 4 MiB, the server's own limit for a client's message
-   * (docs/protocol.md 3.5). A server frame that declares more closes the
-   * socket with 1009 before its payload is buffered, so a lying server
-   * cannot grow this client's memory.
+   * fragments) and sent to it as a `message` frame; default 4 MiB, the
+   * server's own limit for a client's message (docs/protocol.md 3.5). A
+   * server frame that declares more closes the socket with 1009 before its
+   * payload is buffered, so a lying server cannot grow this client's memory.
    */
   maxMessageBytes?: number;
+  /**
+   * Send client messages as `message` frames on the open session-stream
+   * WebSocket (docs/protocol.md 5.3) instead of POSTing each; default false.
+   * A request's response (and its progress) then comes back as a
+   * session-stream event, behind whatever the stream holds before it; POST
+   * remains the path when no socket is open, after the server refused a
+   * frame, for oversized messages and for messages with per-message headers.
+   * What happens to messages on a socket that closes before the server was
+   * shown to have read them is described at `SessionStream.settleOutbox`
+   * and in README.md.
+   */
+  websocketMessages?: boolean;
   /** Diagnostics: reconnects, fallbacks, healed gaps, one line each. */
   log?: (line: string) => void;
 }
@@ -134,6 +146,7 @@ export class ResumableClientTransport {
       handshakeTimeoutMs: options.handshakeTimeoutMs ?? 10_000,
       headersTimeoutMs: options.headersTimeoutMs ?? 10_000,
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES,
+      websocketMessages: options.websocketMessages ?? false,
     };
     const self = this;
     this.link = {
@@ -160,6 +173,7 @@ export class ResumableClientTransport {
         this.onerror?.(e);
         void this.close();
       },
+      resend: (m) => this.resend(m),
       log: (line) => this.logger?.(line),
     };
   }
@@ -195,8 +209,15 @@ export class ResumableClientTransport {
     this._protocolVersion = version;
   }
 
+  /**
+   * Sends one client message: as a `message` frame on the session stream's
+   * WebSocket when `websocketMessages` is on and a socket is open, else by
+   * POST (always for `initialize`, `notifications/initialized`, a resumed
+   * request stream, and a message with its own headers).
+   */
   async send(message: JSONRPCMessage, options?: SendOptions): Promise<void> {
     if (this.closed) throw new Error("the transport is closed");
+    if (this.canFrame(message, options) && this.session?.sendFrame(message)) return;
     try {
       await this.post(message, options);
     } catch (e) {
@@ -280,6 +301,37 @@ export class ResumableClientTransport {
     }
     await res.body?.cancel().catch(() => {});
     if (isRequest) throw new Error(`unexpected content type ${res.headers.get("content-type")}`);
+  }
+
+  /** Whether `message` may go as a WebSocket frame at all (the socket decides the rest). */
+  private canFrame(message: JSONRPCMessage, options?: SendOptions): boolean {
+    if (!this.opts.websocketMessages || !this.session) return false;
+    if (message.method === "initialize" || message.method === "notifications/initialized") return false;
+    if (options?.resumptionToken) return false;
+    // Per-message headers cannot ride a frame.
+    return !Object.keys(options?.headers ?? {}).some((k) => !RESERVED.has(k.toLowerCase()));
+  }
+
+  /** POSTs a message a closed socket may not have delivered; see {@link Link.resend}. */
+  private resend(message: JSONRPCMessage): void {
+    if (this.closed) return;
+    this.logger?.(`POSTing again ${message.method ?? `the response to ${JSON.stringify(message.id)}`}: its WebSocket closed before the server confirmed it`);
+    this.post(message).catch((e) => {
+      if (this.closed) return;
+      const err = withCause(asError(e));
+      this.onerror?.(err);
+      if (message.method !== undefined && message.id !== undefined) {
+        this.onmessage?.({
+          jsonrpc: "2.0",
+          id: message.id,
+          error: {
+            code: WEBSOCKET_MESSAGE_LOST,
+            message: `the request's WebSocket closed and POSTing it failed: ${err.message}`,
+            data: { reason: "websocket-closed", method: message.method },
+          },
+        });
+      }
+    });
   }
 
   /** Ends the session on the server (`DELETE`) and forgets its cursor. */

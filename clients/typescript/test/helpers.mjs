@@ -145,6 +145,13 @@ export class Proxy {
     this.cutSeqs = new Set();
     /** The id of the newest connection (ids count up from 1). */
     this.lastId = 0;
+    /**
+     * Set by a test: a client `message` frame on an upgraded connection is not
+     * forwarded; the client gets close 4400 instead, as from a server that
+     * refuses such frames. Counts them in `refused`.
+     */
+    this.refuseMessages = false;
+    this.refused = 0;
     this.server = net.createServer((client) => this.accept(client));
   }
 
@@ -170,6 +177,7 @@ export class Proxy {
     // before (the WHATWG WebSocket shares fetch's pool): every request head is
     // looked at, and an upgrade makes the connection `ws` from then on.
     client.on('data', (chunk) => {
+      if (conn.clientFraming) return this.forwardClientFrames(conn, chunk);
       const head = chunk.toString('latin1', 0, Math.min(chunk.length, 2048)).toLowerCase();
       if (conn.kind === null || /^(get|post|delete|options) /.test(head)) {
         const kind = /\r\nupgrade:\s*websocket/.test(head) ? 'ws' : head.startsWith('post ') ? 'post' : 'get';
@@ -180,6 +188,8 @@ export class Proxy {
         }
       }
       upstream.write(chunk);
+      // After an upgrade request, what the client sends is frames (it waits for the 101 first).
+      if (conn.kind === 'ws') conn.clientFraming = true;
     });
     upstream.on('data', (chunk) => (conn.kind === 'ws' ? this.forwardFrames(conn, chunk) : client.write(chunk)));
   }
@@ -233,6 +243,49 @@ export class Proxy {
       conn.upstream.destroy();
       this.conns.delete(conn);
       this.dropped.ws += 1;
+    }
+  }
+
+  /** Forwards the client's (masked) frames, or answers a `message` frame with close 4400 when `refuseMessages` is set. */
+  forwardClientFrames(conn, chunk) {
+    if (conn.refusing) return;
+    const buf = conn.cbuf?.length ? Buffer.concat([conn.cbuf, chunk]) : chunk;
+    let off = 0;
+    let refuse = false;
+    while (buf.length - off >= 6) {
+      let len = buf[off + 1] & 0x7f;
+      let h = 2;
+      if (len === 126) {
+        if (buf.length - off < 8) break;
+        len = buf.readUInt16BE(off + 2);
+        h = 4;
+      } else if (len === 127) {
+        if (buf.length - off < 14) break;
+        len = Number(buf.readBigUInt64BE(off + 2));
+        h = 10;
+      }
+      if (buf.length - off < h + 4 + len) break;
+      const mask = buf.subarray(off + h, off + h + 4);
+      const start = Buffer.alloc(Math.min(len, 20));
+      for (let i = 0; i < start.length; i++) start[i] = buf[off + h + 4 + i] ^ mask[i & 3];
+      if (this.refuseMessages && start.toString('latin1').startsWith('{"type":"message"')) {
+        refuse = true;
+        break;
+      }
+      off += h + 4 + len;
+    }
+    conn.upstream.write(buf.subarray(0, off));
+    conn.cbuf = buf.subarray(off);
+    if (refuse) {
+      conn.refusing = true;
+      this.refused += 1;
+      const reason = Buffer.from('message frames are refused here');
+      conn.client.write(Buffer.concat([Buffer.from([0x88, 2 + reason.length, 0x11, 0x30]), reason]));
+      setTimeout(() => {
+        conn.client.destroy();
+        conn.upstream.destroy();
+        this.conns.delete(conn);
+      }, 20);
     }
   }
 
