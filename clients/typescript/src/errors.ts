@@ -140,3 +140,30 @@ export class TransientError extends Error {
     this.name = "TransientError";
   }
 }
+
+/**
+ * A JSON-RPC error the server answered one of this package's own requests
+ * with (`tasks/stream`: an unknown or expired task, a missing capability),
+ * typed so the application can branch on `code` and `data.reason` rather than
+ * parse a message. Resuming cannot help; the application must act.
+ */
+export class RpcError extends Error {
+  /** The JSON-RPC error code (-32602 invalid params, -32021 missing capability, ...). */
+  readonly code: number;
+  /** The error's `data`, as sent (mcp-resume names a `reason` there). */
+  readonly data: unknown;
+  constructor(what: string, error: { code?: unknown; message?: unknown; data?: unknown }) {
+    const code = typeof error.code === "number" ? error.code : 0;
+    const msg = typeof error.message === "string" ? error.message : JSON.stringify(error).slice(0, 300);
+    super(`${what} answered JSON-RPC error ${code}: ${msg}`);
+    this.name = "RpcError";
+    this.code = code;
+    this.data = error.data;
+  }
+
+  /** `data.reason`, when the server gave one. */
+  get reason(): string | undefined {
+    const d = this.data as { reason?: unknown } | undefined;
+    return typeof d?.reason === "string" ? d.reason : undefined;
+  }
+}

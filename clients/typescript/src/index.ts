@@ -13,8 +13,11 @@ export {
   CursorDiscontinuityError,
   HttpStatusError,
   ProtocolViolationError,
+  RpcError,
   SessionNotFoundError,
 } from "./errors.js";
+export { TASK_STATUS_PREFIX, TaskEventStream } from "./task-stream.js";
+export type { StreamTaskOptions, TaskEvent, TaskStreamStats } from "./task-stream.js";
 export type { DiscontinuityDetails, DiscontinuityReason } from "./errors.js";
 export { REQUEST_STREAM_LOST } from "./request-stream.js";
 export { WEBSOCKET_MESSAGE_LOST } from "./session-stream.js";

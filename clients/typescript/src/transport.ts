@@ -14,6 +14,7 @@ import { asError, mediaType } from "./link.js";
 import { followRequestStream } from "./request-stream.js";
 import { SessionStream, WEBSOCKET_MESSAGE_LOST, type TransportStats } from "./session-stream.js";
 import { MemoryCursorStore, type CursorStore } from "./stores.js";
+import { TaskEventStream, type StreamTaskOptions, type TaskLink } from "./task-stream.js";
 import { domConnector, type WebSocketConstructor } from "./ws/dom.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./ws/frames.js";
 import { nodeConnector } from "./ws/node.js";
@@ -332,6 +333,32 @@ export class ResumableClientTransport {
         });
       }
     });
+  }
+
+  /**
+   * Reads the events of durable task `taskId` (SEP-2694 task event streams,
+   * docs/protocol.md 3.9) after `options.after`, as an async iterator that
+   * checks every seq, resumes from the last one on any drop, and ends after
+   * the task's terminal event: `for await (const e of transport.streamTask(id))`.
+   * Tasks belong to the stateless era, so no session is needed (nor started):
+   * the requests carry this transport's credentials and headers, never its
+   * session id. `via` chooses `tasks/stream` by POST (default), the SSE GET of
+   * `P/tasks/{id}/events`, or its cursor-safe WebSocket upgrade. Closing the
+   * transport ends the stream.
+   */
+  streamTask(taskId: string, options: StreamTaskOptions = {}): TaskEventStream {
+    if (this.closed) throw new Error("the transport is closed");
+    const link: TaskLink = {
+      url: this.url,
+      opts: this.opts,
+      signal: this.ac.signal,
+      fetch: (input, init) => this.fetchImpl(input, init),
+      headers: (extra) => this.headers(extra, false),
+      extraHeaders: this.extraHeaders,
+      token: () => this.token(),
+      log: (line) => this.logger?.(line),
+    };
+    return new TaskEventStream(link, taskId, options);
   }
 
   /** Ends the session on the server (`DELETE`) and forgets its cursor. */

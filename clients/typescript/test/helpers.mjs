@@ -15,13 +15,37 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '
 
 /** The binary scripts/test builds; MCP_RESUME_BIN overrides. Missing is an error, never a skip. */
 export function binary() {
-  const bin =
-    process.env.MCP_RESUME_BIN ??
-    path.join(process.env.CARGO_TARGET_DIR ?? path.join(ROOT, 'target'), 'debug', 'mcp-resume');
+  const bin = process.env.MCP_RESUME_BIN ?? path.join(path.resolve(ROOT, process.env.CARGO_TARGET_DIR ?? 'target'), 'debug', 'mcp-resume');
   if (!fs.existsSync(bin)) {
     throw new Error(`${bin} does not exist: run \`cargo build -p mcp-resume\` (scripts/test does), or set MCP_RESUME_BIN`);
   }
   return bin;
+}
+
+/**
+ * The conformance example server (crates/rmcp/examples/conformance: rmcp on
+ * mcp-resume's transport with durable tasks), for task streams.
+ * MCP_RESUME_CONFORMANCE_BIN overrides where scripts/test's cargo build puts
+ * it. Missing is an error, never a skip.
+ */
+export function conformanceBinary() {
+  const target = path.resolve(ROOT, process.env.CARGO_TARGET_DIR ?? 'target');
+  const bin = process.env.MCP_RESUME_CONFORMANCE_BIN ?? path.join(target, 'debug', 'examples', 'conformance');
+  if (!fs.existsSync(bin)) {
+    throw new Error(`${bin} does not exist: run \`cargo build --workspace --all-targets\` (scripts/test does), or set MCP_RESUME_CONFORMANCE_BIN`);
+  }
+  return bin;
+}
+
+/** `conformance --listen 127.0.0.1:0 ...extra`, killed with `stop()`. */
+export async function conformance(extra = []) {
+  const child = spawn(conformanceBinary(), ['--listen', '127.0.0.1:0', ...extra], {
+    env: { ...process.env, RUST_LOG: 'warn' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await listening(child, 'the conformance example');
+  const u = new URL(url);
+  return { url, port: Number(u.port), stop: () => child.kill('SIGKILL') };
 }
 
 export function tempDir(prefix = 'mcp-resume-ts-') {
