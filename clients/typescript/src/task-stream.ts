@@ -152,12 +152,17 @@ export class TaskEventStream implements AsyncIterable<TaskEvent> {
     }
     this.last = options.after;
     this.via = options.via ?? "post";
-    ({ ac: this.ac, unlink: this.unlink } = childController(link.signal));
+    const fromTransport = childController(link.signal);
+    this.ac = fromTransport.ac;
     const outer = options.signal;
-    if (outer) {
-      if (outer.aborted) this.ac.abort();
-      else outer.addEventListener("abort", () => this.ac.abort(), { once: true });
-    }
+    const onOuter = () => this.ac.abort();
+    if (outer?.aborted) this.ac.abort();
+    else outer?.addEventListener("abort", onOuter, { once: true });
+    // Called once the stream is over: neither signal keeps a listener for it.
+    this.unlink = () => {
+      fromTransport.unlink();
+      outer?.removeEventListener("abort", onOuter);
+    };
   }
 
   /** The seq of the last event handed out (or the `after` given): where a new stream resumes. */
