@@ -65,16 +65,13 @@ class Server:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            err = open(self.log, "ab") if self.log is not None else subprocess.DEVNULL
             env = {**os.environ, "RUST_LOG": os.environ.get("MCPR_TEST_LOG", "warn")}
-            proc = subprocess.Popen(
-                [*self.argv, "--listen", f"127.0.0.1:{self.port}", *self.extra],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                env=env,
-            )
-            if err is not subprocess.DEVNULL:
-                err.close()
+            argv = [*self.argv, "--listen", f"127.0.0.1:{self.port}", *self.extra]
+            if self.log is not None:
+                with open(self.log, "ab") as err:
+                    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=env)
+            else:
+                proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
             line = _read_line(proc, deadline)
             if line is not None and "listening on " in line:
                 self.proc = proc

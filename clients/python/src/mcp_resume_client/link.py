@@ -8,6 +8,7 @@ reader can be read (and tested) without it.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import random
@@ -178,6 +179,42 @@ def is_network_error(e: BaseException) -> bool:
 def clamp_retry(ms: int) -> float:
     """A server's SSE ``retry:`` as seconds, kept between 10 ms and a minute."""
     return min(max(ms, 10), 60_000) / 1000.0
+
+
+class IdleWatch:
+    """Calls ``on_idle`` once nothing arrived on a connection for ``seconds``.
+
+    Why not a timeout around each read: arming and disarming a timer for
+    every frame costs more than the frame. The reader bumps :attr:`ticks`
+    (an integer) per frame; a timer that fires every third of the period
+    compares it with what it saw last. The server sends a heartbeat or a
+    keepalive at least every 15 s, so a silent connection is a dead one.
+    """
+
+    def __init__(self, seconds: float, on_idle: Callable[[], None]) -> None:
+        self.ticks = 0
+        self.fired = False
+        self._seconds = seconds
+        self._on_idle = on_idle
+        self._seen = 0
+        self._loop = asyncio.get_running_loop()
+        self._since = self._loop.time()
+        self._handle = self._loop.call_later(seconds / 3, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self.ticks != self._seen:
+            self._seen = self.ticks
+            self._since = now
+        elif now - self._since >= self._seconds:
+            self.fired = True
+            self._on_idle()
+            return
+        self._handle = self._loop.call_later(self._seconds / 3, self._check)
+
+    def stop(self) -> None:
+        """Stops watching (the connection ended)."""
+        self._handle.cancel()
 
 
 class ApplicationGone(Exception):

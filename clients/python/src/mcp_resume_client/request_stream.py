@@ -101,13 +101,15 @@ class RequestStreamFollower:
                 return await self._end(err)
             if self._last_id is None:
                 return await self._end(Transient(f"{describe(err)}, before any event id: it cannot be resumed"))
-            failures = 0 if self._progressed else failures
-            self._progressed = False
+            progressed, self._progressed = self._progressed, False
+            failures = 0 if progressed else failures
             failures += 1
             limit = link.options.request_stream_retries
             if limit is not None and failures > limit:
                 return await self._end(Transient(f"gave up after {limit} resumes: {describe(err)}"))
-            wait = backoff_delay(link.options.initial_delay or self._retry or 1.0, link.options.max_delay, failures)
+            # At once after a connection that delivered; then waits that double, with jitter.
+            base = link.options.initial_delay or self._retry or 1.0
+            wait = 0.0 if progressed else backoff_delay(base, link.options.max_delay, failures)
             logger.info("request stream: %s; resuming after %s in %.0f ms", describe(err), self._last_id, wait * 1000)
             await anyio.sleep(wait)
             link.stats.request_resumes += 1

@@ -32,6 +32,7 @@ from .errors import (
 )
 from .link import (
     LAST_EVENT_ID,
+    IdleWatch,
     Link,
     backoff_delay,
     clamp_retry,
@@ -125,8 +126,10 @@ class SessionStreamReader:
                 await link.report(SequenceGapError("session", gap.expected, gap.got, gap.why, healed=True))
             failures += 1
             link.stats.reconnects += 1
+            # After a connection that delivered, the first resume is at once (a cut, the
+            # server's 4429 or reader-lagged: its flow control); then waits that double.
             base = link.options.initial_delay or self._retry or 1.0
-            wait = backoff_delay(base, link.options.max_delay, failures)
+            wait = 0.0 if self._progressed else backoff_delay(base, link.options.max_delay, failures)
             logger.info(
                 "session stream: %s; resuming after %s in %.0f ms",
                 describe(err),
@@ -265,12 +268,16 @@ class SessionStreamReader:
     def _refused(self, hs: Refused, prior: int) -> BaseException | _Fallback:
         status, body = hs.status, hs.body
         text = body.decode("utf-8", "replace")
-        fatal = (
-            status in (409, 401, 403)
+        # Fatal only when it is mcp-resume's own refusal (its JSON error codes): a
+        # server that does not know the upgrade answers anything (404, 403, 405 ...)
+        # and is read over SSE, whose answer then decides.
+        ours = (
+            status == 409
             or (status == 404 and "session-not-found" in text)
             or (status == 400 and any(k in text for k in ("invalid-cursor", "protocol-version", "session-mismatch")))
+            or (status in (401, 403) and any(k in text for k in ("unauthorized", "insufficient-scope", "origin-not-allowed")))
         )
-        if fatal:
+        if ours:
             e = refusal(status, body, "the upgrade", prior, "session", self._sid)
             if isinstance(e, ResumeError):
                 raise e
@@ -292,18 +299,25 @@ class SessionStreamReader:
         link = self._link
         checker = self.checker
         idle = link.options.idle_timeout
+        watch = IdleWatch(idle, socket.transport.abort)
+        try:
+            return await self._read_frames(socket, checker, watch)
+        finally:
+            watch.stop()
+            self._saver.note(checker.last)
+
+    async def _read_frames(self, socket: ClientConnection, checker: SeqChecker, watch: IdleWatch) -> BaseException:
+        link = self._link
         # prior = C: nothing to replay, the gate opens at once.
         await send_ack(socket, checker)
         while True:
             try:
-                with anyio.fail_after(idle):
-                    text = await socket.recv()
+                text = await socket.recv()
             except ConnectionClosed as e:
-                self._saver.note(checker.last)
+                if watch.fired:
+                    return Transient(f"no frame for {link.options.idle_timeout:.0f} s")
                 return raise_or_return(close_error(e, self._sid))
-            except TimeoutError:
-                self._saver.note(checker.last)
-                return Transient(f"no frame for {idle:.0f} s")
+            watch.ticks += 1
             try:
                 frame = parse_frame(text)
             except ProtocolViolationError:
@@ -312,7 +326,6 @@ class SessionStreamReader:
             if frame.kind == "event":
                 gap = checker.on_event(frame.number)
                 if gap is not None:
-                    self._saver.note(checker.last)
                     await close_quietly(socket, 4409, gap.why)
                     raise GapDetected(gap)
                 self._progressed = True

@@ -163,9 +163,11 @@ class TaskStream:
                     await self.aclose()
                     raise
                 await self._disconnect()
+                # At once after a connection that delivered (an event resets the count); then
+                # waits that double, with jitter.
                 self._failures += 1
-                base = self._options.initial_delay or self._retry or 0.1
-                wait = backoff_delay(base, self._options.max_delay, self._failures)
+                base = self._options.initial_delay or self._retry or 1.0
+                wait = 0.0 if self._failures == 1 else backoff_delay(base, self._options.max_delay, self._failures - 1)
                 logger.info("task %s: %s; resuming after %s in %.0f ms", self.task_id, e, self.last_seq, wait * 1000)
                 await anyio.sleep(wait)
 
