@@ -147,6 +147,7 @@ class _Conn:
     first: bytes
     client: asyncio.StreamWriter
     upstream: asyncio.StreamWriter | None = None
+    frozen: bool = False
 
 
 class Proxy:
@@ -189,6 +190,15 @@ class Proxy:
         self.cuts += n
         return n
 
+    def freeze_streams(self) -> int:
+        """Stops forwarding on every ``GET`` without closing it: a connection gone silent (a dead peer)."""
+        n = 0
+        for c in self._conns:
+            if c.first.startswith(b"GET "):
+                c.frozen = True
+                n += 1
+        return n
+
     def cut_streams(self) -> int:
         """Cuts every ``GET`` (the session stream, SSE or WebSocket, and request-stream resumes)."""
         return self.cut(lambda first: first.startswith(b"GET "))
@@ -227,7 +237,7 @@ class Proxy:
             conn.upstream = up_writer
             self._conns.add(conn)
             up_writer.write(first)
-            await asyncio.gather(_pump(reader, up_writer, conn), _pump(up_reader, writer))
+            await asyncio.gather(_pump(reader, up_writer, conn, True), _pump(up_reader, writer, conn, False))
         finally:
             self._conns.discard(conn)
             self._tasks.discard(task)
@@ -236,14 +246,16 @@ class Proxy:
 METHODS = (b"GET ", b"POST ", b"DELETE ", b"PUT ", b"OPTIONS ", b"HEAD ")
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn | None = None) -> None:
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn, upward: bool) -> None:
     try:
         while True:
             data = await reader.read(65536)
             if not data:
                 break
-            if conn is not None and data.startswith(METHODS):
+            if upward and data.startswith(METHODS):
                 conn.first = data[:256]
+            if conn.frozen:
+                continue  # Swallowed: the peer hears nothing, and nothing closes.
             writer.write(data)
             await writer.drain()
     except (OSError, asyncio.IncompleteReadError):

@@ -54,7 +54,8 @@ async def test_5000_notifications_exactly_once_through_cuts_and_a_kill(
             done.set()
 
     store = FileCursorStore(tmp_path / "cursor.json")
-    async with resumable_client(proxy.url(), websocket=websocket, cursor_store=store) as (read, write, session_id):
+    async with resumable_client(proxy.url(), websocket=websocket, cursor_store=store) as streams:
+        read, write, _ = streams
         async with ClientSession(read, write, logging_callback=on_log) as session:
             await session.initialize()
             await session.call_tool("emit", {"count": HALF, "interval_ms": 1})
@@ -68,7 +69,7 @@ async def test_5000_notifications_exactly_once_through_cuts_and_a_kill(
             with anyio.fail_after(90):
                 await done.wait()
             await anyio.sleep(0.5)  # Anything extra (a duplicate) would arrive now.
-        transport = read_transport(session_id)
+        transport = streams.transport
         stats = transport.stats
         assert transport.cursor == N
     expected = list(range(1, HALF + 1)) * 2
@@ -84,13 +85,6 @@ async def test_5000_notifications_exactly_once_through_cuts_and_a_kill(
     assert saved is None, "the session was deleted at the end, and its cursor forgotten"
 
 
-def read_transport(get_session_id: object) -> "ResumableTransport":
-    """The transport behind the ``get_session_id`` the client yielded."""
-    owner = getattr(get_session_id, "__self__", None)
-    assert isinstance(owner, ResumableTransport)
-    return owner
-
-
 def first_difference(got: list[int], expected: list[int]) -> int | None:
     """The index where ``got`` first differs from ``expected``."""
     for k, (a, b) in enumerate(zip(got, expected)):
@@ -98,5 +92,3 @@ def first_difference(got: list[int], expected: list[int]) -> int | None:
             return k
     return None if len(got) == len(expected) else min(len(got), len(expected))
 
-
-from mcp_resume_client import ResumableTransport  # noqa: E402

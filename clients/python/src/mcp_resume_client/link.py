@@ -193,6 +193,8 @@ class IdleWatch:
 
     def __init__(self, seconds: float, on_idle: Callable[[], None]) -> None:
         self.ticks = 0
+        self.busy = False
+        """True while the reader hands a message over: an application slow to take it is not a silent peer."""
         self.fired = False
         self._seconds = seconds
         self._on_idle = on_idle
@@ -203,7 +205,7 @@ class IdleWatch:
 
     def _check(self) -> None:
         now = self._loop.time()
-        if self.ticks != self._seen:
+        if self.ticks != self._seen or self.busy:
             self._seen = self.ticks
             self._since = now
         elif now - self._since >= self._seconds:

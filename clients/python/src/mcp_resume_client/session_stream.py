@@ -329,10 +329,12 @@ class SessionStreamReader:
                     await close_quietly(socket, 4409, gap.why)
                     raise GapDetected(gap)
                 self._progressed = True
+                watch.busy = True
                 if frame.message_json is not None:
                     await self._deliver_spliced(frame.message_json, frame_text(text))
                 else:
                     await link.deliver_json(json.dumps(frame.message))
+                watch.busy = False
                 self._saver.note(checker.last)
                 await send_ack(socket, checker)
             elif frame.kind == "heartbeat":

@@ -10,8 +10,6 @@ validates bytes directly), and hands over every block.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 
 class SseEvent:
     """One event block as sent: its own ``id`` (never carried over), ``event``, ``data``, ``retry``."""
@@ -32,7 +30,7 @@ class SseEvent:
 class SseParser:
     """An incremental parser: feed it bytes, it returns the complete blocks."""
 
-    __slots__ = ("_buf", "_id", "_event", "_data", "_retry", "_any", "ending", "activity")
+    __slots__ = ("_buf", "_id", "_event", "_data", "_retry", "_any", "ending")
 
     def __init__(self) -> None:
         self._buf = b""
@@ -43,8 +41,6 @@ class SseParser:
         self._any = False
         self.ending: str | None = None
         """The last ``: error ...`` comment seen: why the server ended the stream."""
-        self.activity = 0
-        """Lines seen, comments (keepalives) included."""
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         """Parses ``chunk`` after what came before; returns the blocks it completed."""
@@ -61,7 +57,6 @@ class SseParser:
             lines = buf.split(b"\n")
             self._buf = lines.pop()
         out: list[SseEvent] = []
-        self.activity += len(lines)
         for line in lines:
             if not line:
                 if self._any:
@@ -97,10 +92,3 @@ class SseParser:
                     self._retry = int(value)
         return out
 
-
-async def sse_batches(chunks: AsyncIterator[bytes], parser: SseParser) -> AsyncIterator[list[SseEvent]]:
-    """The blocks of each network chunk, so a reader can save its cursor once per batch."""
-    async for chunk in chunks:
-        events = parser.feed(chunk)
-        if events:
-            yield events

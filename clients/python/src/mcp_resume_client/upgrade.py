@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHeader, InvalidStatus, NegotiationError
 from websockets.typing import Subprotocol
 
 from .errors import ProtocolViolationError, SessionNotFoundError, Transient
@@ -84,6 +84,10 @@ async def open_upgrade(
     except InvalidStatus as e:
         r = e.response
         return Refused(r.status_code, bytes(r.body or b""), f"the upgrade was answered {r.status_code}")
+    except (InvalidHeader, NegotiationError) as e:
+        # A 101 this client cannot use (a subprotocol it did not offer, a bad accept
+        # key): not a cursor-safe upgrade. Retrying would meet it again; read SSE.
+        return Refused(101, b"", f"the server's 101 is not usable: {e}")
     if socket.subprotocol != SUBPROTOCOL:
         await socket.close(1002, "no mcp.resume.v1")
         return Refused(101, b"", f"the server selected subprotocol {socket.subprotocol!r}")
@@ -151,7 +155,13 @@ def ack_frame(cursor: int) -> str:
 
 
 def close_error(e: ConnectionClosed, session_id: str, what: str = "the WebSocket") -> Exception:
-    """What a close means for the reader (docs/protocol.md 5.5): fatal, or resume from the cursor."""
+    """What a close means for the reader (docs/protocol.md 5.5): fatal, or resume from the cursor.
+
+    A close this client started for a frame over its size limit (1009) is
+    fatal too: resuming would meet the same frame again.
+    """
+    if e.rcvd is None and e.sent is not None and e.sent.code == 1009:
+        return ProtocolViolationError(f"{what}: a message over {MAX_FRAME} bytes ({e.sent.reason})")
     frame = e.rcvd
     code = frame.code if frame is not None else 1006
     reason = frame.reason if frame is not None else "the connection broke without a close frame"
@@ -163,5 +173,7 @@ def close_error(e: ConnectionClosed, session_id: str, what: str = "the WebSocket
 
 
 def close_code(e: ConnectionClosed) -> int:
-    """The code the server closed with (1006 when the connection broke without one)."""
+    """The code the server closed with (1006 when the connection broke without one; 1009 for an over-size message)."""
+    if e.rcvd is None and e.sent is not None and e.sent.code == 1009:
+        return 1009
     return e.rcvd.code if e.rcvd is not None else 1006
