@@ -138,7 +138,9 @@ async def main() -> None:
     commit = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
-    command = "python " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:])
+    here = Path(__file__).resolve().parents[1]
+    python = os.path.relpath(sys.executable, here) if sys.executable.startswith(str(here)) else sys.executable
+    command = f"cd clients/python && MCP_RESUME_BIN={binary} {python} " + " ".join([str(Path(sys.argv[0]))] + sys.argv[1:])
     lines = [
         "# Python client: notifications/s, mcp-resume-client against the SDK's own client",
         "",
@@ -147,7 +149,7 @@ async def main() -> None:
         f"- Python {platform.python_version()}, mcp {version('mcp')}, websockets {version('websockets')}, "
         f"httpx2 {version('httpx2')}",
         f"- server: `{binary} serve {' '.join(flags)}`",
-        f"- command (in clients/python, MCP_RESUME_BIN={binary}): `{command}`",
+        f"- command: `{command}`",
         f"- {args.count} `notifications/message` from one `emit` per round and client, timed from the call to the "
         f"last notification at `ClientSession`'s logging callback; {args.rounds} rounds, clients alternating; median",
         "",

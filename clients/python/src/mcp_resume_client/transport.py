@@ -270,13 +270,14 @@ class ResumableTransport:
                 try:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(saver.run)
-                        await reader.run()
+                        try:
+                            await reader.run()
+                        except ApplicationGone:
+                            pass  # The session stopped reading: nothing to deliver to.
                         tg.cancel_scope.cancel()
                 finally:
                     with anyio.CancelScope(shield=True):
                         await saver.flush()
-            except ApplicationGone:
-                return
             except BaseExceptionGroup as group:
                 errors = group.subgroup(ResumeError)
                 if errors is None:

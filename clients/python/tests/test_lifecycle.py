@@ -1,0 +1,46 @@
+"""The transport's life around the session's: a session that stops reading while events flow
+ends nothing loudly; the end deletes the session (as the SDK's client does) unless asked not
+to; the session id is there once ``initialize`` was answered."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from mcp.client.session import ClientSession
+from mcp_types import LoggingMessageNotificationParams
+
+from conftest import ServeFactory
+from mcp_resume_client import SessionNotFoundError, resumable_client
+from rpc import HANDSHAKE
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+@pytest.mark.parametrize("websocket", [True, False], ids=["websocket", "sse"])
+async def test_a_session_that_stops_reading_first_is_quiet(websocket: bool, serve: ServeFactory) -> None:
+    server = serve()
+    got: list[int] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        assert isinstance(params.data, dict)
+        got.append(params.data["i"])
+
+    async with resumable_client(server.url, websocket=websocket) as (read, write, get_session_id):
+        assert get_session_id() is None
+        async with ClientSession(read, write, logging_callback=on_log) as session:
+            await session.initialize()
+            sid = get_session_id()
+            assert sid is not None and len(sid) == 64
+            await session.call_tool("emit", {"count": 2000, "interval_ms": 1})
+            with anyio.fail_after(10):
+                while len(got) < 100:
+                    await anyio.sleep(0.01)
+        await anyio.sleep(0.5)  # Events keep coming; nobody reads them; nothing is raised.
+    assert got == list(range(1, len(got) + 1))
+    # The end deleted the session: attaching to it is refused loudly.
+    with pytest.raises(SessionNotFoundError):
+        async with resumable_client(server.url, session_id=sid, protocol_version=HANDSHAKE) as (read, _w, _s):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.sleep, 10)
+                async for _ in read:
+                    pass
