@@ -121,6 +121,7 @@ async def main() -> None:
     args = ap.parse_args()
 
     binary = server_binary()
+    load_before = os.getloadavg()[0]
     flags = ["--store", "memory", "--retention-events", "1000000"]
     server = Server([str(binary), "serve"], flags).start()
     rates: dict[str, list[float]] = {k: [] for k in CLIENTS}
@@ -134,6 +135,7 @@ async def main() -> None:
     finally:
         server.stop()
 
+    load_after = os.getloadavg()[0]
     med = {k: statistics.median(v) for k, v in rates.items()}
     commit = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -145,7 +147,8 @@ async def main() -> None:
         "# Python client: notifications/s, mcp-resume-client against the SDK's own client",
         "",
         f"- commit `{commit}`, {datetime.date.today().isoformat()}",
-        f"- machine: {machine()}; the server and the client share it",
+        f"- machine: {machine()}; the server and the client share it (1-minute load average "
+        f"{load_before:.2f} before the run, {load_after:.2f} after: other work on the machine slows all clients alike)",
         f"- Python {platform.python_version()}, mcp {version('mcp')}, websockets {version('websockets')}, "
         f"httpx2 {version('httpx2')}",
         f"- server: `{binary} serve {' '.join(flags)}`",
