@@ -1,16 +1,18 @@
 """The transport's life around the session's: a session that stops reading while events flow
 ends nothing loudly; the end deletes the session (as the SDK's client does) unless asked not
-to; the session id is there once ``initialize`` was answered."""
+to; the session id is there once ``initialize`` was answered; the SDK's unified ``Client``
+takes a ``ResumableTransport`` as its transport."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
+from mcp.client.client import Client
 from mcp.client.session import ClientSession
-from mcp_types import LoggingMessageNotificationParams
+from mcp_types import LoggingMessageNotificationParams, TextContent
 
 from conftest import ServeFactory
-from mcp_resume_client import SessionNotFoundError, resumable_client
+from mcp_resume_client import ResumableTransport, SessionNotFoundError, resumable_client
 from rpc import HANDSHAKE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -44,3 +46,25 @@ async def test_a_session_that_stops_reading_first_is_quiet(websocket: bool, serv
                 tg.start_soon(anyio.sleep, 10)
                 async for _ in read:
                     pass
+
+
+async def test_the_sdk_client_takes_the_transport_itself(serve: ServeFactory) -> None:
+    """``mcp.client.Client(ResumableTransport(url))``: the SDK's unified client (its "auto" mode
+    probes the stateless era first, which this session-only server refuses, then initializes)."""
+    server = serve()
+    got: list[int] = []
+
+    async def on_log(params: LoggingMessageNotificationParams) -> None:
+        assert isinstance(params.data, dict)
+        got.append(params.data["i"])
+
+    transport = ResumableTransport(server.url)
+    async with Client(transport, logging_callback=on_log) as client:
+        result = await client.call_tool("echo", {"text": "hi"})
+        assert isinstance(result.content[0], TextContent) and result.content[0].text == "hi"
+        await client.call_tool("emit", {"count": 300})
+        with anyio.fail_after(10):
+            while len(got) < 300:
+                await anyio.sleep(0.02)
+    assert got == list(range(1, 301))
+    assert transport.stats.transport == "websocket" and transport.cursor == 300

@@ -76,3 +76,12 @@ def test_a_409_body_becomes_the_typed_error() -> None:
         "data-lost", 4, 12, 1, 9, 5, 9
     )
     assert CursorDiscontinuityError.from_body(b"not json", 3, "session").cursor == 3
+
+
+def test_an_event_over_the_limit_is_refused() -> None:
+    p = SseParser(max_event_size=10)
+    assert p.feed(b"data: 0123456789\n\n")[0].data == b"0123456789"
+    with pytest.raises(ProtocolViolationError):
+        p.feed(b"data: 0123456789\ndata: x\n\n")
+    with pytest.raises(ProtocolViolationError):
+        SseParser(max_event_size=10).feed(b"data: 01234567890123")

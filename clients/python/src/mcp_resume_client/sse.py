@@ -10,6 +10,11 @@ validates bytes directly), and hands over every block.
 
 from __future__ import annotations
 
+from .errors import ProtocolViolationError
+
+MAX_EVENT = 64 * 2**20
+"""The largest event (or line) accepted, as the WebSocket's largest frame: a server cannot grow the client's memory without bound."""
+
 
 class SseEvent:
     """One event block as sent: its own ``id`` (never carried over), ``event``, ``data``, ``retry``."""
@@ -30,9 +35,13 @@ class SseEvent:
 class SseParser:
     """An incremental parser: feed it bytes, it returns the complete blocks."""
 
-    __slots__ = ("_buf", "_id", "_event", "_data", "_retry", "_any", "ending")
+    __slots__ = ("_buf", "_pending", "_pending_size", "_id", "_event", "_data", "_size", "_retry", "_any", "_max", "ending")
 
-    def __init__(self) -> None:
+    def __init__(self, max_event_size: int = MAX_EVENT) -> None:
+        self._max = max_event_size
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._size = 0
         self._buf = b""
         self._id: str | None = None
         self._event = ""
@@ -44,6 +53,17 @@ class SseParser:
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         """Parses ``chunk`` after what came before; returns the blocks it completed."""
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # The middle of a long line: kept in pieces, joined once the line ends.
+            self._pending.append(chunk)
+            self._pending_size += len(chunk)
+            if self._pending_size + len(self._buf) > self._max:
+                raise ProtocolViolationError(f"an SSE line over {self._max} bytes")
+            return []
+        if self._pending:
+            chunk = b"".join(self._pending) + chunk
+            self._pending = []
+            self._pending_size = 0
         buf = self._buf + chunk if self._buf else chunk
         if b"\r" in buf:
             # A CR at the very end may be the first half of a CRLF: keep it for later.
@@ -56,6 +76,8 @@ class SseParser:
         else:
             lines = buf.split(b"\n")
             self._buf = lines.pop()
+        if len(self._buf) > self._max:
+            raise ProtocolViolationError(f"an SSE line over {self._max} bytes")
         out: list[SseEvent] = []
         for line in lines:
             if not line:
@@ -66,6 +88,7 @@ class SseParser:
                 self._id = None
                 self._event = ""
                 self._data = []
+                self._size = 0
                 self._retry = None
                 self._any = False
                 continue
@@ -79,6 +102,9 @@ class SseParser:
                 value = value[1:]
             if field == b"data":
                 self._data.append(value)
+                self._size += len(value)
+                if self._size > self._max:
+                    raise ProtocolViolationError(f"an SSE event over {self._max} bytes")
                 self._any = True
             elif field == b"id":
                 if b"\0" not in value:

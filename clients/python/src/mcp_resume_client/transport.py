@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -129,6 +130,7 @@ class ResumableTransport:
         self._reader_scope: anyio.CancelScope | None = None
         self._in_flight: dict[RequestId, _InFlight] = {}
         self._fatal: ResumeError | None = None
+        self._cm: AbstractAsyncContextManager[ResumableStreams] | None = None
 
     # ------------------------------------------------------------ reading
 
@@ -159,6 +161,26 @@ class ResumableTransport:
         return self._fatal
 
     # ------------------------------------------------------------- running
+
+    async def __aenter__(self) -> tuple[ReadStream, WriteStream]:
+        """Connects; ``(read_stream, write_stream)``, so the SDK's ``Client(ResumableTransport(url))`` takes it.
+
+        Why besides :meth:`connect`: the SDK's unified ``Client`` accepts any
+        ``Transport`` (an async context manager yielding the two streams).
+        """
+        cm = self.connect()
+        streams = await cm.__aenter__()
+        self._cm = cm
+        return streams[0], streams[1]
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        """Disconnects (``DELETE`` if ``terminate_on_close``); raises what stopped the transport, if anything did."""
+        cm, self._cm = self._cm, None
+        if cm is None:
+            return None
+        return await cm.__aexit__(exc_type, exc, tb)
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[ResumableStreams]:
