@@ -35,8 +35,12 @@ async def test_a_silent_connection_is_resumed(websocket: bool, serve: ServeFacto
             with anyio.fail_after(10):
                 while len(got) < 50:
                     await anyio.sleep(0.02)
-            await anyio.sleep(0.5)  # Heartbeats flow; nothing is resumed for them.
+            # Longer than idle_timeout: the heartbeats (keepalives over SSE) keep the connection,
+            # and a heartbeat naming the head the client has is no gap.
             reconnects = streams.transport.stats.reconnects
+            await anyio.sleep(4.5)
+            assert streams.transport.stats.reconnects == reconnects
+            assert streams.transport.stats.gaps == 0
             assert proxy.freeze_streams() == 1
             await session.call_tool("emit", {"count": 50})
             with anyio.fail_after(20):
