@@ -185,9 +185,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
 
-    /// Seconds shutdown waits for running calls and streams before it cuts them off.
+    /// Seconds a graceful stop (SIGTERM, Ctrl-C) may take: /readyz answers 503 at
+    /// once, calls in flight and the work tools started finish, a gateway's
+    /// settled sessions give their leases up; then streams end (clients resume
+    /// elsewhere) and what still runs is cut off
     #[arg(long, default_value_t = 10)]
     shutdown_grace_secs: u64,
+
+    /// Seconds a stopping server still accepts connections (every HTTP/1.1
+    /// answer with `Connection: close`) before it stops accepting: at least
+    /// your balancer's health-check interval times its fall count, so it has
+    /// seen /readyz turn 503. Part of --shutdown-grace-secs
+    #[arg(long, default_value_t = 2)]
+    drain_accept_secs: u64,
 
     /// Serve HTTPS and WSS with this PEM certificate chain (leaf first); needs --tls-key.
     #[arg(long, value_name = "PEM", requires = "tls_key")]
@@ -402,6 +412,8 @@ pub async fn run_with(args: ServeArgs, sessions: Sessions) -> Result<ExitCode, S
         Duration::from_secs(args.header_read_timeout_secs.max(1));
     config.conn_limits.keep_alive_idle = Duration::from_secs(args.keep_alive_secs.max(1));
     config.conn_limits.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);
+    config.conn_limits.drain_accept =
+        Duration::from_secs(args.drain_accept_secs.min(args.shutdown_grace_secs));
     let scheme = if config.tls.is_some() {
         "https"
     } else {

@@ -131,6 +131,23 @@ pub trait EventLog: Send + Sync + 'static {
         self.append_once(id, stream, messages, key).await
     }
 
+    /// [`EventLog::append_once`] only while no instance holds the session's
+    /// lease ([`Leases::claim`]), checked atomically with it:
+    /// [`LogError::LeaseLost`] otherwise. How an instance that is not the
+    /// lease holder ends a call of an instance that lost the lease, when
+    /// nobody holds it: whoever holds it must do it instead, and nothing
+    /// is ever committed onto a holder's streams by another instance. A log
+    /// of one process keeps no leases: [`EventLog::append_once`].
+    async fn append_unowned(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
+        self.append_once(id, stream, messages, key).await
+    }
+
     /// [`EventLog::append`] to a session that may not exist yet: where the
     /// log can create it and append in one commit (the disk log), a session
     /// that never existed is created first, with `meta` as its record. The default
@@ -282,6 +299,14 @@ pub trait Leases: Send + Sync + 'static {
         0
     }
 
+    /// The instance that holds session `id`'s lease in the log now, without
+    /// claiming it; `None` when nobody does (never claimed, given up, or the
+    /// session ended). A log of one process: this instance.
+    async fn lease_holder(&self, id: &str) -> Result<Option<String>, LogError> {
+        let _ = id;
+        Ok(Some(self.instance().to_owned()))
+    }
+
     /// Whether this handle holds session `id`'s lease in the log now: the
     /// owner the log names, not only this handle's freshness (a claim a
     /// failover took back, or a lease another instance took after this
@@ -291,8 +316,7 @@ pub trait Leases: Send + Sync + 'static {
     /// such as handing a client an answer that was not committed. A log of
     /// one process: always true.
     async fn holds(&self, id: &str) -> Result<bool, LogError> {
-        let _ = id;
-        Ok(true)
+        Ok(self.lease_holder(id).await?.as_deref() == Some(self.instance()))
     }
 
     /// Gives up this handle's lease on session `id`, so that the next

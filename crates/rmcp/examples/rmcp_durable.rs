@@ -278,7 +278,7 @@ async fn run(args: Args) -> Result<(), String> {
         config.park_after = Some(std::time::Duration::from_secs(args.park_after_secs));
         let server = McpServer::with_backend(log, backend, config);
         return server
-            .serve(listener, example::ctrl_c())
+            .serve(listener, example::stop_signal())
             .await
             .map_err(|e| e.to_string());
     }
@@ -309,7 +309,7 @@ async fn run(args: Args) -> Result<(), String> {
         let _ = tcp.set_nodelay(true);
     });
     let served = axum::serve(listener, app)
-        .with_graceful_shutdown(example::ctrl_c())
+        .with_graceful_shutdown(example::stop_signal())
         .await;
     let _ = log.close().await;
     served.map_err(|e| e.to_string())

@@ -34,6 +34,7 @@ mod chunks;
 mod config;
 mod cors;
 pub mod demo;
+mod drain;
 mod error;
 mod http;
 mod jsonrpc;
@@ -126,6 +127,7 @@ impl McpServer {
             backend,
             routes: Default::default(),
             task_store: None,
+            drain: Default::default(),
         });
         Self { state, stop }
     }
@@ -269,7 +271,11 @@ impl McpServer {
             .await
     }
 
-    /// Serves `app` as [`McpServer::serve`] says.
+    /// Serves `app` as [`McpServer::serve`] says, and stops gracefully
+    /// ([`drain`]): from `signal` on `/readyz` answers 503; the work this
+    /// instance promised finishes within the shutdown grace while routes
+    /// under a lease give it up as they settle; then streams end, sockets
+    /// close, the leases left are given up and the log is closed.
     async fn serve_with(
         self,
         listener: tokio::net::TcpListener,
@@ -277,8 +283,31 @@ impl McpServer {
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let maintenance = self.spawn_maintenance();
-        let stop = self.stop.clone();
         let config = &self.state.config;
+        let (began_tx, mut began) = watch::channel(false);
+        let (ended_tx, mut ended) = watch::channel(false);
+        let stopping = tokio::spawn({
+            let (state, stop) = (self.state.clone(), self.stop.clone());
+            let mut began = began.clone();
+            async move {
+                if began.wait_for(|b| *b).await.is_err() {
+                    return; // the server ended without a stop signal
+                }
+                let limits = state.config.conn_limits;
+                let deadline = tokio::time::Instant::now() + limits.shutdown_grace;
+                state.drain.begin();
+                state.metrics.draining.set(1);
+                tracing::info!(grace = ?limits.shutdown_grace, "stopping: draining (readyz answers 503)");
+                // New work may still arrive while the listener accepts.
+                tokio::time::sleep(limits.drain_accept.min(limits.shutdown_grace)).await;
+                if drain::settle(&state, deadline).await {
+                    tracing::info!("stopping: nothing promised is left running here");
+                }
+                drain::release_all(&state).await;
+                let _ = stop.send(true);
+                let _ = ended_tx.send(true);
+            }
+        });
         accept::serve_app(
             listener,
             app,
@@ -286,13 +315,20 @@ impl McpServer {
             config.conn_limits,
             async move {
                 signal.await;
-                let _ = stop.send(true);
+                let _ = began_tx.send(true);
+            },
+            async move {
+                let _ = ended.wait_for(|e| *e).await;
             },
         )
         .await?;
+        // Served to its end: the drain ran (or, without a signal, stop now).
+        if *began.borrow_and_update() {
+            let _ = stopping.await;
+        }
         self.shutdown();
         maintenance.abort();
-        self.drain().await;
+        self.wind_down().await;
         self.state.routes.close_all();
         self.state
             .log
@@ -301,7 +337,24 @@ impl McpServer {
             .map_err(std::io::Error::other)?;
         Ok(())
     }
+
+    /// After the stop: waits a moment for what the stop ended (readers,
+    /// sockets sending their 1001, work past the grace being cut off).
+    async fn wind_down(&self) {
+        let tasks = &self.state.tasks;
+        tasks.close();
+        if tokio::time::timeout(WIND_DOWN, tasks.wait()).await.is_err() {
+            tracing::warn!(
+                running = tasks.len(),
+                "tasks still running after the stop are cut off"
+            );
+        }
+    }
 }
+
+/// How long the server's own tasks have, once it stopped its streams and
+/// work, to end before the log is closed under them.
+const WIND_DOWN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The layers of the MCP routes (CORS, then the request's span and the
 /// refusals counted), put around each handler before axum boxes it.

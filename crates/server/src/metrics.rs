@@ -59,6 +59,8 @@ pub struct Metrics {
     sessions_expired: Counter,
     /// Session handlers parked for having nothing in flight.
     pub(crate) handlers_parked: Counter,
+    /// 1 while a graceful stop drains this instance.
+    pub(crate) draining: Gauge,
 }
 
 impl Default for Metrics {
@@ -90,6 +92,12 @@ impl Default for Metrics {
         );
         let sessions_expired = Counter::default();
         let handlers_parked = Counter::default();
+        let draining = Gauge::default();
+        registry.register(
+            "draining",
+            "1 while a graceful stop drains this instance (readyz answers 503; the work it promised finishes)",
+            draining.clone(),
+        );
         registry.register(
             "handlers_parked",
             "Session handlers this instance parked: stopped after nothing was in flight for the park time, made again from the session's initialize on its next message",
@@ -154,6 +162,7 @@ impl Default for Metrics {
             maintenance_duration,
             sessions_expired,
             handlers_parked,
+            draining,
         }
     }
 }

@@ -216,6 +216,8 @@ async fn shutdown_stops_accepting_lets_in_flight_requests_finish_and_drops_strag
     let grace = Duration::from_millis(1500);
     let mut limits = ConnLimits::default();
     limits.shutdown_grace = grace;
+    // Stops accepting at once (the drain's accepting part is its own test).
+    limits.drain_accept = Duration::ZERO;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(mcp_resume_server::accept::serve(
         listener,
@@ -248,6 +250,57 @@ async fn shutdown_stops_accepting_lets_in_flight_requests_finish_and_drops_strag
     let took = signalled.elapsed();
     assert!(took >= grace - Duration::from_millis(100), "{took:?}");
     assert!(forever.await.unwrap().is_err(), "the straggler was dropped");
+}
+
+/// For `drain_accept` after the signal, a new connection is still served,
+/// and its answer (like any on a kept-alive connection) says
+/// `Connection: close`; after it, nothing is accepted.
+#[tokio::test]
+async fn a_stopping_server_accepts_for_drain_accept_answering_with_connection_close() {
+    use axum::routing::get;
+    let app = axum::Router::new().route("/hi", get(|| async { "hi" }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut limits = ConnLimits::default();
+    limits.shutdown_grace = Duration::from_secs(3);
+    limits.drain_accept = Duration::from_millis(800);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(mcp_resume_server::accept::serve(
+        listener,
+        app,
+        None,
+        limits,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let client = reqwest::Client::new();
+    let before = client
+        .get(format!("http://{addr}/hi"))
+        .send()
+        .await
+        .unwrap();
+    assert!(before.headers().get("connection").is_none());
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A fresh connection, still accepted, told to close.
+    let during = reqwest::Client::new()
+        .get(format!("http://{addr}/hi"))
+        .send()
+        .await
+        .expect("served while the drain still accepts");
+    assert_eq!(during.headers()["connection"], "close");
+    assert_eq!(during.text().await.unwrap(), "hi");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after drain_accept"
+    );
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("serve returned")
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]

@@ -9,6 +9,10 @@ use bytes::Bytes;
 use super::{now_ms, prefix, tail, unavailable, RedisLog};
 use crate::{LogError, Seq, StreamKey};
 
+/// The `owner` of [`RedisLog::append_keyed`] that fences an append on no
+/// instance holding the session's lease (`append.lua`).
+pub(super) const NOBODY: &str = "-";
+
 impl RedisLog {
     /// Runs the append script on stream `stream` of `id`: appends
     /// `messages` (at most once per `key` when given, [`crate::EventLog::append_once`];

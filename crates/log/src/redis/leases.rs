@@ -66,14 +66,13 @@ impl Leases for RedisLog {
         Ok(Some(owner))
     }
 
-    async fn holds(&self, id: &str) -> Result<bool, LogError> {
-        let owner: Option<String> = redis::cmd("HGET")
+    async fn lease_holder(&self, id: &str) -> Result<Option<String>, LogError> {
+        redis::cmd("HGET")
             .arg(format!("{}:s", prefix(id)))
             .arg("o")
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(unavailable)?;
-        Ok(owner.as_deref() == Some(self.instance()))
+            .map_err(unavailable)
     }
 
     async fn release(&self, id: &str, seen: Option<u64>) -> Result<bool, LogError> {

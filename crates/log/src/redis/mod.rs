@@ -293,6 +293,17 @@ impl EventLog for RedisLog {
             .await
     }
 
+    async fn append_unowned(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
+        self.append_keyed(id, stream, messages, Some(key), Some(append::NOBODY))
+            .await
+    }
+
     async fn read(
         &self,
         id: &str,

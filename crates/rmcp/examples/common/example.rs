@@ -87,9 +87,28 @@ pub async fn listen(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListene
     Ok(listener)
 }
 
-/// Completes on Ctrl-C.
-pub async fn ctrl_c() {
-    let _ = tokio::signal::ctrl_c().await;
+/// Completes on Ctrl-C or SIGTERM (a deploy's stop): the server then stops
+/// gracefully (`McpServer::serve`).
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// The process's exit after `run`, printing a failure as `NAME: error`.

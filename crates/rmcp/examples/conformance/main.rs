@@ -67,7 +67,7 @@ async fn run(args: Args) -> Result<(), String> {
     let server = McpServer::with_backend(log, backend, ServerConfig::default()).with_tasks(store);
     let listener = args.serving.listen().await?;
     server
-        .serve(listener, example::ctrl_c())
+        .serve(listener, example::stop_signal())
         .await
         .map_err(|e| e.to_string())
 }
@@ -92,7 +92,7 @@ async fn serve_rmcp(args: &Args, proto: fixture::Conformance) -> Result<(), Stri
         let _ = tcp.set_nodelay(true);
     });
     axum::serve(listener, app)
-        .with_graceful_shutdown(example::ctrl_c())
+        .with_graceful_shutdown(example::stop_signal())
         .await
         .map_err(|e| e.to_string())
 }

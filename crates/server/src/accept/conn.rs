@@ -295,6 +295,7 @@ pub(super) async fn serve_one<S>(
     app: super::App,
     limits: ConnLimits,
     stop: watch::Receiver<bool>,
+    closing: Arc<std::sync::atomic::AtomicBool>,
     proto: Proto,
     since: Instant,
 ) -> super::Then
@@ -344,8 +345,17 @@ where
             // Mapped, not awaited in an `async` block, which would hold the
             // answer's future twice (as captured, and as awaited): hyper
             // moves this future into its connection for every request.
+            let closing = closing.clone();
             answer.map(move |resp| {
                 let mut resp = resp?;
+                if !h2 && closing.load(std::sync::atomic::Ordering::Relaxed) {
+                    // The server stops: the balancer sends its next request
+                    // elsewhere (hyper closes the connection after this answer).
+                    resp.headers_mut().insert(
+                        hyper::header::CONNECTION,
+                        hyper::header::HeaderValue::from_static("close"),
+                    );
+                }
                 if hand_over {
                     activity.offer(&mut resp);
                 }

@@ -9,6 +9,14 @@
 //! request in flight is closed after [`ConnLimits::keep_alive_idle`], a TLS
 //! handshake gets [`ConnLimits::tls_handshake_timeout`], and shutdown waits
 //! for in-flight requests at most [`ConnLimits::shutdown_grace`].
+//!
+//! A stop is graceful at the sockets too: for [`ConnLimits::drain_accept`]
+//! after the signal the loop still accepts and every HTTP/1.1 answer asks
+//! its connection to close (`Connection: close`), so a balancer that has not
+//! seen the instance's `/readyz` turn 503, or sends on a connection it kept
+//! alive, loses no request; then it stops accepting and each connection
+//! finishes what it has in flight (hyper's graceful shutdown: an idle one
+//! closes, an HTTP/2 one gets a GOAWAY).
 
 mod app;
 mod conn;
@@ -20,6 +28,7 @@ mod tls;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,8 +61,15 @@ pub struct ConnLimits {
     /// HTTP/2 PING interval, to find dead peers under long streams (`None`: no pings).
     pub h2_ping_interval: Option<Duration>,
     /// On shutdown, how long in-flight requests may take before their
-    /// connections are dropped.
+    /// connections are dropped. An [`McpServer`](crate::McpServer) waits
+    /// this long, from the signal, for the work it promised ([`crate::drain`]),
+    /// then ends its streams and gives the connections a moment more.
     pub shutdown_grace: Duration,
+    /// On shutdown, how long the server still accepts new connections
+    /// (answering every HTTP/1.1 request with `Connection: close`) before it
+    /// stops accepting: long enough for a balancer's health check to see
+    /// `/readyz` turn 503 and stop sending. Part of the grace, not added to it.
+    pub drain_accept: Duration,
 }
 
 impl Default for ConnLimits {
@@ -64,6 +80,7 @@ impl Default for ConnLimits {
             tls_handshake_timeout: Duration::from_secs(10),
             h2_ping_interval: Some(Duration::from_secs(20)),
             shutdown_grace: Duration::from_secs(10),
+            drain_accept: Duration::from_secs(2),
         }
     }
 }
@@ -109,10 +126,12 @@ pub enum ListenError {
     },
 }
 
-/// Serves `app` on `listener` until `signal` completes; then stops accepting,
-/// shuts every connection down gracefully (in-flight requests finish, idle
-/// ones close) and returns once all are gone or [`ConnLimits::shutdown_grace`]
-/// has passed. With `tls`, every connection is TLS (ALPN `h2`, `http/1.1`).
+/// Serves `app` on `listener` until `signal` completes; then, after
+/// [`ConnLimits::drain_accept`] (accepting still, every HTTP/1.1 answer with
+/// `Connection: close`), stops accepting, shuts every connection down
+/// gracefully (in-flight requests finish, idle ones close) and returns once
+/// all are gone or [`ConnLimits::shutdown_grace`] has passed since the
+/// signal. With `tls`, every connection is TLS (ALPN `h2`, `http/1.1`).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -120,25 +139,51 @@ pub async fn serve(
     limits: ConnLimits,
     signal: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    serve_app(listener, App::router(app), tls, limits, signal).await
+    // The loop polls it once it stops accepting, and closes connections
+    // still open a margin after it: the grace in all, from the signal.
+    let grace = limits
+        .shutdown_grace
+        .saturating_sub(limits.drain_accept + CLOSE_MARGIN);
+    let cut_off = async move { tokio::time::sleep(grace).await };
+    serve_app(listener, App::router(app), tls, limits, signal, cut_off).await
 }
 
+/// How long connections still open once the server ended its streams have
+/// to close before they are dropped.
+const CLOSE_MARGIN: Duration = Duration::from_millis(1500);
+
 /// [`serve`] of an [`App`]: the server's own router may come with its
-/// endpoint's POST, called without the router in front of it.
+/// endpoint's POST, called without the router in front of it. After the
+/// stop `signal`, connections still open [`CLOSE_MARGIN`] after `ended`
+/// completes (polled from the signal on: the server has ended its streams,
+/// or the grace is over) are dropped.
 pub(crate) async fn serve_app(
     listener: TcpListener,
     app: App,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: ConnLimits,
     signal: impl Future<Output = ()> + Send,
+    ended: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let closing = Arc::new(AtomicBool::new(false));
     let mut conns: JoinSet<Then> = JoinSet::new();
     tokio::pin!(signal);
+    tokio::pin!(ended);
+    // Pending until the signal; then the end of the accepting part of the drain.
+    let mut accept_until: Pin<Box<dyn Future<Output = ()> + Send>> =
+        Box::pin(std::future::pending());
+    let mut signalled = false;
     loop {
         let (stream, peer) = tokio::select! {
-            () = &mut signal => break,
+            () = &mut signal, if !signalled => {
+                signalled = true;
+                closing.store(true, Ordering::Release);
+                accept_until = Box::pin(tokio::time::sleep(limits.drain_accept));
+                continue;
+            }
+            () = &mut accept_until => break,
             Some(ended) = conns.join_next(), if !conns.is_empty() => {
                 then(&mut conns, ended);
                 continue;
@@ -157,22 +202,32 @@ pub(crate) async fn serve_app(
         let app = app.clone();
         let acceptor = acceptor.clone();
         let stop = stop_rx.clone();
+        let closing = closing.clone();
         // A task of its own shape for each: a plain connection's task does
         // not carry the room a TLS handshake needs, for as long as it lives.
         match acceptor {
-            None => conns.spawn(plain(stream, peer, app, limits, stop)),
-            Some(acceptor) => conns.spawn(secure(acceptor, stream, peer, app, limits, stop)),
+            None => conns.spawn(plain(stream, peer, app, limits, stop, closing)),
+            Some(acceptor) => {
+                conns.spawn(secure(acceptor, stream, peer, app, limits, stop, closing))
+            }
         };
     }
     drop(listener);
     let _ = stop_tx.send(true);
-    let drained = tokio::time::timeout(limits.shutdown_grace, async {
+    let cut_off = async {
+        ended.await;
+        tokio::time::sleep(CLOSE_MARGIN).await;
+    };
+    let drained = async {
         while let Some(ended) = conns.join_next().await {
             then(&mut conns, ended);
         }
-    })
-    .await;
-    if drained.is_err() {
+    };
+    let drained = tokio::select! {
+        () = drained => true,
+        () = cut_off => false,
+    };
+    if !drained {
         tracing::warn!(
             left = conns.len(),
             "connections still busy after the shutdown grace; dropping them"
@@ -201,12 +256,15 @@ fn then(conns: &mut JoinSet<Then>, ended: Result<Then, tokio::task::JoinError>) 
 }
 
 /// One cleartext connection: HTTP/1.1 or h2c, told by its first bytes.
+/// `closing`: the server stops, and every HTTP/1.1 answer closes its
+/// connection.
 async fn plain(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     app: App,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
+    closing: Arc<AtomicBool>,
 ) -> Then {
     let since = tokio::time::Instant::now();
     let proto = tokio::select! {
@@ -214,7 +272,7 @@ async fn plain(
         _ = stop.wait_for(|s| *s) => return None,
     };
     match proto {
-        Some(p) => conn::serve_one(stream, app, limits, stop, p, since).await,
+        Some(p) => conn::serve_one(stream, app, limits, stop, closing, p, since).await,
         None => {
             tracing::debug!(%peer, "no request began in time, or the socket failed; closing");
             None
@@ -230,6 +288,7 @@ async fn secure(
     app: App,
     limits: ConnLimits,
     stop: watch::Receiver<bool>,
+    closing: Arc<AtomicBool>,
 ) -> Then {
     let hs = tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(stream));
     match hs.await {
@@ -237,7 +296,7 @@ async fn secure(
             let proto = sniff::alpn(tls.get_ref().1.alpn_protocol());
             // The first header is due from the handshake's end.
             let now = tokio::time::Instant::now();
-            conn::serve_one(tls, app, limits, stop, proto, now).await
+            conn::serve_one(tls, app, limits, stop, closing, proto, now).await
         }
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");

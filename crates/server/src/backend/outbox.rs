@@ -91,6 +91,12 @@ impl Pending {
         self.queued.fetch_sub(n, Ordering::AcqRel);
     }
 
+    /// Whether everything the backend sent is handled (committed, or handed
+    /// over): what a graceful stop waits for.
+    pub(crate) fn settled(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+    }
+
     /// The commit loop ended: every waiting and later send answers an error.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);

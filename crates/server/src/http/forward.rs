@@ -9,6 +9,11 @@
 //! dies first, the orphan sweep ends the call with an error (checked at each
 //! keepalive of the stream, and here while a JSON answer is awaited). A
 //! notification is forwarded and answered 202.
+//!
+//! A carrier is opened only while the owner it names holds the lease
+//! ([`Leases::open_carrier`](mcp_resume_log::Leases::open_carrier)): an owner
+//! that gave the lease up at its graceful stop is never sent what it will
+//! not read; the message is then located again (`None` here).
 
 use std::time::Duration;
 
@@ -28,44 +33,62 @@ use crate::{jsonrpc, sse};
 /// instance still lives.
 const ORPHAN_CHECK: Duration = Duration::from_secs(5);
 
-/// A request or notification POSTed for a session owned by `owner`.
+/// A request or notification POSTed for a session owned by `owner`; `None`
+/// when `owner` no longer holds the lease (nothing was forwarded).
 pub(super) async fn message(
     state: &AppState,
-    session: String,
+    session: &str,
     owner: &str,
     acc: Accepts,
-    message: Value,
-) -> Result<Response, ApiError> {
-    let Some(id) = message.get("id").cloned() else {
-        inbox::forward(state, &session, &message, owner).await?;
-        return Ok(axum::http::StatusCode::ACCEPTED.into_response());
+    message: &Value,
+) -> Result<Option<Response>, ApiError> {
+    let Some(id) = message.get("id") else {
+        if !inbox::forward_to_owner(state, session, message, owner).await? {
+            return Ok(None);
+        }
+        return Ok(Some(axum::http::StatusCode::ACCEPTED.into_response()));
     };
-    let (stream, head, sub) = request(state, &session, owner, &message, &id).await?;
+    let Some((stream, head, sub)) = request(state, session, owner, message, id).await? else {
+        return Ok(None);
+    };
     if acc.sse {
-        return Ok(sse::respond(state.clone(), session, stream, 0, head, sub));
+        let session = session.to_owned();
+        return Ok(Some(sse::respond(
+            state.clone(),
+            session,
+            stream,
+            0,
+            head,
+            sub,
+        )));
     }
-    let reply = answer(state, &session, stream, sub, &id).await;
-    Ok(super::relay::json_reply(reply))
+    let reply = answer(state, session, stream, sub, id).await;
+    Ok(Some(super::relay::json_reply(reply)))
 }
 
 /// Forwards request `message` (id `id`) to `owner` on a request stream of
-/// its own, subscribed from its start.
+/// its own, subscribed from its start; `None` when `owner` no longer holds
+/// the lease.
 pub(super) async fn request(
     state: &AppState,
     session: &str,
     owner: &str,
     message: &Value,
     id: &Value,
-) -> Result<(StreamKey, u64, Subscription), ApiError> {
-    let opened = super::open_stream(
+) -> Result<Option<(StreamKey, u64, Subscription)>, ApiError> {
+    let opened = super::open_carrier(
         state,
         session,
+        owner,
         inbox::carrier(message, Some(owner), Some(id)),
         // One attempt: nothing runs yet, and a 503 tells the client to retry.
         std::time::Instant::now(),
     )
     .await?;
-    inbox::ring(state, session, owner).await?;
+    match opened {
+        Some(_) => inbox::ring(state, session, owner).await?,
+        None => state.routes.forget_owner(session),
+    }
     Ok(opened)
 }
 

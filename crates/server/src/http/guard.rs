@@ -94,6 +94,7 @@ pub(crate) fn check_version(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// What an `Accept` header allows.
+#[derive(Clone, Copy)]
 pub(super) struct Accepts {
     pub(super) json: bool,
     pub(super) sse: bool,

@@ -9,7 +9,7 @@ mod post;
 pub(crate) mod relay;
 mod stateless;
 mod task_events;
-pub(crate) use crate::route::streams::{open_call_stream, open_stream};
+pub(crate) use crate::route::streams::{open_call_stream, open_carrier};
 pub(crate) mod subs;
 mod ws;
 pub(crate) use stateless::META_CAPABILITIES;

@@ -1,6 +1,7 @@
 //! The operations endpoints: `GET /metrics` (the OpenMetrics text of
 //! [`crate::metrics::Metrics`]), `GET /healthz` (the process answers),
-//! `GET /readyz` (the log can be reached: 503 while, say, Redis is down),
+//! `GET /readyz` (the log can be reached: 503 while, say, Redis is down, and
+//! once a graceful stop began),
 //! and the layer that counts refused requests.
 
 use axum::extract::State;
@@ -29,8 +30,18 @@ pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: the log answers; 503 with the reason while it cannot.
+/// `GET /readyz`: the log answers; 503 with the reason while it cannot,
+/// and from the moment a graceful stop begins (`draining`), so a balancer
+/// sends no new work to an instance that is about to go.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
+    if state.drain.draining() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
+            "draining\n",
+        )
+            .into_response();
+    }
     // A lookup of an id no session has: a reachable log answers "no such session".
     match state.log.session("readyz-probe").await {
         Ok(_) | Err(LogError::NoSession(_)) | Err(LogError::SessionEnded) => {

@@ -97,7 +97,13 @@ impl tower_service::Service<Request> for PostService {
         // handler's future twice (as the value it captured and as the one
         // it awaits): 2,936 bytes a request with the former one-function
         // `post`, where one copy is enough.
-        Box::pin(post(self.0.clone(), request).map(|answer| Ok(answer.into_response())))
+        // A graceful stop waits for the POST until its answer is handed over
+        // (and a request stream it answers with, to its end: `sse::respond`).
+        let hold = self.0.drain.hold();
+        Box::pin(post(self.0.clone(), request).map(move |answer| {
+            drop(hold);
+            Ok(answer.into_response())
+        }))
     }
 }
 

@@ -141,18 +141,28 @@ pub(super) async fn message(
         Box::pin(client_answer(state, &session, message)).await?;
         return Ok(StatusCode::ACCEPTED.into_response());
     }
-    let taken = taken.filter(|r| !r.lease_lost(&*state.log));
-    let located = match taken {
-        Some(r) => Located::Here(r),
-        None => Box::pin(route::lease::locate(state, &session)).await?,
-    };
-    let route = match located {
-        Located::Here(r) => r,
-        Located::There(owner) => {
-            return Box::pin(super::forward::message(
-                state, session, &owner, acc, message,
-            ))
-            .await
+    let mut taken = taken.filter(|r| !r.lease_lost(&*state.log));
+    let mut moves = 0;
+    let route = loop {
+        let located = match taken.take() {
+            Some(r) => Located::Here(r),
+            None => Box::pin(route::lease::locate(state, &session)).await?,
+        };
+        match located {
+            Located::Here(r) => break r,
+            Located::There(owner) => {
+                let forwarded = Box::pin(super::forward::message(
+                    state, &session, &owner, acc, &message,
+                ))
+                .await?;
+                if let Some(response) = forwarded {
+                    return Ok(response);
+                }
+                moves += 1;
+                if moves >= RELOCATE {
+                    return Err(owner_moving());
+                }
+            }
         }
     };
     // Decided from the message as it is (its method borrowed, not copied;
@@ -191,6 +201,18 @@ pub(super) async fn message(
             Ok(StatusCode::ACCEPTED.into_response())
         }
     }
+}
+
+/// How many times a message is located again when the owner it was to be
+/// forwarded to gave the session's lease up meanwhile (its graceful stop).
+const RELOCATE: usize = 3;
+
+/// The refusal of a message whose session's owner kept changing while it
+/// was forwarded: nothing was delivered, and it may be sent again.
+fn owner_moving() -> ApiError {
+    ApiError::Unavailable(
+        "the session's backend is moving between instances; nothing was delivered, retry".into(),
+    )
 }
 
 /// How a client's message on a live session is answered.
@@ -354,7 +376,9 @@ async fn call_stream(
     let (stream, head, sub) = super::open_call_stream(state, &session, &id, now).await?;
     match route.register(&id, params_of(&message), Dest::Stream(stream)) {
         Err(why) => {
-            crate::route::reply::commit_response(state, &session, stream, &why.reply(&id)).await;
+            let reply = why.reply(&id);
+            let fenced = route.fenced();
+            crate::route::reply::commit_response(state, &session, stream, &reply, fenced).await;
         }
         Ok(()) => {
             let work = deliver(state, &session, route, message, &id).await;
@@ -373,22 +397,35 @@ pub(crate) async fn socket_message(state: &AppState, session: &str, message: Val
         }
         return;
     }
-    match route::lease::locate(state, session).await {
-        Ok(Located::Here(route)) => {
-            // Run here: this task is the WebSocket frame's (bounded per socket).
-            if let Some(work) = dispatch(state, session, &route, StreamKey::Session, message).await
-            {
-                work.await;
+    for _ in 0..RELOCATE {
+        match route::lease::locate(state, session).await {
+            Ok(Located::Here(route)) => {
+                // Run here: this task is the WebSocket frame's (bounded per socket).
+                if let Some(work) =
+                    dispatch(state, session, &route, StreamKey::Session, message).await
+                {
+                    work.await;
+                }
+                return;
+            }
+            Ok(Located::There(owner)) => {
+                // Its request is answered on the session stream, as here.
+                match route::inbox::forward_to_owner(state, session, &message, &owner).await {
+                    Ok(true) => return,
+                    Ok(false) => continue,
+                    Err(e) => {
+                        tracing::warn!(%session, error = %e, "a WebSocket message could not be forwarded to the session's owner");
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "a WebSocket message has no backend");
+                return;
             }
         }
-        Ok(Located::There(owner)) => {
-            // Its request is answered on the session stream, as here.
-            if let Err(e) = route::inbox::forward(state, session, &message, &owner).await {
-                tracing::warn!(%session, error = %e, "a WebSocket message could not be forwarded to the session's owner");
-            }
-        }
-        Err(e) => tracing::warn!(%session, error = %e, "a WebSocket message has no backend"),
     }
+    tracing::warn!(%session, "a WebSocket message was not delivered: the session's owner kept changing");
 }
 
 /// A 2025-03-26 batch through the backend: every request answered as JSON.
@@ -443,14 +480,19 @@ async fn forwarded_batch(
     let mut replies = Vec::new();
     for item in items {
         match jsonrpc::Incoming::classify(item) {
+            // An owner that gives the lease up halfway through is told as
+            // a retryable refusal: a batch is not located again piecemeal.
             Ok(jsonrpc::Incoming::Request { id, .. }) => {
-                let (stream, _, sub) =
-                    super::forward::request(state, session, owner, item, id).await?;
+                let (stream, _, sub) = super::forward::request(state, session, owner, item, id)
+                    .await?
+                    .ok_or_else(owner_moving)?;
                 waiting.push((id.clone(), stream, sub));
             }
             Ok(jsonrpc::Incoming::Response) => client_answer(state, session, item.clone()).await?,
             Ok(jsonrpc::Incoming::Notification) => {
-                route::inbox::forward(state, session, item, owner).await?;
+                if !route::inbox::forward_to_owner(state, session, item, owner).await? {
+                    return Err(owner_moving());
+                }
             }
             Err(why) => replies.push(jsonrpc::error(&Value::Null, jsonrpc::INVALID_REQUEST, why)),
         }

@@ -149,11 +149,14 @@ pub(super) async fn serve(
     *request.headers_mut() = headers;
     request.extensions_mut().insert(caller);
     let discover = method == "server/discover";
+    // A graceful stop waits for the answer to its end (an SSE answer is
+    // streamed by the backend after this returns).
+    let hold = state.drain.hold();
     let resp = service.serve(request, message).await;
     if discover && service.listens() {
         return offer_extensions(resp).await;
     }
-    resp
+    crate::drain::hold_body(resp, hold)
 }
 
 /// Adds the transport's own extensions (the resumable listen stream) to a

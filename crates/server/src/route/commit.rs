@@ -59,7 +59,8 @@ fn push_bytes(runs: &mut Vec<Run>, k: StreamKey, bytes: Bytes) {
 /// ([failed](Dest::Failed), so nothing it sends later is shown after the hole). With
 /// `fenced` (a route under a lease), each commit is refused once another
 /// instance holds the lease: then nothing more is committed and this says
-/// so (`true`).
+/// so (`true`). `vouched` is set once a fenced commit went through: the
+/// log checked then that this instance held the lease.
 pub(super) async fn flush(
     state: &AppState,
     session: &str,
@@ -67,10 +68,11 @@ pub(super) async fn flush(
     pending: &Pending,
     table: &Mutex<Table>,
     fenced: bool,
+    vouched: &mut bool,
 ) -> bool {
     for (k, messages) in runs.drain(..) {
         match crate::route::reply::commit(state, session, k, messages, fenced).await {
-            Ok(_) => {}
+            Ok(_) => *vouched |= fenced,
             Err(LogError::LeaseLost(_)) => {
                 // The runs after it are dropped with the drain.
                 tracing::warn!(%session, "another instance holds the session's lease: what this instance's backend sent is not committed");
@@ -86,7 +88,7 @@ pub(super) async fn flush(
                 };
                 for id in calls {
                     let reply = crate::route::reply::commit_failed(state, &id);
-                    crate::route::reply::commit_response(state, session, k, &reply).await;
+                    crate::route::reply::commit_response(state, session, k, &reply, fenced).await;
                 }
                 pending.fail(e);
             }
@@ -187,6 +189,12 @@ impl Committer {
             &*self.pending,
         );
         let fenced = self.epoch.is_some();
+        // A fenced commit of this batch that went through: the log checked
+        // the lease then.
+        let mut vouched = false;
+        // Under a lease, answers a POST awaits are handed over at the end,
+        // once the lease is known to hold (see `hand_over`).
+        let mut answers: Vec<Handed> = Vec::new();
         let mut runs: Vec<Run> = Vec::new();
         let mut end = None;
         let mut flushes = Vec::new();
@@ -214,7 +222,16 @@ impl Committer {
                     done,
                 } => {
                     // After everything queued before it, in one append.
-                    *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
+                    *lease_lost |= flush(
+                        state,
+                        session,
+                        &mut runs,
+                        pending,
+                        table,
+                        fenced,
+                        &mut vouched,
+                    )
+                    .await;
                     let committed = if *lease_lost {
                         Err(LogError::LeaseLost(session.to_owned()))
                     } else {
@@ -253,10 +270,21 @@ impl Committer {
             // backend sent before it is committed: a client never reads a
             // response before the notifications its call sent first.
             if matches!(routed, Routed::Answer(..) | Routed::AnswerLazy(..)) && !runs.is_empty() {
-                *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
+                *lease_lost |= flush(
+                    state,
+                    session,
+                    &mut runs,
+                    pending,
+                    table,
+                    fenced,
+                    &mut vouched,
+                )
+                .await;
             }
             match routed {
                 Routed::Commit(k, m) => push(&mut runs, k, m),
+                Routed::Answer(tx, m) if fenced => answers.push(Handed::Json(tx, m)),
+                Routed::AnswerLazy(tx, m) if fenced => answers.push(Handed::Lazy(tx, m)),
                 Routed::Answer(tx, m) => {
                     let _ = tx.send(m);
                 }
@@ -264,7 +292,16 @@ impl Committer {
                     let _ = tx.send(Answer::Json(m));
                 }
                 Routed::Open { call, message } => {
-                    *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
+                    *lease_lost |= flush(
+                        state,
+                        session,
+                        &mut runs,
+                        pending,
+                        table,
+                        fenced,
+                        &mut vouched,
+                    )
+                    .await;
                     if let Some(k) = open_lazy(state, session, table, &call).await {
                         push(&mut runs, k, Message::Value(message));
                     }
@@ -274,7 +311,19 @@ impl Committer {
                 }
             }
         }
-        *lease_lost |= flush(state, session, &mut runs, pending, table, fenced).await;
+        *lease_lost |= flush(
+            state,
+            session,
+            &mut runs,
+            pending,
+            table,
+            fenced,
+            &mut vouched,
+        )
+        .await;
+        if !answers.is_empty() {
+            *lease_lost |= !self.hand_over(answers, *lease_lost, vouched).await;
+        }
         pending.done(messages);
         pending.handled(taken);
         for ack in flushes {
@@ -285,6 +334,55 @@ impl Committer {
             });
         }
         end
+    }
+
+    /// Hands the answers a route under a lease took from its backend to the
+    /// POSTs that await them, once the lease is known to hold: a fenced
+    /// commit of the batch went through (`vouched`), or the log names this
+    /// instance as the holder now ([`Leases::holds`](mcp_resume_log::Leases::holds)).
+    /// A heartbeat that stayed fresh does not tell: a claim a Redis failover
+    /// took back, or a lease taken after this instance's heartbeat key was
+    /// evicted, leaves it fresh while another instance's child serves the
+    /// session. When the lease is lost (`lease_lost`, or the log names
+    /// another holder) every POST gets the `lease-lost` error instead, never
+    /// an answer of a backend that no longer holds the session. Whether the
+    /// lease held.
+    async fn hand_over(&self, answers: Vec<Handed>, lease_lost: bool, vouched: bool) -> bool {
+        let held = if lease_lost {
+            false
+        } else if vouched {
+            true
+        } else {
+            let deadline = Instant::now() + self.state.config.reply_deadline;
+            let session = self.session.as_str();
+            match crate::route::reply::retrying(&self.state, Some(deadline), || {
+                self.state.log.holds(session)
+            })
+            .await
+            {
+                Ok(held) => held,
+                Err(e) => {
+                    tracing::error!(%session, error = %e, "could not tell whether this instance still holds the session's lease; its answers are errors");
+                    for handed in answers {
+                        let failed = crate::route::reply::commit_failed(&self.state, &handed.id());
+                        handed.send(Message::Value(failed));
+                    }
+                    return true;
+                }
+            }
+        };
+        if !held {
+            tracing::warn!(session = %self.session, "another instance holds the session's lease: this instance's answers are not handed over");
+        }
+        for handed in answers {
+            if held {
+                handed.send_answer();
+            } else {
+                let lost = lease_lost_error(&handed.id());
+                handed.send(Message::Value(lost));
+            }
+        }
+        held
     }
 
     /// The loop is over: answers what is still in flight, and unlists the
@@ -309,26 +407,35 @@ impl Committer {
         // The backend stopped (closed, parked, or its task ended) or its lease
         // lapsed: nothing will answer what is in flight, so the transport does.
         let lease_lost = lease_lost || lapsed(epoch, &*state.log);
-        let (why, reason) = if lease_lost {
-            (
-                "this instance lost the session's lease while this call ran (it was stalled); it may be retried",
-                "lease-lost",
-            )
-        } else {
-            (
-                "the session's backend stopped while this call ran; it may be retried",
-                "backend-stopped",
-            )
-        };
         let in_flight = table.lock().unwrap_or_else(|e| e.into_inner()).drain();
+        let mut abandoned = Vec::new();
         for (id, dest) in in_flight {
-            let reply = jsonrpc::error_with_data(
-                &id,
-                jsonrpc::INTERNAL_ERROR,
-                why,
-                json!({"reason": reason}),
-            );
-            answer(&state, &session, dest, reply).await;
+            if lease_lost && matches!(dest, Dest::Stream(StreamKey::Session)) {
+                // The session stream is the lease holder's now: it answers.
+                abandoned.push(id);
+                continue;
+            }
+            let reply = if lease_lost {
+                lease_lost_error(&id)
+            } else {
+                jsonrpc::error_with_data(
+                    &id,
+                    jsonrpc::INTERNAL_ERROR,
+                    "the session's backend stopped while this call ran; it may be retried",
+                    json!({"reason": "backend-stopped"}),
+                )
+            };
+            // Fenced: an instance that lost the lease writes nothing more
+            // (a call on a request stream then ends as an orphan of the
+            // lost lease); a waiting POST gets it as it is.
+            answer(&state, &session, dest, reply, epoch.is_some()).await;
+        }
+        if !abandoned.is_empty() {
+            tokio::spawn(inbox::hand_abandoned(
+                state.clone(),
+                session.clone(),
+                abandoned,
+            ));
         }
         if lease_lost {
             state.routes.close_if(&session, &table);
@@ -346,6 +453,61 @@ impl Committer {
             .is_some_and(|r| Arc::ptr_eq(&r.table, &table))
         {
             map.remove(&session);
+        }
+    }
+}
+
+/// The error that answers call `id` when the instance running it lost the
+/// session's lease (`data.reason: "lease-lost"`).
+fn lease_lost_error(id: &Value) -> Value {
+    jsonrpc::error_with_data(
+        id,
+        jsonrpc::INTERNAL_ERROR,
+        "this instance lost the session's lease while this call ran (it was stalled, or the lease moved); it may be retried",
+        json!({"reason": "lease-lost"}),
+    )
+}
+
+/// An answer a POST awaits, held until the lease is known to hold.
+enum Handed {
+    /// For a POST that reads JSON.
+    Json(tokio::sync::oneshot::Sender<Message>, Message),
+    /// For a lazy call's POST, still answered as JSON.
+    Lazy(tokio::sync::oneshot::Sender<Answer>, Message),
+}
+
+impl Handed {
+    /// The call's id, read from the answer.
+    fn id(&self) -> Value {
+        let (Handed::Json(_, m) | Handed::Lazy(_, m)) = self;
+        match m {
+            Message::Value(v) => v.get("id").cloned(),
+            Message::Text(text) => jsonrpc::answer_id(text),
+        }
+        .unwrap_or(Value::Null)
+    }
+
+    /// Hands the backend's answer over.
+    fn send_answer(self) {
+        match self {
+            Handed::Json(tx, m) => {
+                let _ = tx.send(m);
+            }
+            Handed::Lazy(tx, m) => {
+                let _ = tx.send(Answer::Json(m));
+            }
+        }
+    }
+
+    /// Hands `m` over in the answer's place.
+    fn send(self, m: Message) {
+        match self {
+            Handed::Json(tx, _) => {
+                let _ = tx.send(m);
+            }
+            Handed::Lazy(tx, _) => {
+                let _ = tx.send(Answer::Json(m));
+            }
         }
     }
 }
@@ -394,8 +556,14 @@ async fn open_lazy(
 }
 
 /// Delivers an answer the transport itself gives to a call: to the waiting
-/// POST, or committed to its stream.
-pub(crate) async fn answer(state: &AppState, session: &str, dest: Dest, reply: Value) {
+/// POST, or committed to its stream (`fenced` for a route under a lease).
+pub(crate) async fn answer(
+    state: &AppState,
+    session: &str,
+    dest: Dest,
+    reply: Value,
+    fenced: bool,
+) {
     match dest {
         Dest::Json(tx) => {
             let _ = tx.send(Message::Value(reply));
@@ -403,7 +571,9 @@ pub(crate) async fn answer(state: &AppState, session: &str, dest: Dest, reply: V
         Dest::Lazy(tx) => {
             let _ = tx.send(Answer::Json(Message::Value(reply)));
         }
-        Dest::Stream(k) => crate::route::reply::commit_response(state, session, k, &reply).await,
+        Dest::Stream(k) => {
+            crate::route::reply::commit_response(state, session, k, &reply, fenced).await
+        }
         // Answered with an error already.
         Dest::Failed => {}
     }

@@ -44,7 +44,7 @@ pub(crate) async fn cancelled(
             "the client cancelled this call",
             json!({"reason": "cancelled"}),
         );
-        super::answer(state, session, dest, reply).await;
+        super::answer(state, session, dest, reply, route.fenced()).await;
     }
 }
 
@@ -68,8 +68,15 @@ pub(crate) async fn dispatch(
         (Some(_), Some(id)) => {
             let params = message.get("params").cloned().unwrap_or(Value::Null);
             if let Err(why) = route.register(&id, &params, Dest::Stream(answer_on)) {
-                crate::route::reply::commit_response(state, session, answer_on, &why.reply(&id))
-                    .await;
+                let reply = why.reply(&id);
+                crate::route::reply::commit_response(
+                    state,
+                    session,
+                    answer_on,
+                    &reply,
+                    route.fenced(),
+                )
+                .await;
                 return None;
             }
             deliver(state, session, route, message, &id).await
@@ -120,7 +127,7 @@ pub(crate) async fn deliver(
     if let Some(dest) = route.forget(id) {
         // Boxed: committing the refusal is a large future, and a call's
         // future (moved into a box per request) would be as large.
-        Box::pin(super::answer(state, session, dest, reply)).await;
+        Box::pin(super::answer(state, session, dest, reply, route.fenced())).await;
     }
     None
 }

@@ -50,11 +50,11 @@ pub(crate) fn carrier(message: &Value, owner: Option<&str>, call: Option<&Value>
     Bytes::from(meta.to_string())
 }
 
-/// Forwards `message` (a notification, or a client's response to a server
-/// request this instance did not send) to instance `to` (the session's
-/// owner, or the instance whose route sent the request it answers),
-/// through the log, and rings its bell. An error: the message may not
-/// arrive, and the client must be told (503), never `202`.
+/// Forwards `message` (a client's response to a server request this
+/// instance did not send) to instance `to` (the instance whose route sent
+/// the request it answers), through the log, and rings its bell. An error:
+/// the message may not arrive, and the client must be told (503), never
+/// `202`.
 pub(crate) async fn forward(
     state: &AppState,
     session: &str,
@@ -66,6 +66,28 @@ pub(crate) async fn forward(
         .open_request_stream(session, carrier(message, Some(to), None))
         .await?;
     ring(state, session, to).await
+}
+
+/// [`forward`] to `owner`, the holder of the session's lease, only while it
+/// holds it ([`Leases::open_carrier`](mcp_resume_log::Leases::open_carrier)):
+/// `false` when it gave the lease up or lost it (nothing was forwarded, and
+/// the owner it was known by is forgotten: the message is located again).
+pub(crate) async fn forward_to_owner(
+    state: &AppState,
+    session: &str,
+    message: &Value,
+    owner: &str,
+) -> Result<bool, LogError> {
+    let opened = state
+        .log
+        .open_carrier(session, owner, carrier(message, Some(owner), None))
+        .await?;
+    if opened.is_none() {
+        state.routes.forget_owner(session);
+        return Ok(false);
+    }
+    ring(state, session, owner).await?;
+    Ok(true)
 }
 
 /// Rings instance `to`'s bell for `session` after a carrier was opened for
@@ -143,8 +165,9 @@ pub(crate) async fn watch(
         if route.lease_lost(&*state.log) {
             if always {
                 // Claimed again at once, not at the next message that
-                // happens to reach this instance directly.
-                let _ = super::lease::locate(&state, &session).await;
+                // happens to reach this instance directly, and until that
+                // settles.
+                super::lease::reclaim(&state, &session).await;
             }
             break;
         }
@@ -158,7 +181,12 @@ pub(crate) async fn watch(
         if !read {
             continue;
         }
-        match take(&state, &session, &route, seen, always).await {
+        let taken = {
+            // A graceful stop gives the lease up only between two readings.
+            let _inbox = route.inbox.lock().await;
+            take(&state, &session, &route, seen, always).await
+        };
+        match taken {
             Taken::All(n) => {
                 seen = n;
                 read = false;
@@ -212,6 +240,28 @@ async fn take(
             Err(LogError::NoSession(_) | LogError::SessionEnded) => return Taken::Gone,
             Err(e) => return Taken::Until(r - 1, e),
         };
+        if always {
+            if let Some(call) = end_asked_for(&meta, state.log.instance()) {
+                // A call of an instance that lost the lease: ended here,
+                // under this route's lease.
+                if let Err(e) = crate::route::orphans::end_if_orphaned(state, session, call).await {
+                    tracing::debug!(%session, stream = call, error = %e, "could not end a call of an instance that lost the lease");
+                }
+                if let Err(e) = state.log.retire_request_stream(session, r).await {
+                    tracing::debug!(%session, stream = r, error = %e, "could not retire a carrier");
+                }
+                continue;
+            }
+            if let Some(ids) = abandoned_for(&meta, state.log.instance()) {
+                // Calls an instance that lost the lease was answering on the
+                // session stream: answered here, under this route's lease.
+                answer_abandoned(state, session, &ids, true).await;
+                if let Err(e) = state.log.retire_request_stream(session, r).await {
+                    tracing::debug!(%session, stream = r, error = %e, "could not retire a carrier of abandoned calls");
+                }
+                continue;
+            }
+        }
         let Some(f) = forwarded(&meta, r) else {
             continue; // a call's own stream
         };
@@ -237,39 +287,108 @@ async fn take(
     Taken::All(n)
 }
 
-/// Another instance took the lease of `session` while requests forwarded to
-/// this one after `seen` were not read yet: they end with -32603
-/// `lease-lost` instead of waiting forever.
-pub(crate) async fn end_forwarded(state: &AppState, session: &str, seen: Seq) {
-    let Ok(n) = state.log.request_streams(session).await else {
-        return;
-    };
-    for r in seen + 1..=n {
-        let Some(f) = state
-            .log
-            .request_meta(session, r)
-            .await
-            .ok()
-            .and_then(|meta| forwarded(&meta, r))
-        else {
-            continue;
-        };
-        let Some(id) = f
-            .message
-            .get("id")
-            .filter(|_| f.message.get("method").is_some())
-        else {
-            continue;
-        };
-        if f.owner != state.log.instance() {
-            continue;
-        }
-        let reply = crate::jsonrpc::error_with_data(
-            id,
-            crate::jsonrpc::INTERNAL_ERROR,
-            "this instance lost the session's lease before it read this call; it may be retried",
-            json!({"reason": "lease-lost"}),
-        );
-        crate::route::reply::commit_response(state, session, f.answer_on, &reply).await;
+/// The record of a carrier of calls an instance that lost the session's
+/// lease was answering on the session stream, for the holder `owner` to
+/// answer ([`hand_abandoned`]).
+fn abandoned_carrier(ids: &[Value], owner: &str) -> Bytes {
+    Bytes::from(json!({"abandoned": ids, "owner": owner}).to_string())
+}
+
+/// The calls of such a carrier, if it is one and is for `me`.
+fn abandoned_for(meta: &[u8], me: &str) -> Option<Vec<Value>> {
+    let v: Value = serde_json::from_slice(meta).ok()?;
+    let ids = v.get("abandoned")?.as_array()?.clone();
+    (v["owner"].as_str() == Some(me)).then_some(ids)
+}
+
+/// Commits the `lease-lost` error of each call in `ids` to the session
+/// stream, fenced by this instance's lease when `fenced`.
+async fn answer_abandoned(state: &AppState, session: &str, ids: &[Value], fenced: bool) {
+    let errors: Vec<Bytes> = ids
+        .iter()
+        .map(|id| {
+            let error = crate::jsonrpc::error_with_data(
+                id,
+                crate::jsonrpc::INTERNAL_ERROR,
+                "the instance that ran this call lost the session's lease (it stopped or stalled); it may be retried",
+                json!({"reason": "lease-lost"}),
+            );
+            Bytes::from(error.to_string())
+        })
+        .collect();
+    if let Err(e) =
+        crate::route::reply::commit(state, session, StreamKey::Session, errors, fenced).await
+    {
+        tracing::warn!(%session, error = %e, "could not answer the calls an instance that lost the lease abandoned");
     }
+}
+
+/// Calls `ids` of `session` this instance was answering on the session
+/// stream when it lost the session's lease. It commits nothing more for the
+/// session (the stream is its successor's now), so the lease holder
+/// answers them: they are forwarded to it like a message
+/// ([`Leases::open_carrier`](mcp_resume_log::Leases::open_carrier)); if this
+/// instance holds the lease again (it claimed it back), it answers them
+/// itself, under its new lease. Tried until the reply deadline.
+pub(crate) async fn hand_abandoned(state: AppState, session: String, ids: Vec<Value>) {
+    let deadline = std::time::Instant::now() + state.config.reply_deadline;
+    let me = state.log.instance().to_owned();
+    loop {
+        match state.log.lease_holder(&session).await {
+            Ok(Some(holder)) if holder != me => {
+                let opened = state
+                    .log
+                    .open_carrier(&session, &holder, abandoned_carrier(&ids, &holder))
+                    .await;
+                if let Ok(Some(_)) = opened {
+                    if ring(&state, &session, &holder).await.is_ok() {
+                        return;
+                    }
+                }
+            }
+            Ok(Some(_)) => {
+                answer_abandoned(&state, &session, &ids, true).await;
+                return;
+            }
+            Err(LogError::NoSession(_) | LogError::SessionEnded) => return,
+            // Nobody holds it yet (this instance claims it again), or the log
+            // cannot tell now.
+            Ok(None) | Err(_) => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            tracing::warn!(%session, calls = ids.len(), "calls this instance was answering when it lost the session's lease could not be handed to its holder; they stay unanswered");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Asks `holder`, the holder of `session`'s lease, to end the call on
+/// request stream `r`, whose instance lost the lease (`route::orphans`):
+/// only the holder commits onto the session. A carrier like a forwarded
+/// message's; nothing when `holder` gave the lease up meanwhile (whoever
+/// looks next asks the next holder).
+pub(crate) async fn ask_to_end(
+    state: &AppState,
+    session: &str,
+    r: Seq,
+    holder: &str,
+) -> Result<(), LogError> {
+    let meta = Bytes::from(json!({"end": r, "owner": holder}).to_string());
+    if state
+        .log
+        .open_carrier(session, holder, meta)
+        .await?
+        .is_some()
+    {
+        ring(state, session, holder).await?;
+    }
+    Ok(())
+}
+
+/// The request stream whose call such a carrier asks `me` to end.
+fn end_asked_for(meta: &[u8], me: &str) -> Option<Seq> {
+    let v: Value = serde_json::from_slice(meta).ok()?;
+    let r = v.get("end")?.as_u64()?;
+    (v["owner"].as_str() == Some(me)).then_some(r)
 }

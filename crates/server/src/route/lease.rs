@@ -54,6 +54,13 @@ impl Routes {
         }
     }
 
+    /// Forgets the owner `session` was last known by (it gave the lease up):
+    /// the next message claims afresh.
+    pub(crate) fn forget_owner(&self, session: &str) {
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        owners.remove(session);
+    }
+
     fn remember_owner(&self, session: &str, owner: String) {
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
         // Bounded by the sessions this instance forwards for within RECHECK.
@@ -76,8 +83,9 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
         state.routes.close_route(session, &r);
         let located = locate_from(state, session, Some(seen)).await;
         if matches!(located, Ok(Located::There(_))) {
-            super::inbox::end_forwarded(state, session, seen).await;
-            // Ended: nothing for a later route here to read again.
+            // What was forwarded here and not read is another instance's
+            // now: its forwarders end it as an orphan of the lost lease
+            // (this instance writes nothing more for the session).
             let _ = state.routes.take_handover(session);
         }
         return located;
@@ -114,26 +122,58 @@ pub(crate) async fn locate_from(
         // A route of this session closed here under a lapsed lease hands
         // over what it had not read.
         let handed = state.routes.take_handover(session);
+        // Kept for the next try when this one fails: what was forwarded here
+        // and not read is read by the next route, never skipped.
+        let keep = |e| {
+            if let Some(seen) = handed {
+                state.routes.restore_handover(session, seen);
+            }
+            e
+        };
         let seen = match seen_from.or(handed) {
             Some(seen) => seen,
-            None => state.log.request_streams(session).await?,
+            None => state
+                .log
+                .request_streams(session)
+                .await
+                .map_err(|e| keep(ApiError::from(e)))?,
         };
         // Taken before the claim: a lapse after it makes the route stale.
         let epoch = state.log.lease_epoch();
-        match state.log.claim(session).await? {
+        let claimed = state
+            .log
+            .claim(session)
+            .await
+            .map_err(|e| keep(ApiError::from(e)))?;
+        match claimed {
             Some(owner) if owner != state.log.instance() => {
                 state.routes.remember_owner(session, owner.clone());
-                if seen_from.is_none() && handed.is_some() {
-                    // What was forwarded here and not read will not be:
-                    // ended loudly, as when the lapse is seen first hand.
-                    super::inbox::end_forwarded(state, session, seen).await;
-                }
                 return Ok(Located::There(owner));
             }
             Some(_) => lease = Some((seen, epoch)),
             None => {} // one process: every session is this instance's
         }
     }
+    let opened = open_here(state, session, lease).await;
+    if let (Err(_), Some(_)) = (&opened, lease) {
+        // Won, but nothing runs here to hold it: given up, so that another
+        // instance can claim it, and what was forwarded here meanwhile ends
+        // loudly as an orphan (its instance no longer holds the lease)
+        // instead of waiting for a route here. The next claim here counts
+        // afresh: those orphans are not read again.
+        if let Err(e) = state.log.release(session, None).await {
+            tracing::warn!(%session, error = %e, "could not give up a lease whose backend did not start; it lapses with this instance");
+        }
+    }
+    opened
+}
+
+/// Starts `session`'s backend here, restored from its record, under `lease`.
+async fn open_here(
+    state: &AppState,
+    session: &str,
+    lease: Option<(mcp_resume_log::Seq, u64)>,
+) -> Result<Located, ApiError> {
     let rec = state.record(session).await?;
     let init = match (rec.init, &rec.listen, &rec.task) {
         (Some(init), ..) => init,
@@ -150,6 +190,38 @@ pub(crate) async fn locate_from(
         Ok(r) => Ok(Located::Here(r)),
         Err(BackendError::Busy(why)) => Err(ApiError::TooMany(why)),
         Err(e) => Err(ApiError::Internal(e.to_string())),
+    }
+}
+
+/// After `session`'s route here lost its lease (its heartbeat lapsed): the
+/// session is claimed again until that settles where it runs: here (a new
+/// route, which reads what was forwarded from where the old one stopped)
+/// or on another instance (what was forwarded here and not read ends
+/// loudly). A failure (the log still unavailable, the backend busy) is
+/// tried again with a backoff, never given up while this instance is the
+/// one the lease names: calls forwarded to it would wait on no route.
+/// Ends when the session does or the server stops.
+pub(crate) async fn reclaim(state: &AppState, session: &str) {
+    let mut pause = std::time::Duration::from_millis(100);
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        match locate(state, session).await {
+            Ok(_) => return,
+            Err(ApiError::NoSession(_)) => return,
+            Err(e) => {
+                tracing::warn!(%session, error = %e, "could not claim the session again after its lease lapsed; trying again");
+                // A lease given up (the backend could not start here) is not
+                // this instance's to settle any more.
+                if matches!(state.log.holds(session).await, Ok(false)) {
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = crate::route::state::stopped(&mut shutdown) => return,
+        }
+        pause = (pause * 2).min(std::time::Duration::from_secs(2));
     }
 }
 

@@ -28,7 +28,7 @@ use std::time::Instant;
 use mcp_resume_log::LogError;
 use serde_json::Value;
 
-use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Shortcut};
+use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Pending, Shortcut};
 use crate::route::state::AppState;
 pub(crate) use commit::answer;
 use commit::{commit_loop, Committer};
@@ -95,6 +95,12 @@ pub(crate) struct SessionRoute {
     /// How far its inbox read forwarded messages (request streams), so a
     /// route that replaces it under a new lease epoch goes on from there.
     pub(crate) inbox_seen: std::sync::atomic::AtomicU64,
+    /// Held while its inbox hands forwarded messages over, and while a
+    /// graceful stop gives its lease up: no forwarded call is taken in
+    /// between the check that the route has settled and the release.
+    pub(crate) inbox: tokio::sync::Mutex<()>,
+    /// What its backend sent and the commit loop has not handled yet.
+    pending: Arc<Pending>,
     /// What every request checks of the session's record (who created it,
     /// its revision), kept after the first check: neither changes once
     /// `initialize` has answered (its answer is what gives the client the
@@ -200,6 +206,8 @@ impl Routes {
             quiet_since: Mutex::new(Instant::now()),
             epoch: lease.map(|(_, epoch)| epoch),
             inbox_seen: std::sync::atomic::AtomicU64::new(lease.map_or(0, |(seen, _)| seen)),
+            inbox: tokio::sync::Mutex::new(()),
+            pending: pending.clone(),
             head: std::sync::OnceLock::new(),
         });
         map.insert(session.to_owned(), route.clone());
@@ -219,6 +227,15 @@ impl Routes {
                 true,
                 Some(Arc::downgrade(&route)),
             ));
+            // The calls of the instance the lease was taken from (it stalled
+            // or stopped) end now, under this lease, not at a reader's
+            // next look.
+            let (state, session) = (state.clone(), session.to_owned());
+            tokio::spawn(async move {
+                if let Err(e) = orphans::sweep_session(&state, &session).await {
+                    tracing::debug!(%session, error = %e, "could not sweep the calls of the lease's last holder");
+                }
+            });
         }
         Ok(route)
     }
@@ -256,6 +273,14 @@ impl Routes {
         }
     }
 
+    /// Puts back a handover [`Routes::take_handover`] took, for a claim that
+    /// failed: the next try goes on from it.
+    pub(crate) fn restore_handover(&self, session: &str, seen: mcp_resume_log::Seq) {
+        let mut h = self.handover.lock().unwrap_or_else(|e| e.into_inner());
+        h.entry(session.to_owned())
+            .or_insert((seen, Instant::now()));
+    }
+
     /// How far the inbox of `session`'s last lease route here read, if one
     /// closed and left it (taken: one successor goes on from it).
     pub(crate) fn take_handover(&self, session: &str) -> Option<mcp_resume_log::Seq> {
@@ -263,6 +288,57 @@ impl Routes {
         h.remove(session)
             .filter(|(_, at)| at.elapsed() < HANDOVER_TTL)
             .map(|(seen, _)| seen)
+    }
+
+    /// Run by a graceful stop ([`crate::drain`]): counts the routes still
+    /// running something, and gives up the lease of each route under one
+    /// that has settled, closing it (its child stops), so the next message of
+    /// its session starts a backend where it is claimed at once.
+    pub(crate) async fn settle(&self, state: &AppState) -> usize {
+        let routes: Vec<(String, Arc<SessionRoute>)> = self
+            .lock()
+            .iter()
+            .map(|(id, r)| (id.clone(), r.clone()))
+            .collect();
+        let mut running = 0;
+        for (id, r) in routes {
+            if !r.settled() {
+                running += 1;
+                continue;
+            }
+            if r.epoch.is_none() {
+                continue;
+            }
+            // No forwarded message is taken between the look and the release.
+            let _inbox = r.inbox.lock().await;
+            if !r.settled() {
+                running += 1;
+                continue;
+            }
+            let seen = r.inbox_seen.load(Ordering::Acquire);
+            match state.log.release(&id, Some(seen)).await {
+                Ok(true) => {
+                    tracing::debug!(session = %id, "settled: its lease is given up and its backend stops");
+                    self.close_route(&id, &r);
+                }
+                // Forwarded to it since its inbox last read: read first.
+                Ok(false) => running += 1,
+                Err(e) => {
+                    tracing::debug!(session = %id, error = %e, "could not give the lease up yet");
+                    running += 1;
+                }
+            }
+        }
+        running
+    }
+
+    /// The sessions whose routes here run under an owner lease.
+    pub(crate) fn leased(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, r)| r.epoch.is_some())
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Closes every route (the server stops).
@@ -385,10 +461,23 @@ fn lapsed(epoch: Option<u64>, log: &dyn mcp_resume_log::Log) -> bool {
 }
 
 impl SessionRoute {
+    /// Whether the route runs under the session's owner lease: everything it
+    /// commits, its transport's own answers too, is fenced by the lease.
+    pub(crate) fn fenced(&self) -> bool {
+        self.epoch.is_some()
+    }
+
     /// Whether the lease this route runs under may have lapsed: it must not
     /// be used, and what its backend sends is no longer committed.
     pub(crate) fn lease_lost(&self, log: &dyn mcp_resume_log::Log) -> bool {
         lapsed(self.epoch, log)
+    }
+
+    /// Whether nothing runs in the route: no call nor server request in
+    /// flight, nothing its backend sent left to commit, the backend not busy
+    /// (which a hosted handler answers as "sent since last asked").
+    fn settled(&self) -> bool {
+        self.lock_table().idle() && self.pending.settled() && !self.backend.busy()
     }
 
     /// Counts the route as used (parking waits for it to be unused).

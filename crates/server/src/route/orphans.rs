@@ -5,7 +5,11 @@
 //! and the instance that runs its handler). A stream whose last event is not a
 //! response, and whose instance is no longer alive, is an orphan: it gets a
 //! JSON-RPC error response for its call (the server restarted while the call
-//! ran, so the client may retry), committed like any event. Orphans are ended
+//! ran, so the client may retry), committed like any event. Where sessions
+//! run under an owner lease (an exclusive backend on a shared log), a call
+//! is an orphan once its instance no longer holds the session's lease, alive
+//! or not (`lease-lost`): it can no longer answer it (its commits are
+//! fenced), nor read one forwarded to it after the lease moved. Orphans are ended
 //! by the maintenance sweep (at start-up every stream of a disk log left from
 //! before; on Redis the buckets an instance takes over) and lazily
 //! when a client resumes one (an instance of a shared Redis log that died),
@@ -62,6 +66,9 @@ pub(crate) async fn end_if_orphaned(
         return Ok(false);
     }
     let owner = meta["owner"].as_str().unwrap_or_default();
+    if leased(state) {
+        return end_if_lease_lost(state, session, r, owner, &meta["id"]).await;
+    }
     if owner == state.log.instance() || state.log.instance_alive(owner).await? {
         return Ok(false);
     }
@@ -81,6 +88,62 @@ pub(crate) async fn end_if_orphaned(
         "ended a call whose handler died with its process"
     );
     Ok(true)
+}
+
+/// Whether sessions' backends run under an owner lease here: an exclusive
+/// backend on a log shared by instances.
+fn leased(state: &AppState) -> bool {
+    state.backend.exclusive() && state.log.shared()
+}
+
+/// [`end_if_orphaned`] for a session that runs under an owner lease: call
+/// `id` on request stream `r`, run (or forwarded to be run) by `owner`, is
+/// an orphan once `owner` no longer holds the lease, alive or not (it can
+/// neither read what was forwarded after the lease moved nor commit an
+/// answer: its commits are fenced). Only the holder ends it, fenced by its
+/// own lease, so nothing is committed onto a holder's session by another
+/// instance: an instance that finds such an orphan asks the holder to end
+/// it (a carrier, `route::inbox`); when nobody holds the lease, anyone ends
+/// it, fenced on nobody holding it.
+async fn end_if_lease_lost(
+    state: &AppState,
+    session: &str,
+    r: u64,
+    owner: &str,
+    id: &Value,
+) -> Result<bool, LogError> {
+    let holder = state.log.lease_holder(session).await?;
+    if holder.as_deref() == Some(owner) {
+        return Ok(false);
+    }
+    let reply = jsonrpc::error_with_data(
+        id,
+        jsonrpc::INTERNAL_ERROR,
+        "the instance that ran this call lost the session's lease (it stopped or stalled); it may be retried",
+        json!({"reason": "lease-lost"}),
+    );
+    let reply = vec![Bytes::from(serde_json::to_vec(&reply).unwrap_or_default())];
+    let stream = StreamKey::Request(r);
+    let key = orphan_key(session, r);
+    let ended = match holder {
+        Some(h) if h == state.log.instance() => {
+            state.commit_once(session, stream, reply, key, true).await
+        }
+        Some(h) => {
+            crate::route::inbox::ask_to_end(state, session, r, &h).await?;
+            return Ok(false);
+        }
+        None => state.log.append_unowned(session, stream, reply, key).await,
+    };
+    match ended {
+        Ok(_) => {
+            tracing::info!(%session, stream = r, "ended a call whose instance lost the session's lease");
+            Ok(true)
+        }
+        // The lease moved meanwhile: its holder ends it.
+        Err(LogError::LeaseLost(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// The key under which the error of orphaned call `r` of `session` is
@@ -123,8 +186,10 @@ pub(crate) async fn sweep(state: &AppState, sessions: &[String]) -> Result<usize
     Ok(ended)
 }
 
-/// Ends the orphaned calls of one session; how many.
-async fn sweep_session(state: &AppState, session: &str) -> Result<usize, LogError> {
+/// Ends the orphaned calls of one session; how many. Run too when a route
+/// opens under a lease here: the calls of the instance it took the session
+/// from end at once.
+pub(crate) async fn sweep_session(state: &AppState, session: &str) -> Result<usize, LogError> {
     let streams = match state.log.live_request_streams(session).await {
         Ok(live) => live,
         Err(LogError::NoSession(_) | LogError::SessionEnded) => return Ok(0),

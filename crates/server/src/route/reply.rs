@@ -76,16 +76,24 @@ pub(crate) fn commit_failed(state: &AppState, id: &Value) -> Value {
 
 /// [`commit`] of one response the transport gives itself (a call refused,
 /// cancelled, or whose backend stopped), on a stream; a failure is logged:
-/// the call has its error response by then.
+/// the call has its error response by then. `fenced` for a route under the
+/// session's lease: like everything such a route commits, refused once
+/// another instance holds the lease (an instance that lost it writes nothing
+/// more; the call then ends as an orphan of a lost lease, `route::orphans`).
 pub(crate) async fn commit_response(
     state: &AppState,
     session: &str,
     stream: StreamKey,
     reply: &Value,
+    fenced: bool,
 ) {
     let bytes = Bytes::from(serde_json::to_vec(reply).unwrap_or_default());
-    if let Err(e) = commit(state, session, stream, vec![bytes], false).await {
-        tracing::warn!(%session, ?stream, error = %e, "could not commit a response");
+    match commit(state, session, stream, vec![bytes], fenced).await {
+        Ok(_) => {}
+        Err(LogError::LeaseLost(_)) => {
+            tracing::debug!(%session, ?stream, "another instance holds the session's lease: this instance's answer is not committed (the call ends as an orphan of the lost lease)")
+        }
+        Err(e) => tracing::warn!(%session, ?stream, error = %e, "could not commit a response"),
     }
 }
 

@@ -72,6 +72,9 @@ pub(crate) struct ServerState {
     pub(crate) routes: Arc<crate::route::Routes>,
     /// Durable tasks, answered by the transport (`tasks/*`), if the server has them.
     pub(crate) task_store: Option<crate::tasks::TaskStore>,
+    /// Whether the server is stopping, and the requests its stop waits for
+    /// ([`crate::drain`]).
+    pub(crate) drain: Arc<crate::drain::Drain>,
 }
 
 impl AppState {

@@ -41,10 +41,46 @@ pub(crate) async fn open_stream(
     meta: bytes::Bytes,
     deadline: Instant,
 ) -> Result<(StreamKey, Seq, Subscription), ApiError> {
-    let r = retrying(state, Some(deadline), || {
-        state.log.open_request_stream(session, meta.clone())
+    let opened = open_for(state, session, None, meta, deadline).await?;
+    Ok(opened.expect("an open with no owner to check is never refused for one"))
+}
+
+/// [`open_stream`] for a carrier of a message forwarded to `owner`, the
+/// session's lease holder: opened only while `owner` still holds the lease
+/// ([`Leases::open_carrier`](mcp_resume_log::Leases::open_carrier)); `None`
+/// when it gave it up or lost it, and the message must be located again.
+pub(crate) async fn open_carrier(
+    state: &AppState,
+    session: &str,
+    owner: &str,
+    meta: bytes::Bytes,
+    deadline: Instant,
+) -> Result<Option<(StreamKey, Seq, Subscription)>, ApiError> {
+    open_for(state, session, Some(owner), meta, deadline).await
+}
+
+/// [`open_stream`], fenced on `owner` when given.
+async fn open_for(
+    state: &AppState,
+    session: &str,
+    owner: Option<&str>,
+    meta: bytes::Bytes,
+    deadline: Instant,
+) -> Result<Option<(StreamKey, Seq, Subscription)>, ApiError> {
+    let opened = retrying(state, Some(deadline), || async {
+        match owner {
+            Some(owner) => state.log.open_carrier(session, owner, meta.clone()).await,
+            None => state
+                .log
+                .open_request_stream(session, meta.clone())
+                .await
+                .map(Some),
+        }
     })
     .await?;
+    let Some(r) = opened else {
+        return Ok(None);
+    };
     if r > state.config.max_request_streams {
         return Err(ApiError::TooMany(format!(
             "this session opened its maximum of {} request streams; start a new session",
@@ -56,5 +92,5 @@ pub(crate) async fn open_stream(
         state.log.subscribe(session, stream)
     })
     .await?;
-    Ok((stream, bounds.head, sub))
+    Ok(Some((stream, bounds.head, sub)))
 }

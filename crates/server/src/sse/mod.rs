@@ -36,7 +36,14 @@ pub fn respond(
     sub: Subscription,
 ) -> Response<Body> {
     let (tx, rx) = chunks::channel(8);
-    state.spawn(pump(state.clone(), id, stream, cursor, head, sub, tx));
+    // A request stream ends with its call's answer, which a graceful stop
+    // waits to deliver; a session stream lives until the stop ends it.
+    let hold = matches!(stream, StreamKey::Request(_)).then(|| state.drain.hold());
+    let pump = pump(state.clone(), id, stream, cursor, head, sub, tx);
+    state.spawn(async move {
+        pump.await;
+        drop(hold);
+    });
     channel_response(rx)
 }
 

@@ -114,6 +114,9 @@ pub struct TaskStore {
     log: Arc<dyn Log>,
     ttl: Duration,
     poll: Duration,
+    /// Tasks whose work runs in this process (shared by the store's clones):
+    /// what a graceful stop waits for.
+    running: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl TaskStore {
@@ -125,6 +128,7 @@ impl TaskStore {
             log,
             ttl: Duration::from_secs(30 * 60),
             poll: Duration::from_millis(500),
+            running: Arc::default(),
         }
     }
 
@@ -197,8 +201,33 @@ impl TaskStore {
                 emitter,
             }),
         };
-        tokio::spawn(run(ctx, sub, work));
+        let running = Running::start(&self.running);
+        tokio::spawn(async move {
+            run(ctx, sub, work).await;
+            drop(running);
+        });
         Ok(record.wire(&id, &state))
+    }
+
+    /// How many tasks' work runs in this process now.
+    pub(crate) fn running(&self) -> usize {
+        self.running.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// One task's work counted in [`TaskStore::running`] until dropped.
+struct Running(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Running {
+    fn start(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod faulty;
+pub mod leased;
 
 use std::sync::Arc;
 use std::time::Duration;

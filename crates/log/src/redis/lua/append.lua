@@ -7,7 +7,8 @@
 -- ring, and the key's own field holds its head; the key a slot held before
 -- is forgotten, so the hash never holds more than 129 fields. With an
 -- `owner`, nothing is appended unless that instance holds the session's
--- lease (field `o`): `{-4}`, the fence of a stalled owner.
+-- lease (field `o`): `{-4}`, the fence of a stalled owner; `owner` `-`
+-- appends only while no instance holds it.
 -- Returns `{head, floor}`, or `{-1}` no live session, `{-2}` no stream,
 -- `{head, -3}` already appended under `once`, `{-4}` not the owner.
 local session = KEYS[1]
@@ -29,7 +30,11 @@ if once ~= '' then
   local done = redis.call('HGET', once_keys, once)
   if done then return {tonumber(done), -3} end
 end
-if owner ~= '' and redis.call('HGET', session, 'o') ~= owner then return {-4} end
+if owner == '-' then
+  if redis.call('HEXISTS', session, 'o') == 1 then return {-4} end
+elseif owner ~= '' and redis.call('HGET', session, 'o') ~= owner then
+  return {-4}
+end
 local h = tonumber(redis.call('HGET', stream_state, 'h'))
 if not h then return {-2} end
 local f = tonumber(redis.call('HGET', stream_state, 'f'))
