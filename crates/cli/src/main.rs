@@ -2,6 +2,7 @@
 
 mod chaos;
 mod client_cmds;
+mod fleet;
 mod gateway;
 mod log_cmds;
 mod serve;
@@ -48,7 +49,9 @@ enum Command {
     /// Print the session stream, one JSON object per line, resuming and checking every seq.
     Tail(client_cmds::TailArgs),
     /// The failover experiment: count silent gaps across upgrades, drops and kills.
-    Chaos(chaos::ChaosArgs),
+    Chaos(Box<chaos::ChaosArgs>),
+    /// A fleet on this machine: HAProxy (deploy/haproxy.cfg) in front of instances on one Redis.
+    Fleet(fleet::FleetArgs),
     /// Inspect a disk log offline: `log check DIR [--repair]`.
     #[command(subcommand)]
     Log(log_cmds::LogCommand),
@@ -75,7 +78,8 @@ fn main() -> ExitCode {
             Command::Gateway(args) => gateway::run(*args).await,
             Command::Call(args) => client_cmds::call(args).await,
             Command::Tail(args) => client_cmds::tail(args).await,
-            Command::Chaos(args) => chaos::chaos(args).await,
+            Command::Chaos(args) => chaos::chaos(*args).await,
+            Command::Fleet(args) => fleet::run(args).await,
             // Offline and synchronous, with its own exit codes (0, 1, 2).
             Command::Log(cmd) => Ok(log_cmds::run(cmd)),
         }

@@ -23,9 +23,9 @@
 //! `gateway`).
 
 mod accounting;
+mod fleet;
 mod gateway;
 mod iteration;
-mod own_redis;
 mod reader;
 mod report;
 mod run;
@@ -50,7 +50,10 @@ mcp-resume chaos --spawn --sse-only --spawn-rmcp target/release/examples/rmcp_du
 mcp-resume chaos --gateway --store redis://127.0.0.1:6379/0 --instances 2 --iterations 500 \\\n    \
 -- interop/python/.venv/bin/python interop/python/stdio_server.py\n  \
 mcp-resume chaos --hosted target/debug/examples/rmcp_durable --store redis://127.0.0.1:6379/0 --instances 2\n  \
-mcp-resume chaos --tasks target/debug/examples/conformance --spawn-redis --instances 2 --iterations 300\n\n\
+mcp-resume chaos --tasks target/debug/examples/conformance --spawn-redis --instances 2 --iterations 300\n  \
+mcp-resume chaos --fleet --rolling-restarts 2 --scale --report fleet.json --chart fleet.svg\n  \
+mcp-resume chaos --fleet --kills 1 --freezes 1 --redis-restarts 1 --redis-stalls 1 \\\n    \
+-- interop/python/.venv/bin/python interop/python/stdio_server.py\n\n\
 Exit codes: 0 every judged mode (safe, and rmcp when run; not legacy) judged every iteration\n\
 (no harness error) and found no silent gap, duplicate, reorder or mismatch; 1 otherwise, or an\n\
 error; 2 bad usage.")]
@@ -203,13 +206,38 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 60)]
     call_bound_secs: u64,
 
-    /// --gateway: the MCP server (stdio) behind the gateways, after `--`.
+    /// The fleet mode (--fleet and its operations).
+    #[command(flatten)]
+    fleet: fleet::FleetFlags,
+
+    /// --gateway, or --fleet of gateways: the MCP server (stdio) behind them, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
 }
 
 /// Runs the experiment.
 pub async fn chaos(args: ChaosArgs) -> Result<ExitCode, String> {
+    if args.fleet.on() {
+        let cx = fleet::Context {
+            instances: if args.instances > 1 {
+                args.instances
+            } else {
+                3
+            },
+            hosted: args.hosted.as_deref(),
+            command: &args.command,
+            seed: args.seed,
+            freeze_secs: args.freeze_secs,
+            report: args.report.as_deref(),
+            chart: args.chart.as_deref(),
+        };
+        let clean = fleet::run(&args.fleet, &cx).await?;
+        return Ok(if clean {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     if let Some(bin) = &args.tasks {
         return chaos_tasks(&args, bin).await;
     }
@@ -319,9 +347,9 @@ fn shared_store(args: &ChaosArgs) -> Result<(), String> {
 
 /// The Redis of our own with --spawn-redis (the store then); without it,
 /// --store must be one the instances share.
-fn own_store(args: &ChaosArgs) -> Result<Option<own_redis::OwnRedis>, String> {
+fn own_store(args: &ChaosArgs) -> Result<Option<crate::fleet::redis::OwnRedis>, String> {
     if args.spawn_redis {
-        return own_redis::OwnRedis::start().map(Some);
+        return crate::fleet::redis::OwnRedis::start().map(Some);
     }
     shared_store(args)?;
     Ok(None)

@@ -22,8 +22,8 @@ use mcp_resume_proto::sse::SseParser;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use super::own_redis::OwnRedis;
 use super::target::Target;
+use crate::fleet::redis::OwnRedis;
 
 /// Run settings.
 pub struct Options {

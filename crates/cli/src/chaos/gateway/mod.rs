@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 use mcp_resume_client::Xorshift64;
 use tokio::sync::watch;
 
-use super::own_redis::OwnRedis;
 use super::target::Target;
+use crate::fleet::redis::OwnRedis;
 pub use report::{print_table, write_json, Tally};
 use session::{session, Shared};
 

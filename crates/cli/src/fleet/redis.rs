@@ -1,6 +1,7 @@
-//! A `redis-server` the harness runs itself (`--spawn-redis`), so that a
-//! Redis restart can be one of the faults: `kill -9` and a start on the same
-//! port and directory. It keeps an append-only file synced on every write
+//! A `redis-server` a fleet or a chaos run starts itself (`mcp-resume
+//! fleet`, `chaos --spawn-redis`, `chaos --fleet`), so that a Redis restart
+//! can be one of the faults: `kill -9` and a start on the same port and
+//! directory; and a stall (`SIGSTOP`, then `SIGCONT`). It keeps an append-only file synced on every write
 //! (`--appendfsync always`), the setting under which a restart loses nothing
 //! acknowledged: what the servers under test committed must survive it, and
 //! whatever they lose must be loud.
@@ -90,6 +91,23 @@ impl OwnRedis {
         let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
         let mut buf = [0u8; 7];
         s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) it: a Redis that stalls
+    /// keeps its connections but answers nothing.
+    pub fn signal(&self, signal: libc::c_int) -> Result<(), String> {
+        let Some(c) = &self.child else {
+            return Ok(());
+        };
+        // SAFETY: kill(2) on our own child's pid with a valid signal number
+        // reads and writes no memory of ours.
+        match unsafe { libc::kill(c.id() as libc::pid_t, signal) } {
+            0 => Ok(()),
+            _ => Err(format!(
+                "signal {signal} to redis-server: {}",
+                std::io::Error::last_os_error()
+            )),
+        }
     }
 
     /// `kill -9` and a start on the same port and data.
