@@ -48,18 +48,18 @@ pub struct GatewayArgs {
     env: Vec<String>,
 
     /// Most child processes at once; a new session beyond gets 429.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, env = "MCP_RESUME_MAX_CHILDREN", default_value_t = 256)]
     max_children: usize,
 
     /// Seconds a new session's child waits for the client's initialize
     /// before it is stopped and the session ended (a stateless request or
     /// a client that went away never holds a child for long).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "MCP_RESUME_CHILD_INIT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     child_init_secs: u64,
 
     /// Serve each session from a session on this MCP Streamable HTTP
     /// endpoint (http:// or https://) instead of a child process.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["env", "max_children", "child_init_secs", "command"])]
+    #[arg(long, env = "MCP_RESUME_UPSTREAM", value_name = "URL", conflicts_with_all = ["env", "max_children", "child_init_secs", "command"])]
     upstream: Option<String>,
 
     /// A header sent with every request to the upstream, 'Name: value'

@@ -39,17 +39,21 @@ pub struct ServeCmd {
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Most tools one session may add with register_tool.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, env = "MCP_RESUME_MAX_SESSION_TOOLS", default_value_t = 256)]
     max_session_tools: usize,
 
     /// Most background tasks (emit) one session may run at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_MAX_BACKGROUND_PER_SESSION",
+        default_value_t = 16
+    )]
     max_background_per_session: usize,
 
     /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
     /// echo, the replay and the gate (docs/protocol.md 9). Events committed during the
     /// handshake are silently lost. Never use in production.
-    #[arg(long)]
+    #[arg(long, env = "MCP_RESUME_UNSAFE_LEGACY_UPGRADE")]
     unsafe_legacy_upgrade: bool,
 }
 
@@ -57,7 +61,7 @@ pub struct DemoArgs {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Address to listen on. Port 0 picks a free port; the real address is printed.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "MCP_RESUME_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
 
     /// Where the session log lives: `memory` (lost on restart), `disk:DIR` (a
@@ -65,13 +69,13 @@ pub struct ServeArgs {
     /// `redis://HOST:PORT/DB` (shared by any number of instances), or
     /// `redis-cluster://HOST:PORT[,HOST:PORT...]` (the same on a Redis Cluster;
     /// any nodes as seeds). Default: `disk` in --data-dir.
-    #[arg(long)]
+    #[arg(long, env = "MCP_RESUME_STORE")]
     store: Option<String>,
 
     /// With a redis:// or redis-cluster:// store: replicas (of the session's
     /// master) that must acknowledge every append (`WAIT`) before it counts as committed. Pair with `appendonly yes` and `appendfsync always`
     /// on the Redis side for durability across a Redis restart.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "MCP_RESUME_REDIS_REPLICAS", default_value_t = 0)]
     redis_replicas: usize,
 
     /// With a redis-cluster:// store: the longest interval, in seconds,
@@ -80,7 +84,7 @@ pub struct ServeArgs {
     /// 1 s and doubles while wake-ups keep arriving, so an idle followed
     /// stream costs one Redis command per this interval, and a lost wake-up
     /// delays events by at most this long.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, env = "MCP_RESUME_REDIS_SAFETY_READ_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     redis_safety_read_secs: u64,
 
     /// Directory of the default disk log (the log lives in `log/` inside it).
@@ -89,12 +93,17 @@ pub struct ServeArgs {
     data_dir: Option<PathBuf>,
 
     /// Base path of the MCP endpoint.
-    #[arg(long, default_value = "/mcp")]
+    #[arg(long, env = "MCP_RESUME_BASE_PATH", default_value = "/mcp")]
     base_path: String,
 
     /// An Origin to allow besides loopback ones (repeatable; `*` allows any).
     /// Requests with any other Origin get 403, against DNS rebinding.
-    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    #[arg(
+        long = "allow-origin",
+        env = "MCP_RESUME_ALLOW_ORIGINS",
+        value_delimiter = ',',
+        value_name = "ORIGIN"
+    )]
     allow_origins: Vec<String>,
 
     /// Require `Authorization: Bearer TOKEN` (or the subprotocol `mcp.auth.TOKEN`
@@ -105,47 +114,66 @@ pub struct ServeArgs {
     /// Accept OAuth 2.1 JWT access tokens issued by this authorization server
     /// (the tokens' exact `iss`); 401 with a `resource_metadata` challenge
     /// otherwise, and GET /.well-known/oauth-protected-resource names it.
-    #[arg(long, value_name = "URL", requires_all = ["oauth_audience", "oauth_jwks"], conflicts_with = "bearer_token")]
+    #[arg(long, env = "MCP_RESUME_OAUTH_ISSUER", value_name = "URL", requires_all = ["oauth_audience", "oauth_jwks"], conflicts_with = "bearer_token")]
     oauth_issuer: Option<String>,
 
     /// This server's resource URI, which tokens must carry in `aud`
     /// (e.g. `https://mcp.example.com/mcp`).
-    #[arg(long, value_name = "URI", requires = "oauth_issuer")]
+    #[arg(
+        long,
+        env = "MCP_RESUME_OAUTH_AUDIENCE",
+        value_name = "URI",
+        requires = "oauth_issuer"
+    )]
     oauth_audience: Option<String>,
 
     /// The issuer's signing keys (JWKS): an http(s):// URL, fetched at start and
     /// again (at most once a minute) for an unknown key id, or a file.
-    #[arg(long, value_name = "FILE|URL", requires = "oauth_issuer")]
+    #[arg(
+        long,
+        env = "MCP_RESUME_OAUTH_JWKS",
+        value_name = "FILE|URL",
+        requires = "oauth_issuer"
+    )]
     oauth_jwks: Option<String>,
 
     /// Scopes every token must carry (space-separated); 403 insufficient_scope otherwise.
-    #[arg(long, value_name = "SCOPES", requires = "oauth_issuer")]
+    #[arg(
+        long,
+        env = "MCP_RESUME_OAUTH_SCOPE",
+        value_name = "SCOPES",
+        requires = "oauth_issuer"
+    )]
     oauth_scope: Option<String>,
 
     /// Largest POST body in bytes (413 above it).
-    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    #[arg(long, env = "MCP_RESUME_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
     max_body_bytes: usize,
 
     /// Most live sessions; `initialize` beyond it gets 429.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, env = "MCP_RESUME_MAX_SESSIONS", default_value_t = 100_000)]
     max_sessions: usize,
 
     /// Most request streams (SSE-answered requests) one session may open; 429 beyond.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_MAX_REQUEST_STREAMS",
+        default_value_t = 100_000
+    )]
     max_request_streams: u64,
 
     /// Most events kept per stream; older ones are trimmed (never past an active pin).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, env = "MCP_RESUME_RETENTION_EVENTS", default_value_t = 10_000)]
     retention_events: u64,
 
     /// Most seconds an event is kept.
-    #[arg(long, default_value_t = 3600)]
+    #[arg(long, env = "MCP_RESUME_RETENTION_SECS", default_value_t = 3600)]
     retention_secs: u64,
 
     /// Sessions idle longer than this many seconds end (later use gets 404).
     /// An open GET stream or WebSocket is use: it marks its session in the
     /// log every quarter of this (or every heartbeat, when that is longer).
-    #[arg(long, default_value_t = 1800)]
+    #[arg(long, env = "MCP_RESUME_SESSION_TTL_SECS", default_value_t = 1800)]
     session_ttl_secs: u64,
 
     /// Seconds a session's in-process handler (the built-in tools) may have
@@ -154,68 +182,87 @@ pub struct ServeArgs {
     /// so an idle session holds little more than its open streams. A
     /// gateway's child or upstream session is never parked (it holds state a
     /// restart would lose).
-    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "MCP_RESUME_PARK_AFTER_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     park_after_secs: u64,
 
     /// Seconds an ended session's id is remembered (never reused, always 404)
     /// before maintenance forgets it and its storage.
-    #[arg(long, default_value_t = 24 * 3600)]
+    #[arg(long, env = "MCP_RESUME_TOMBSTONE_TTL_SECS", default_value_t = 24 * 3600)]
     tombstone_ttl_secs: u64,
 
     /// Seconds of silence after which an open stream gets a heartbeat (an
     /// SSE comment, a WebSocket heartbeat frame). Not --keep-alive-secs.
-    #[arg(long, alias = "keepalive-secs", default_value_t = 15)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_HEARTBEAT_SECS",
+        alias = "keepalive-secs",
+        default_value_t = 15
+    )]
     heartbeat_secs: u64,
 
     /// Milliseconds an upgraded client has to send `cursor-ack` (else close 4408).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, env = "MCP_RESUME_UPGRADE_TIMEOUT_MS", default_value_t = 10_000)]
     upgrade_timeout_ms: u64,
 
     /// Seconds a call's response is retried while the log is unavailable
     /// before an error response (-32603, reason commit-failed) ends the call
     /// instead: no call stays open.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "MCP_RESUME_REPLY_DEADLINE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     reply_deadline_secs: u64,
 
     /// Refuse WebSocket upgrades with 426 (clients stay on SSE, losing nothing).
-    #[arg(long)]
+    #[arg(long, env = "MCP_RESUME_NO_WEBSOCKET")]
     no_websocket: bool,
 
     /// Serve /metrics, /healthz and /readyz on this address instead of the main listener.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, env = "MCP_RESUME_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
 
     /// Seconds a graceful stop (SIGTERM, Ctrl-C) may take: /readyz answers 503 at
     /// once, calls in flight and the work tools started finish, a gateway's
     /// settled sessions give their leases up; then streams end (clients resume
     /// elsewhere) and what still runs is cut off
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, env = "MCP_RESUME_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     shutdown_grace_secs: u64,
 
     /// Seconds a stopping server still accepts connections (every HTTP/1.1
     /// answer with `Connection: close`) before it stops accepting: at least
     /// your balancer's health-check interval times its fall count, so it has
     /// seen /readyz turn 503. Part of --shutdown-grace-secs
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, env = "MCP_RESUME_DRAIN_ACCEPT_SECS", default_value_t = 2)]
     drain_accept_secs: u64,
 
     /// Serve HTTPS and WSS with this PEM certificate chain (leaf first); needs --tls-key.
-    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    #[arg(
+        long,
+        env = "MCP_RESUME_TLS_CERT",
+        value_name = "PEM",
+        requires = "tls_key"
+    )]
     tls_cert: Option<PathBuf>,
 
     /// The PEM private key (PKCS#8, PKCS#1 or SEC1) of --tls-cert.
-    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    #[arg(
+        long,
+        env = "MCP_RESUME_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
     tls_key: Option<PathBuf>,
 
     /// Seconds a client has to send a whole request header once it starts one
     /// (and to send its first request after connecting); slower ones are closed.
-    #[arg(long, default_value_t = 30)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_HEADER_READ_TIMEOUT_SECS",
+        default_value_t = 30
+    )]
     header_read_timeout_secs: u64,
 
     /// Seconds a connection may sit with no request in flight before it is closed
     /// (HTTP/1.1 keep-alive; HTTP/2 gets a GOAWAY). Not --heartbeat-secs, the
     /// heartbeat inside open streams.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, env = "MCP_RESUME_KEEP_ALIVE_SECS", default_value_t = 60)]
     keep_alive_secs: u64,
 }
 
