@@ -83,7 +83,13 @@ impl Gate {
 
     /// Asks whether event `seq` may go out now. `Send` records it as sent.
     pub fn offer(&mut self, seq: Seq) -> Result<GateVerdict, GateError> {
-        let expected = self.last_sent + 1;
+        // Past u64::MAX nothing follows: refused, never a wrap.
+        let Some(expected) = self.last_sent.checked_add(1) else {
+            return Err(GateError::OutOfOrder {
+                expected: self.last_sent,
+                got: seq,
+            });
+        };
         if seq != expected {
             return Err(GateError::OutOfOrder { expected, got: seq });
         }
@@ -122,5 +128,23 @@ impl Gate {
     /// ack, and only once everything up to `head` was sent here.
     pub fn heartbeat_allowed(&self, head: Seq) -> bool {
         self.acked && self.last_sent >= head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_follows_u64_max_and_the_gate_never_wraps() {
+        let mut g = Gate::new(u64::MAX, u64::MAX);
+        for seq in [0, 1, u64::MAX] {
+            assert!(
+                matches!(g.offer(seq), Err(GateError::OutOfOrder { .. })),
+                "{seq}"
+            );
+        }
+        assert_eq!(g.last_sent(), u64::MAX);
+        assert!(g.ack(u64::MAX).is_ok());
     }
 }

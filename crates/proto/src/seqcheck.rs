@@ -47,7 +47,14 @@ impl SeqChecker {
 
     /// Accepts event `seq` or names the discontinuity. A refused event leaves the cursor unchanged.
     pub fn on_event(&mut self, seq: Seq) -> Result<(), CursorDiscontinuity> {
-        let expected = self.last + 1;
+        // A cursor at u64::MAX has no next event: anything offered is a gap
+        // (checked, never a wrap to 0 or an overflow panic).
+        let Some(expected) = self.last.checked_add(1) else {
+            return Err(CursorDiscontinuity::Gap {
+                expected: self.last,
+                got: seq,
+            });
+        };
         if seq != expected {
             return Err(CursorDiscontinuity::Gap { expected, got: seq });
         }
@@ -117,5 +124,14 @@ mod tests {
         );
         c.acked();
         c.on_event(5).unwrap();
+    }
+
+    #[test]
+    fn a_cursor_at_u64_max_refuses_every_event_without_wrapping() {
+        let mut c = SeqChecker::new(u64::MAX);
+        for seq in [0, 1, u64::MAX] {
+            assert!(c.on_event(seq).is_err(), "{seq}");
+        }
+        assert_eq!(c.cursor(), u64::MAX);
     }
 }

@@ -191,7 +191,10 @@ impl TaskSocket {
                         }
                         match ev.id.as_deref().map(str::parse::<u64>) {
                             Some(Ok(seq)) => {
-                                if let Err(c) = self.offer(seq + 1, encode_event(seq, &ev.data)).await {
+                                let Some(at) = tasks::stream::log_cursor(seq) else {
+                                    return Closing(close::CURSOR_MISMATCH, "an event past the last seq".into());
+                                };
+                                if let Err(c) = self.offer(at, encode_event(seq, &ev.data)).await {
                                     return c;
                                 }
                             }
@@ -243,8 +246,16 @@ impl TaskSocket {
     /// Takes the client's `cursor-ack` of `cursor` (a wire seq), then sends
     /// what was held, in order.
     async fn ack(&mut self, cursor: u64) -> Result<(), Closing> {
+        // A cursor no event can have (u64::MAX) is a wrong ack: 4409, never
+        // a wrap (or, in a debug build, a panic of this socket's task).
+        let at = tasks::stream::log_cursor(cursor).ok_or_else(|| {
+            Closing(
+                close::CURSOR_MISMATCH,
+                format!("cursor-ack {cursor} is past every seq"),
+            )
+        })?;
         self.gate
-            .ack(cursor + 1)
+            .ack(at)
             .map_err(|e| Closing(close::CURSOR_MISMATCH, e.to_string()))?;
         while let Some((seq, frame)) = self.held.pop_front() {
             match self.gate.offer(seq) {

@@ -119,8 +119,25 @@ pub(crate) async fn open(
         Err(LogError::NoSession(_) | LogError::SessionEnded) => return Err(unknown()),
         Err(e) => return Err(unavailable(e)),
     };
-    // The draft's seq is the log's less one.
-    let cursor = after.map_or(bounds.floor - 1, |a| a + 1);
+    let ahead = |after: u64| {
+        refuse(
+            jsonrpc::INVALID_PARAMS,
+            format!(
+                "after {after} is past the task's latest event {}",
+                bounds.head as i64 - 1
+            ),
+            Some(json!({"reason": "after-ahead", "latestSeq": bounds.head.checked_sub(1)})),
+        )
+    };
+    // The draft's seq is the log's less one: checked, so that `after` =
+    // u64::MAX is past the head, never a wrap to the stream's start.
+    let cursor = match after {
+        None => bounds.floor - 1,
+        Some(a) => match log_cursor(a) {
+            Some(c) if c <= bounds.head => c,
+            _ => return Err(ahead(a)),
+        },
+    };
     let gone = || {
         refuse(
             EVENTS_GONE,
@@ -129,17 +146,6 @@ pub(crate) async fn open(
                 "earliestSeq": bounds.floor - 1, "latestSeq": bounds.head.checked_sub(1)})),
         )
     };
-    if cursor > bounds.head {
-        return Err(refuse(
-            jsonrpc::INVALID_PARAMS,
-            format!(
-                "after {} is past the task's latest event {}",
-                cursor - 1,
-                bounds.head as i64 - 1
-            ),
-            Some(json!({"reason": "after-ahead", "latestSeq": bounds.head.checked_sub(1)})),
-        ));
-    }
     if bounds.admit(cursor).is_err() {
         return Err(gone());
     }
@@ -156,6 +162,13 @@ pub(crate) async fn open(
         sub,
         done: terminal.is_some_and(|t| t <= cursor),
     })
+}
+
+/// The log seq of the task event a client names by its wire `seq` (the
+/// draft's, from 0): one more, or `None` for a `seq` no event can have
+/// (u64::MAX), which is past any head.
+pub(crate) fn log_cursor(wire: u64) -> Option<Seq> {
+    wire.checked_add(1)
 }
 
 /// Writes the stream of `o` into `tx` as SSE until its terminal event and

@@ -1,0 +1,138 @@
+//! The bounds of a task's event stream (docs/protocol.md 3.9) against what
+//! a client may send: a cursor, an `after` or an ack at u64::MAX is past the
+//! head (after-ahead, or 4409 on the socket), never a wrap to the start of
+//! the stream or a panic; the task socket refuses a frame over the session
+//! socket's limit and sends heartbeats.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestServer;
+use mcp_resume_log::{Log, MemoryLog};
+use mcp_resume_server::demo::demo_tools;
+use mcp_resume_server::tasks::{Caller, TaskContext, TaskEnd, TaskStore};
+use mcp_resume_server::{McpServer, ServerConfig};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+async fn server_with(config: ServerConfig) -> (TestServer, TaskStore) {
+    let log: Arc<dyn Log> = Arc::new(MemoryLog::default());
+    let store = TaskStore::new(log.clone());
+    let server = McpServer::new(log, demo_tools(), config).with_tasks(store.clone());
+    (TestServer::start_server(server, "/mcp").await, store)
+}
+
+/// A task that emits `n` events, then waits for `go`, then completes.
+async fn counting(store: &TaskStore, n: u64, go: oneshot::Receiver<()>) -> String {
+    let created = store
+        .spawn(Caller::default(), move |ctx: TaskContext| async move {
+            for i in 1..=n {
+                ctx.event("com.example.count", json!({"n": i}))
+                    .await
+                    .unwrap();
+            }
+            let _ = go.await;
+            TaskEnd::Completed(json!({"content": []}))
+        })
+        .await
+        .unwrap();
+    created["taskId"].as_str().unwrap().to_owned()
+}
+
+/// `tasks/stream` for `task` after `after` (any JSON): the raw answer text.
+async fn stream_raw(url: &str, task: &str, after: Value) -> String {
+    let params = json!({"taskId": task, "after": after, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}});
+    let resp = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tasks/stream")
+        .header("mcp-name", task)
+        .body(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/stream", "params": params})
+                .to_string(),
+        )
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .expect("the server answers");
+    match tokio::time::timeout(Duration::from_secs(2), resp.text()).await {
+        Ok(Ok(t)) => t,
+        // An SSE stream that stays open: what was sent so far.
+        _ => String::from("(a stream that stayed open)"),
+    }
+}
+
+#[tokio::test]
+async fn an_after_at_u64_max_is_past_the_head_never_a_replay_from_the_start() {
+    let (s, store) = server_with(ServerConfig::default()).await;
+    let (_go, wait) = oneshot::channel();
+    let task = counting(&store, 3, wait).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let text = stream_raw(&s.url, &task, json!(u64::MAX)).await;
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{text}"));
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert_eq!(v["error"]["data"]["reason"], "after-ahead", "{v}");
+    assert_eq!(v["error"]["data"]["latestSeq"], 3, "{v}");
+    // One below is past the head as well.
+    let text = stream_raw(&s.url, &task, json!(u64::MAX - 1)).await;
+    assert!(text.contains("after-ahead"), "{text}");
+    // So is the same cursor by GET (Last-Event-ID and the query).
+    let base = format!("{}/tasks/{task}/events", s.url);
+    for req in [
+        reqwest::Client::new()
+            .get(&base)
+            .header("last-event-id", u64::MAX.to_string()),
+        reqwest::Client::new().get(format!("{base}?last_event_id={}", u64::MAX)),
+    ] {
+        let r = req
+            .header("accept", "text/event-stream")
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .expect("the server answers");
+        let text = r.text().await.unwrap_or_default();
+        assert!(text.contains("after-ahead"), "{text}");
+        assert!(!text.contains("com.example.count"), "{text}");
+    }
+    // And a cursor that does not fit in u64 is an invalid cursor.
+    let r = reqwest::Client::new()
+        .get(&base)
+        .header("last-event-id", "18446744073709551616")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test]
+async fn a_cursor_ack_at_u64_max_closes_the_task_socket_with_4409() {
+    let (s, store) = server_with(ServerConfig::default()).await;
+    let (_go, wait) = oneshot::channel();
+    let task = counting(&store, 2, wait).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let url = format!("{}/tasks/{task}/events", s.url.replacen("http", "ws", 1));
+    let (mut ws, c) = common::ws_upgrade(&url, Some(0)).await;
+    assert_eq!(c, 2);
+    for want in 1..=2 {
+        match common::next_frame(&mut ws, 2_000).await {
+            common::Frame::Event(seq, _) => assert_eq!(seq, want),
+            other => panic!("{other:?}"),
+        }
+    }
+    common::send_text(
+        &mut ws,
+        &json!({"type": "cursor-ack", "cursor": u64::MAX}).to_string(),
+    )
+    .await;
+    assert_eq!(
+        common::next_frame(&mut ws, 2_000).await,
+        common::Frame::Close(4409)
+    );
+}
