@@ -38,38 +38,68 @@ Both MCP eras on one URL: a 2025 client initializes a session as above; a 2026-0
 stateless requests (no session) go to the upstream as stateless requests with their Mcp-Method\n\
 and Mcp-Name headers, or, with `-- CMD`, to a pool of children initialized as 2025 sessions with\n\
 the capabilities each request declares (children shared by requests that declare the same).")]
+#[command(
+    override_usage = "mcp-resume gateway [OPTIONS] -- CMD [ARGS...]   (a stdio server, one child a session)\n       \
+mcp-resume gateway [OPTIONS] --upstream URL    (a Streamable HTTP server)"
+)]
+#[command(group(
+    clap::ArgGroup::new("backend")
+        .required(true)
+        .args(["upstream", "command"]),
+))]
 pub struct GatewayArgs {
-    #[command(flatten)]
-    serve: ServeArgs,
+    /// Serve each session from a session on this MCP Streamable HTTP
+    /// endpoint (http:// or https://) instead of a child process.
+    #[arg(long, env = "MCP_RESUME_UPSTREAM", value_name = "URL", conflicts_with_all = ["env", "max_children", "child_init_secs", "command"], help_heading = "Gateway")]
+    upstream: Option<String>,
+
+    /// A header sent with every request to the upstream, 'Name: value'
+    /// (repeatable), e.g. 'Authorization: Bearer T'. In the environment, one
+    /// header a line.
+    #[arg(
+        long,
+        env = "MCP_RESUME_UPSTREAM_HEADERS",
+        hide_env_values = true,
+        value_delimiter = '\n',
+        value_name = "'NAME: VALUE'",
+        value_parser = header,
+        help_heading = "Gateway"
+    )]
+    upstream_header: Vec<(String, String)>,
 
     /// Pass this environment variable through to the children (repeatable).
     /// They get only PATH, HOME and these.
-    #[arg(long = "env", value_name = "NAME")]
+    #[arg(
+        long = "env",
+        env = "MCP_RESUME_CHILD_ENV",
+        value_delimiter = ',',
+        value_name = "NAME",
+        help_heading = "Gateway"
+    )]
     env: Vec<String>,
 
     /// Most child processes at once; a new session beyond gets 429.
-    #[arg(long, env = "MCP_RESUME_MAX_CHILDREN", default_value_t = 256)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_MAX_CHILDREN",
+        default_value_t = 256,
+        help_heading = "Gateway"
+    )]
     max_children: usize,
 
     /// Seconds a new session's child waits for the client's initialize
     /// before it is stopped and the session ended (a stateless request or
     /// a client that went away never holds a child for long).
-    #[arg(long, env = "MCP_RESUME_CHILD_INIT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "MCP_RESUME_CHILD_INIT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Gateway")]
     child_init_secs: u64,
 
-    /// Serve each session from a session on this MCP Streamable HTTP
-    /// endpoint (http:// or https://) instead of a child process.
-    #[arg(long, env = "MCP_RESUME_UPSTREAM", value_name = "URL", conflicts_with_all = ["env", "max_children", "child_init_secs", "command"])]
-    upstream: Option<String>,
-
-    /// A header sent with every request to the upstream, 'Name: value'
-    /// (repeatable), e.g. 'Authorization: Bearer T'.
-    #[arg(long, value_name = "'NAME: VALUE'", value_parser = header)]
-    upstream_header: Vec<(String, String)>,
-
-    /// The MCP server to run for each session, after `--`: CMD [ARGS...].
-    #[arg(last = true, required_unless_present = "upstream", value_name = "CMD")]
+    /// The MCP server to run for each session, after `--`: CMD [ARGS...]
+    /// (or --upstream URL instead).
+    #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
+
+    #[command(flatten)]
+    serve: ServeArgs,
 }
 
 /// Parses `--upstream-header 'Name: value'`.

@@ -7,6 +7,7 @@ mod gateway;
 mod log_cmds;
 mod serve;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -27,7 +28,8 @@ Try it:           curl -si -X POST http://127.0.0.1:8080/mcp -H 'content-type: a
     after_help = "Examples:\n  \
 mcp-resume serve                                        # 127.0.0.1:8080/mcp, durable log in the data dir\n  \
 mcp-resume call http://127.0.0.1:8080/mcp echo '{\"text\":\"hi\"}'\n  \
-mcp-resume tail http://127.0.0.1:8080/mcp --ws          # the session stream, resumed and checked\n  \
+mcp-resume call http://127.0.0.1:8080/mcp emit '{\"count\":3}'   # 3 notifications; prints `session: ID` on stderr\n  \
+mcp-resume tail http://127.0.0.1:8080/mcp --session ID --ws --from 0 --max-events 3   # read them over WebSocket\n  \
 mcp-resume chaos --spawn --compare-legacy               # count silent gaps across upgrades and kills\n  \
 mcp-resume log check ~/.local/share/mcp-resume/log      # verify a stopped server's disk log\n\n\
 Each command's --help has more examples."
@@ -59,11 +61,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Colour only for a person at a terminal: a log redirected to a file or a
+    // journal gets plain text (and NO_COLOR turns it off anywhere).
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .init();
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

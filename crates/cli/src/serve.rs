@@ -39,21 +39,31 @@ pub struct ServeCmd {
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Most tools one session may add with register_tool.
-    #[arg(long, env = "MCP_RESUME_MAX_SESSION_TOOLS", default_value_t = 256)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_MAX_SESSION_TOOLS",
+        default_value_t = 256,
+        help_heading = "Demo tools (serve only)"
+    )]
     max_session_tools: usize,
 
     /// Most background tasks (emit) one session may run at once.
     #[arg(
         long,
         env = "MCP_RESUME_MAX_BACKGROUND_PER_SESSION",
-        default_value_t = 16
+        default_value_t = 16,
+        help_heading = "Demo tools (serve only)"
     )]
     max_background_per_session: usize,
 
     /// DANGEROUS, for demonstrations only: upgrade to WebSocket without the cursor
     /// echo, the replay and the gate (docs/protocol.md 9). Events committed during the
     /// handshake are silently lost. Never use in production.
-    #[arg(long, env = "MCP_RESUME_UNSAFE_LEGACY_UPGRADE")]
+    #[arg(
+        long,
+        env = "MCP_RESUME_UNSAFE_LEGACY_UPGRADE",
+        help_heading = "Demo tools (serve only)"
+    )]
     unsafe_legacy_upgrade: bool,
 }
 
@@ -61,21 +71,65 @@ pub struct DemoArgs {
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Address to listen on. Port 0 picks a free port; the real address is printed.
-    #[arg(long, env = "MCP_RESUME_LISTEN", default_value = "127.0.0.1:8080")]
+    #[arg(
+        long,
+        env = "MCP_RESUME_LISTEN",
+        default_value = "127.0.0.1:8080",
+        help_heading = "Listening"
+    )]
     listen: SocketAddr,
+
+    /// Base path of the MCP endpoint.
+    #[arg(
+        long,
+        env = "MCP_RESUME_BASE_PATH",
+        default_value = "/mcp",
+        help_heading = "Listening"
+    )]
+    base_path: String,
+
+    /// Serve /metrics, /healthz and /readyz on this address instead of the main listener.
+    #[arg(
+        long,
+        env = "MCP_RESUME_METRICS_LISTEN",
+        value_name = "ADDR",
+        help_heading = "Listening"
+    )]
+    metrics_listen: Option<SocketAddr>,
+
+    /// Refuse WebSocket upgrades with 426 (clients stay on SSE, losing nothing).
+    #[arg(long, env = "MCP_RESUME_NO_WEBSOCKET", help_heading = "Listening")]
+    no_websocket: bool,
 
     /// Where the session log lives: `memory` (lost on restart), `disk:DIR` (a
     /// directory; every event is fsync'd before any client sees it), or
     /// `redis://HOST:PORT/DB` (shared by any number of instances), or
     /// `redis-cluster://HOST:PORT[,HOST:PORT...]` (the same on a Redis Cluster;
     /// any nodes as seeds). Default: `disk` in --data-dir.
-    #[arg(long, env = "MCP_RESUME_STORE")]
+    #[arg(long, env = "MCP_RESUME_STORE", help_heading = "Storage")]
     store: Option<String>,
+
+    /// Directory of the default disk log (the log lives in `log/` inside it).
+    /// Default for `serve`: $XDG_DATA_HOME/mcp-resume, else
+    /// ~/.local/share/mcp-resume; for `gateway`: `gateway/` inside that, so
+    /// the two run side by side with their defaults.
+    #[arg(
+        long,
+        env = "MCP_RESUME_DATA_DIR",
+        hide_env_values = true,
+        help_heading = "Storage"
+    )]
+    data_dir: Option<PathBuf>,
 
     /// With a redis:// or redis-cluster:// store: replicas (of the session's
     /// master) that must acknowledge every append (`WAIT`) before it counts as committed. Pair with `appendonly yes` and `appendfsync always`
     /// on the Redis side for durability across a Redis restart.
-    #[arg(long, env = "MCP_RESUME_REDIS_REPLICAS", default_value_t = 0)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_REDIS_REPLICAS",
+        default_value_t = 0,
+        help_heading = "Storage"
+    )]
     redis_replicas: usize,
 
     /// With a redis-cluster:// store: the longest interval, in seconds,
@@ -84,37 +138,57 @@ pub struct ServeArgs {
     /// 1 s and doubles while wake-ups keep arriving, so an idle followed
     /// stream costs one Redis command per this interval, and a lost wake-up
     /// delays events by at most this long.
-    #[arg(long, env = "MCP_RESUME_REDIS_SAFETY_READ_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, env = "MCP_RESUME_REDIS_SAFETY_READ_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600), help_heading = "Storage")]
     redis_safety_read_secs: u64,
 
-    /// Directory of the default disk log (the log lives in `log/` inside it).
-    /// Default: $XDG_DATA_HOME/mcp-resume, else ~/.local/share/mcp-resume.
-    #[arg(long, env = "MCP_RESUME_DATA_DIR", hide_env_values = true)]
-    data_dir: Option<PathBuf>,
-
-    /// Base path of the MCP endpoint.
-    #[arg(long, env = "MCP_RESUME_BASE_PATH", default_value = "/mcp")]
-    base_path: String,
-
-    /// An Origin to allow besides loopback ones (repeatable; `*` allows any).
-    /// Requests with any other Origin get 403, against DNS rebinding.
+    /// Most events kept per stream; older ones are trimmed (never past an active pin).
     #[arg(
-        long = "allow-origin",
-        env = "MCP_RESUME_ALLOW_ORIGINS",
-        value_delimiter = ',',
-        value_name = "ORIGIN"
+        long,
+        env = "MCP_RESUME_RETENTION_EVENTS",
+        default_value_t = 10_000,
+        help_heading = "Storage"
     )]
-    allow_origins: Vec<String>,
+    retention_events: u64,
+
+    /// Most seconds an event is kept.
+    #[arg(
+        long,
+        env = "MCP_RESUME_RETENTION_SECS",
+        default_value_t = 3600,
+        help_heading = "Storage"
+    )]
+    retention_secs: u64,
+
+    /// Sessions idle longer than this many seconds end (later use gets 404).
+    /// An open GET stream or WebSocket is use: it marks its session in the
+    /// log every quarter of this (or every heartbeat, when that is longer).
+    #[arg(
+        long,
+        env = "MCP_RESUME_SESSION_TTL_SECS",
+        default_value_t = 1800,
+        help_heading = "Storage"
+    )]
+    session_ttl_secs: u64,
+
+    /// Seconds an ended session's id is remembered (never reused, always 404)
+    /// before maintenance forgets it and its storage.
+    #[arg(long, env = "MCP_RESUME_TOMBSTONE_TTL_SECS", default_value_t = 24 * 3600, help_heading = "Storage")]
+    tombstone_ttl_secs: u64,
 
     /// Require `Authorization: Bearer TOKEN` (or the subprotocol `mcp.auth.TOKEN`
     /// on WebSocket upgrades); anything else gets 401.
-    #[arg(long, env = "MCP_RESUME_BEARER_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_BEARER_TOKEN",
+        hide_env_values = true,
+        help_heading = "Auth"
+    )]
     bearer_token: Option<String>,
 
     /// Accept OAuth 2.1 JWT access tokens issued by this authorization server
     /// (the tokens' exact `iss`); 401 with a `resource_metadata` challenge
     /// otherwise, and GET /.well-known/oauth-protected-resource names it.
-    #[arg(long, env = "MCP_RESUME_OAUTH_ISSUER", value_name = "URL", requires_all = ["oauth_audience", "oauth_jwks"], conflicts_with = "bearer_token")]
+    #[arg(long, env = "MCP_RESUME_OAUTH_ISSUER", value_name = "URL", requires_all = ["oauth_audience", "oauth_jwks"], conflicts_with = "bearer_token", help_heading = "Auth")]
     oauth_issuer: Option<String>,
 
     /// This server's resource URI, which tokens must carry in `aud`
@@ -123,7 +197,8 @@ pub struct ServeArgs {
         long,
         env = "MCP_RESUME_OAUTH_AUDIENCE",
         value_name = "URI",
-        requires = "oauth_issuer"
+        requires = "oauth_issuer",
+        help_heading = "Auth"
     )]
     oauth_audience: Option<String>,
 
@@ -133,7 +208,8 @@ pub struct ServeArgs {
         long,
         env = "MCP_RESUME_OAUTH_JWKS",
         value_name = "FILE|URL",
-        requires = "oauth_issuer"
+        requires = "oauth_issuer",
+        help_heading = "Auth"
     )]
     oauth_jwks: Option<String>,
 
@@ -142,102 +218,29 @@ pub struct ServeArgs {
         long,
         env = "MCP_RESUME_OAUTH_SCOPE",
         value_name = "SCOPES",
-        requires = "oauth_issuer"
+        requires = "oauth_issuer",
+        help_heading = "Auth"
     )]
     oauth_scope: Option<String>,
 
-    /// Largest POST body in bytes (413 above it).
-    #[arg(long, env = "MCP_RESUME_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024)]
-    max_body_bytes: usize,
-
-    /// Most live sessions; `initialize` beyond it gets 429.
-    #[arg(long, env = "MCP_RESUME_MAX_SESSIONS", default_value_t = 100_000)]
-    max_sessions: usize,
-
-    /// Most request streams (SSE-answered requests) one session may open; 429 beyond.
+    /// An Origin to allow besides loopback ones (repeatable; `*` allows any).
+    /// Requests with any other Origin get 403, against DNS rebinding.
     #[arg(
-        long,
-        env = "MCP_RESUME_MAX_REQUEST_STREAMS",
-        default_value_t = 100_000
+        long = "allow-origin",
+        env = "MCP_RESUME_ALLOW_ORIGINS",
+        value_delimiter = ',',
+        value_name = "ORIGIN",
+        help_heading = "Auth"
     )]
-    max_request_streams: u64,
-
-    /// Most events kept per stream; older ones are trimmed (never past an active pin).
-    #[arg(long, env = "MCP_RESUME_RETENTION_EVENTS", default_value_t = 10_000)]
-    retention_events: u64,
-
-    /// Most seconds an event is kept.
-    #[arg(long, env = "MCP_RESUME_RETENTION_SECS", default_value_t = 3600)]
-    retention_secs: u64,
-
-    /// Sessions idle longer than this many seconds end (later use gets 404).
-    /// An open GET stream or WebSocket is use: it marks its session in the
-    /// log every quarter of this (or every heartbeat, when that is longer).
-    #[arg(long, env = "MCP_RESUME_SESSION_TTL_SECS", default_value_t = 1800)]
-    session_ttl_secs: u64,
-
-    /// Seconds a session's in-process handler (the built-in tools) may have
-    /// nothing in flight before it is parked: stopped, its memory freed, and
-    /// restored from the session's stored `initialize` on its next message,
-    /// so an idle session holds little more than its open streams. A
-    /// gateway's child or upstream session is never parked (it holds state a
-    /// restart would lose).
-    #[arg(long, env = "MCP_RESUME_PARK_AFTER_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
-    park_after_secs: u64,
-
-    /// Seconds an ended session's id is remembered (never reused, always 404)
-    /// before maintenance forgets it and its storage.
-    #[arg(long, env = "MCP_RESUME_TOMBSTONE_TTL_SECS", default_value_t = 24 * 3600)]
-    tombstone_ttl_secs: u64,
-
-    /// Seconds of silence after which an open stream gets a heartbeat (an
-    /// SSE comment, a WebSocket heartbeat frame). Not --keep-alive-secs.
-    #[arg(
-        long,
-        env = "MCP_RESUME_HEARTBEAT_SECS",
-        alias = "keepalive-secs",
-        default_value_t = 15
-    )]
-    heartbeat_secs: u64,
-
-    /// Milliseconds an upgraded client has to send `cursor-ack` (else close 4408).
-    #[arg(long, env = "MCP_RESUME_UPGRADE_TIMEOUT_MS", default_value_t = 10_000)]
-    upgrade_timeout_ms: u64,
-
-    /// Seconds a call's response is retried while the log is unavailable
-    /// before an error response (-32603, reason commit-failed) ends the call
-    /// instead: no call stays open.
-    #[arg(long, env = "MCP_RESUME_REPLY_DEADLINE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    reply_deadline_secs: u64,
-
-    /// Refuse WebSocket upgrades with 426 (clients stay on SSE, losing nothing).
-    #[arg(long, env = "MCP_RESUME_NO_WEBSOCKET")]
-    no_websocket: bool,
-
-    /// Serve /metrics, /healthz and /readyz on this address instead of the main listener.
-    #[arg(long, env = "MCP_RESUME_METRICS_LISTEN", value_name = "ADDR")]
-    metrics_listen: Option<SocketAddr>,
-
-    /// Seconds a graceful stop (SIGTERM, Ctrl-C) may take: /readyz answers 503 at
-    /// once, calls in flight and the work tools started finish, a gateway's
-    /// settled sessions give their leases up; then streams end (clients resume
-    /// elsewhere) and what still runs is cut off
-    #[arg(long, env = "MCP_RESUME_SHUTDOWN_GRACE_SECS", default_value_t = 10)]
-    shutdown_grace_secs: u64,
-
-    /// Seconds a stopping server still accepts connections (every HTTP/1.1
-    /// answer with `Connection: close`) before it stops accepting: at least
-    /// your balancer's health-check interval times its fall count, so it has
-    /// seen /readyz turn 503. Part of --shutdown-grace-secs
-    #[arg(long, env = "MCP_RESUME_DRAIN_ACCEPT_SECS", default_value_t = 2)]
-    drain_accept_secs: u64,
+    allow_origins: Vec<String>,
 
     /// Serve HTTPS and WSS with this PEM certificate chain (leaf first); needs --tls-key.
     #[arg(
         long,
         env = "MCP_RESUME_TLS_CERT",
         value_name = "PEM",
-        requires = "tls_key"
+        requires = "tls_key",
+        help_heading = "TLS"
     )]
     tls_cert: Option<PathBuf>,
 
@@ -246,24 +249,112 @@ pub struct ServeArgs {
         long,
         env = "MCP_RESUME_TLS_KEY",
         value_name = "PEM",
-        requires = "tls_cert"
+        requires = "tls_cert",
+        help_heading = "TLS"
     )]
     tls_key: Option<PathBuf>,
+
+    /// Most live sessions; `initialize` beyond it gets 429.
+    #[arg(
+        long,
+        env = "MCP_RESUME_MAX_SESSIONS",
+        default_value_t = 100_000,
+        help_heading = "Limits"
+    )]
+    max_sessions: usize,
+
+    /// Most request streams (SSE-answered requests) one session may open; 429 beyond.
+    #[arg(
+        long,
+        env = "MCP_RESUME_MAX_REQUEST_STREAMS",
+        default_value_t = 100_000,
+        help_heading = "Limits"
+    )]
+    max_request_streams: u64,
+
+    /// Largest POST body in bytes (413 above it).
+    #[arg(long, env = "MCP_RESUME_MAX_BODY_BYTES", default_value_t = 4 * 1024 * 1024, help_heading = "Limits")]
+    max_body_bytes: usize,
 
     /// Seconds a client has to send a whole request header once it starts one
     /// (and to send its first request after connecting); slower ones are closed.
     #[arg(
         long,
         env = "MCP_RESUME_HEADER_READ_TIMEOUT_SECS",
-        default_value_t = 30
+        default_value_t = 30,
+        help_heading = "Limits"
     )]
     header_read_timeout_secs: u64,
 
     /// Seconds a connection may sit with no request in flight before it is closed
     /// (HTTP/1.1 keep-alive; HTTP/2 gets a GOAWAY). Not --heartbeat-secs, the
     /// heartbeat inside open streams.
-    #[arg(long, env = "MCP_RESUME_KEEP_ALIVE_SECS", default_value_t = 60)]
+    #[arg(
+        long,
+        env = "MCP_RESUME_KEEP_ALIVE_SECS",
+        default_value_t = 60,
+        help_heading = "Limits"
+    )]
     keep_alive_secs: u64,
+
+    /// Seconds of silence after which an open stream gets a heartbeat (an
+    /// SSE comment, a WebSocket heartbeat frame). Not --keep-alive-secs.
+    #[arg(
+        long,
+        env = "MCP_RESUME_HEARTBEAT_SECS",
+        alias = "keepalive-secs",
+        default_value_t = 15,
+        help_heading = "Tuning"
+    )]
+    heartbeat_secs: u64,
+
+    /// Milliseconds an upgraded client has to send `cursor-ack` (else close 4408).
+    #[arg(
+        long,
+        env = "MCP_RESUME_UPGRADE_TIMEOUT_MS",
+        default_value_t = 10_000,
+        help_heading = "Tuning"
+    )]
+    upgrade_timeout_ms: u64,
+
+    /// Seconds a call's response is retried while the log is unavailable
+    /// before an error response (-32603, reason commit-failed) ends the call
+    /// instead: no call stays open.
+    #[arg(long, env = "MCP_RESUME_REPLY_DEADLINE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Tuning")]
+    reply_deadline_secs: u64,
+
+    /// Seconds a session's in-process handler (the built-in tools) may have
+    /// nothing in flight before it is parked: stopped, its memory freed, and
+    /// restored from the session's stored `initialize` on its next message,
+    /// so an idle session holds little more than its open streams. A
+    /// gateway's child or upstream session is never parked (it holds state a
+    /// restart would lose).
+    #[arg(long, env = "MCP_RESUME_PARK_AFTER_SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Tuning")]
+    park_after_secs: u64,
+
+    /// Seconds a graceful stop (SIGTERM, Ctrl-C) may take: /readyz answers 503 at
+    /// once, calls in flight and the work tools started finish, a gateway's
+    /// settled sessions give their leases up; then streams end (clients resume
+    /// elsewhere) and what still runs is cut off
+    #[arg(
+        long,
+        env = "MCP_RESUME_SHUTDOWN_GRACE_SECS",
+        default_value_t = 10,
+        help_heading = "Shutdown"
+    )]
+    shutdown_grace_secs: u64,
+
+    /// Seconds a stopping server still accepts connections (every HTTP/1.1
+    /// answer with `Connection: close`) before it stops accepting: at least
+    /// your balancer's health-check interval times its fall count, so it has
+    /// seen /readyz turn 503. Part of --shutdown-grace-secs
+    #[arg(
+        long,
+        env = "MCP_RESUME_DRAIN_ACCEPT_SECS",
+        default_value_t = 2,
+        help_heading = "Shutdown"
+    )]
+    drain_accept_secs: u64,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -282,6 +373,7 @@ fn default_data_dir() -> PathBuf {
 async fn open_log(
     args: &ServeArgs,
     retention: Retention,
+    default_dir: &Path,
 ) -> Result<(Arc<dyn Log>, String, u64), String> {
     match args.store.as_deref() {
         Some("memory") => Ok((Arc::new(MemoryLog::new(retention)), "memory".into(), 0)),
@@ -292,7 +384,7 @@ async fn open_log(
             log.set_safety_read_max(Duration::from_secs(args.redis_safety_read_secs));
             match log.durability().await {
                 (_, Some(warning)) => {
-                    tracing::warn!("{s}: {warning} (README, Running on Redis)")
+                    tracing::warn!("{s}: {warning} (docs/operator.md, Redis)")
                 }
                 (words, None) => tracing::info!("{s}: {words}"),
             }
@@ -309,7 +401,7 @@ async fn open_log(
                 None if s == "disk" => args
                     .data_dir
                     .clone()
-                    .unwrap_or_else(default_data_dir)
+                    .unwrap_or_else(|| default_dir.to_owned())
                     .join("log"),
                 None => {
                     return Err(format!(
@@ -324,7 +416,7 @@ async fn open_log(
             let path = args
                 .data_dir
                 .clone()
-                .unwrap_or_else(default_data_dir)
+                .unwrap_or_else(|| default_dir.to_owned())
                 .join("log");
             open_disk(&path, retention)
         }
@@ -432,7 +524,13 @@ pub async fn run_with(args: ServeArgs, sessions: Sessions) -> Result<ExitCode, S
         }
         msg
     })?;
-    let (log, store, damaged) = open_log(&args, retention).await?;
+    // `serve` and `gateway` keep their default logs apart: one data
+    // directory holds one server's log (its lock refuses a second).
+    let default_dir = match &sessions {
+        Sessions::Demo(_) => default_data_dir(),
+        Sessions::Gateway(_) => default_data_dir().join("gateway"),
+    };
+    let (log, store, damaged) = open_log(&args, retention, &default_dir).await?;
     let mut config = ServerConfig::default();
     config.damaged_streams = damaged;
     config.base_path = args.base_path.clone();
