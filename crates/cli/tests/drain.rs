@@ -249,3 +249,61 @@ fn a_gateway_owner_stopped_gracefully_finishes_forwarded_calls_and_hands_the_ses
         );
     });
 }
+
+/// A kill -9 loses the work the process held, but not silently: the
+/// background work an `emit` had promised is noted in the log, and after the
+/// restart the session's client is told on its stream (`work-lost`).
+#[test]
+fn a_kill_reports_the_background_work_it_took_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Serve::spawn(dir.path(), "127.0.0.1:0", &[]);
+    let sid = rt().block_on(async {
+        let sid = initialize(&s.url).await;
+        let answer = post(
+            &s.url,
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "emit", "arguments": {"count": 100, "interval_ms": 50}}}),
+        )
+        .await;
+        assert!(answer.text().await.unwrap().contains("emitting 100"));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        sid
+    });
+    s.kill9();
+    s.restart();
+    rt().block_on(async {
+        let resp = reqwest::Client::new()
+            .get(&s.url)
+            .header("mcp-session-id", &sid)
+            .header("accept", "text/event-stream")
+            .header("last-event-id", "0")
+            .send()
+            .await
+            .unwrap();
+        let events = read(resp, Duration::from_secs(5), |e| {
+            e.data.contains("work-lost")
+        })
+        .await
+        .unwrap_or_default();
+        let lost: Vec<Value> = events
+            .iter()
+            .filter_map(|e| serde_json::from_str::<Value>(&e.data).ok())
+            .filter(|v| v["params"]["data"]["reason"] == "work-lost")
+            .collect();
+        assert_eq!(
+            lost.len(),
+            1,
+            "the broken promise was not reported: {events:?}"
+        );
+        assert_eq!(lost[0]["params"]["level"], "error");
+        let sent = events
+            .iter()
+            .filter(|e| e.data.contains("\"logger\":\"emit\""))
+            .count();
+        assert!(
+            sent < 100,
+            "the kill came after the work ended ({sent} sent)"
+        );
+    });
+}

@@ -9,7 +9,15 @@
 //! run under an owner lease (an exclusive backend on a shared log), a call
 //! is an orphan once its instance no longer holds the session's lease, alive
 //! or not (`lease-lost`): it can no longer answer it (its commits are
-//! fenced), nor read one forwarded to it after the lease moved. Orphans are ended
+//! fenced), nor read one forwarded to it after the lease moved.
+//!
+//! Background work a built-in tool started after its call answered (`emit`
+//! sending what it promised) is noted the same way, by a request stream
+//! whose record names the instance (`work_record`), retired when the work
+//! ends; one left by an instance that died is reported on the session
+//! stream (`notifications/message`, `logger: mcp-resume`, `data.reason:
+//! work-lost`), so a client knows the promise was broken instead of waiting
+//! for what will never come. Orphans are ended
 //! by the maintenance sweep (at start-up every stream of a disk log left from
 //! before; on Redis the buckets an instance takes over) and lazily
 //! when a client resumes one (an instance of a shared Redis log that died),
@@ -27,6 +35,28 @@ use crate::route::state::{AppState, ORPHAN_SLOTS};
 /// The record stored with a request stream.
 pub(crate) fn record(rpc_id: &Value, instance: &str) -> Bytes {
     Bytes::from(json!({"id": rpc_id, "owner": instance}).to_string())
+}
+
+/// The record of a request stream that notes background work `instance`
+/// runs for a session (a built-in tool's `ToolContext::spawn`): retired
+/// when the work ends; found by the sweep when `instance` died first, and
+/// then reported to the session's client ([`end_if_orphaned`]).
+pub(crate) fn work_record(instance: &str) -> Bytes {
+    Bytes::from(json!({"work": "background", "owner": instance}).to_string())
+}
+
+/// What the session's client is told when the instance running
+/// background work it was promised died before the work ended.
+fn work_lost(owner: &str) -> Bytes {
+    Bytes::from(
+        json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {
+            "level": "error", "logger": "mcp-resume", "data": {
+                "reason": "work-lost",
+                "instance": owner,
+                "message": "the server instance running a tool's background work for this session stopped before it finished (killed, or cut off past its shutdown grace): what that work had promised may be incomplete",
+            }}})
+        .to_string(),
+    )
 }
 
 /// Ends request stream `r` of `session` with an error response if its handler
@@ -61,6 +91,15 @@ pub(crate) async fn end_if_orphaned(
     }
     let meta: Value =
         serde_json::from_slice(&state.log.request_meta(session, r).await?).unwrap_or(Value::Null);
+    if meta.get("work").is_some() {
+        return end_lost_work(
+            state,
+            session,
+            r,
+            meta["owner"].as_str().unwrap_or_default(),
+        )
+        .await;
+    }
     if meta.get("id").is_none() {
         // A message forwarded to another instance (route::inbox), not a call.
         return Ok(false);
@@ -86,6 +125,36 @@ pub(crate) async fn end_if_orphaned(
         session,
         stream = r,
         "ended a call whose handler died with its process"
+    );
+    Ok(true)
+}
+
+/// Background work noted on request stream `r` of `session`, run by
+/// `owner`: if `owner` is dead, the session's client is told on its session
+/// stream (once, under the stream's orphan key) and the note is retired.
+async fn end_lost_work(
+    state: &AppState,
+    session: &str,
+    r: u64,
+    owner: &str,
+) -> Result<bool, LogError> {
+    if owner == state.log.instance() || state.log.instance_alive(owner).await? {
+        return Ok(false);
+    }
+    state
+        .commit_once(
+            session,
+            StreamKey::Session,
+            vec![work_lost(owner)],
+            orphan_key(session, r),
+            false,
+        )
+        .await?;
+    state.log.retire_request_stream(session, r).await?;
+    tracing::info!(
+        session,
+        stream = r,
+        "told a session's client that background work it was promised died with its instance"
     );
     Ok(true)
 }

@@ -171,11 +171,27 @@ impl ToolContext {
         };
         let mut shutdown = self.of.shared.shutdown.clone();
         let cancel = self.of.cancel.clone();
+        let log = self.of.shared.log.clone();
+        let session = self.of.session.clone();
         self.of.shared.tasks.spawn(async move {
-            tokio::select! {
-                _ = work => {}
-                _ = crate::route::state::stopped(&mut shutdown) => {}
-                _ = cancel.cancelled() => {}
+            // A durable note that this instance runs work the session's
+            // client was promised: if the process dies before the work ends
+            // (kill -9, or cut off past the shutdown grace), the orphan sweep
+            // tells the client (`route::orphans`), instead of the promise
+            // vanishing without a word.
+            let note = log
+                .open_request_stream(&session, crate::route::orphans::work_record(log.instance()))
+                .await
+                .ok();
+            let cut = tokio::select! {
+                _ = work => false,
+                _ = crate::route::state::stopped(&mut shutdown) => true,
+                _ = cancel.cancelled() => false,
+            };
+            if let (Some(r), false) = (note, cut) {
+                if let Err(e) = log.retire_request_stream(&session, r).await {
+                    tracing::debug!(%session, error = %e, "could not retire a background task's note");
+                }
             }
             drop(slot);
         });

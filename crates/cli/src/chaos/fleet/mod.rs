@@ -151,10 +151,13 @@ pub async fn run(flags: &FleetFlags, cx: &Context<'_>) -> Result<bool, String> {
     for s in &mut sessions {
         let _ = (&mut s.1).await;
     }
-    let until = Instant::now() + Duration::from_secs(15);
+    // (Lost work is reported once another instance sweeps the dead one's
+    // sessions: its heartbeat expires in 10 s, then a maintenance pass.)
+    let until = Instant::now() + Duration::from_secs(30);
     while Instant::now() < until {
         let behind = sessions.iter().any(|(_, _, _, seen, promised)| {
-            seen.lock().unwrap().promised_seen < *promised.lock().unwrap()
+            let seen = seen.lock().unwrap();
+            seen.promised_seen < *promised.lock().unwrap() && !seen.work_lost
         });
         if !behind {
             break;
@@ -164,9 +167,11 @@ pub async fn run(flags: &FleetFlags, cx: &Context<'_>) -> Result<bool, String> {
     stop.store(true, Ordering::Release);
     for (reader, _, _, seen, promised) in sessions {
         let _ = reader.await;
+        let seen = seen.lock().unwrap();
         tally.promises(
             *promised.lock().unwrap(),
-            seen.lock().unwrap().promised_seen,
+            seen.promised_seen,
+            seen.work_lost,
         );
     }
     let about = json!({

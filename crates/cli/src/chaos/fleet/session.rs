@@ -77,6 +77,9 @@ pub(super) struct Read {
     pub(super) last: u64,
     /// Notifications a call promised, as they arrived.
     pub(super) promised_seen: u64,
+    /// Whether the server said background work promised to the session was
+    /// lost with its instance (`work-lost`).
+    pub(super) work_lost: bool,
 }
 
 /// Reads `sid`'s session stream until `stop`, resuming after every break;
@@ -163,6 +166,8 @@ pub(super) async fn read(
                 s.last = seq;
                 if promised_notification(&e.data) {
                     s.promised_seen += 1;
+                } else if e.data.contains("\"work-lost\"") {
+                    s.work_lost = true;
                 }
             }
         }

@@ -39,6 +39,9 @@ struct Counts {
     outages_ms: Vec<u64>,
     promised: u64,
     delivered: u64,
+    /// Promised notifications missing from sessions the server told that
+    /// background work was lost (`work-lost`).
+    missing_reported: u64,
     ops: Vec<Value>,
 }
 
@@ -78,11 +81,15 @@ impl Tally {
         self.counts().outages_ms.push(d.as_millis() as u64);
     }
 
-    /// A session's notifications promised and delivered, at the end.
-    pub(crate) fn promises(&self, promised: u64, delivered: u64) {
+    /// A session's notifications promised and delivered, at the end, and
+    /// whether the server reported lost work to it.
+    pub(crate) fn promises(&self, promised: u64, delivered: u64, reported: bool) {
         let mut c = self.counts();
         c.promised += promised;
         c.delivered += delivered;
+        if reported {
+            c.missing_reported += promised.saturating_sub(delivered);
+        }
     }
 
     /// An operation on the fleet, as it happened.
@@ -113,12 +120,13 @@ impl Tally {
             f.push(format!("{} calls hung past their bound", c.hung));
         }
         // A kill -9 takes the work an instance had started with it (a
-        // tool's background sends): counted, but a failure only where every
-        // operation was graceful.
-        if !faults && c.delivered < c.promised {
+        // tool's background sends); the server must say so, never drop it
+        // silently. Graceful operations lose nothing at all.
+        let missing = c.promised.saturating_sub(c.delivered);
+        let silent = missing.saturating_sub(c.missing_reported);
+        if (!faults && missing > 0) || silent > 0 {
             f.push(format!(
-                "{} of {} promised notifications never arrived",
-                c.promised - c.delivered,
+                "{missing} of {} promised notifications never arrived ({silent} without a word)",
                 c.promised
             ));
         }
@@ -156,7 +164,8 @@ impl Tally {
                 "hung": c.hung,
                 "by_tool": c.by_tool,
             },
-            "notifications": {"promised": c.promised, "delivered": c.delivered},
+            "notifications": {"promised": c.promised, "delivered": c.delivered,
+                "missing_reported": c.missing_reported},
             "gaps": c.gaps,
             "duplicates": c.duplicates,
             "discontinuities": c.discontinuities,
