@@ -136,3 +136,54 @@ async fn a_cursor_ack_at_u64_max_closes_the_task_socket_with_4409() {
         common::Frame::Close(4409)
     );
 }
+
+/// A task socket after seq 2 of a task with seqs 0 ..= 2, acked.
+async fn acked_socket(keepalive: Duration) -> (TestServer, common::Ws) {
+    let mut config = ServerConfig::default();
+    config.keepalive = keepalive;
+    let (s, store) = server_with(config).await;
+    let (go, wait) = oneshot::channel();
+    std::mem::forget(go);
+    let task = counting(&store, 2, wait).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let url = format!("{}/tasks/{task}/events", s.url.replacen("http", "ws", 1));
+    let (mut ws, c) = common::ws_upgrade(&url, Some(2)).await;
+    assert_eq!(c, 2);
+    // No heartbeat before the ack.
+    assert_eq!(
+        common::next_frame(&mut ws, 1_500).await,
+        common::Frame::Timeout
+    );
+    common::send_text(
+        &mut ws,
+        &json!({"type": "cursor-ack", "cursor": c}).to_string(),
+    )
+    .await;
+    (s, ws)
+}
+
+#[tokio::test]
+async fn the_task_socket_sends_heartbeats_naming_the_latest_seq() {
+    let (_s, mut ws) = acked_socket(Duration::from_millis(300)).await;
+    for _ in 0..2 {
+        assert_eq!(
+            common::next_frame(&mut ws, 3_000).await,
+            common::Frame::Heartbeat(2)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_frame_over_the_session_socket_s_limit_closes_the_task_socket_with_1009() {
+    let (_s, mut ws) = acked_socket(Duration::from_secs(15)).await;
+    let big = json!({"type": "cursor-ack", "pad": "x".repeat(5 << 20)}).to_string();
+    let _ = futures_util::SinkExt::send(
+        &mut ws,
+        tokio_tungstenite::tungstenite::Message::Text(big.into()),
+    )
+    .await;
+    assert_eq!(
+        common::next_frame(&mut ws, 3_000).await,
+        common::Frame::Close(1009)
+    );
+}

@@ -24,8 +24,8 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use mcp_resume_proto::frame::{encode_cursor, encode_event};
-use mcp_resume_proto::sse::SseParser;
+use mcp_resume_proto::frame::{encode_cursor, encode_event, encode_heartbeat};
+use mcp_resume_proto::sse::{SseParser, KEEPALIVE};
 use mcp_resume_proto::{close, headers as h, ClientFrame, Gate, GateVerdict, SUBPROTOCOL};
 use serde_json::{json, Value};
 
@@ -80,9 +80,13 @@ pub async fn task_events(
         return Ok(sse(&state, store, opened));
     }
     let cursor_frame = super::ws::safe_upgrade_offered(&state, &parts.headers)?;
+    // The session socket's limits on what a client may send (section 3.5),
+    // not tungstenite's defaults (64 MiB messages, 16 MiB frames).
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
         .map_err(|e| ApiError::bad("invalid-upgrade", e.body_text()))?
+        .max_message_size(state.config.max_frame_bytes)
+        .max_frame_size(state.config.max_frame_bytes)
         .protocols([SUBPROTOCOL]);
     // On the wire, seq is the log's less one (the draft counts from 0).
     let (prior, committed) = opened.positions();
@@ -94,6 +98,8 @@ pub async fn task_events(
             gate: Gate::new(prior, committed),
             held: VecDeque::new(),
             socket,
+            task: opened.task().to_owned(),
+            store: store.clone(),
         };
         conn.run(socket_state, store, opened, cursor_frame, ack_deadline)
             .await;
@@ -126,6 +132,9 @@ struct TaskSocket {
     /// Frames above `C` waiting for the ack, with their log seqs.
     held: VecDeque<(u64, String)>,
     socket: WebSocket,
+    /// The task's id, for the heartbeat's head.
+    task: String,
+    store: TaskStore,
 }
 
 /// How the socket ends: a close code and reason.
@@ -185,6 +194,14 @@ impl TaskSocket {
                     let Some(bytes) = chunk else {
                         return Closing(close::GOING_AWAY, "the task stream stopped; resume from the last seq".into());
                     };
+                    if bytes.as_ref() == KEEPALIVE {
+                        // The pump's keepalive (every keepalive of silence)
+                        // is this socket's heartbeat, as on the session socket.
+                        if let Err(c) = self.heartbeat().await {
+                            return c;
+                        }
+                        continue;
+                    }
                     for ev in parser.feed(&bytes) {
                         if ev.data.trim().is_empty() {
                             continue;
@@ -217,8 +234,13 @@ impl TaskSocket {
                         Err(e) => return Closing(close::MALFORMED, e.to_string()),
                     },
                     Some(Ok(Message::Binary(_))) => return Closing(close::UNSUPPORTED_DATA, "text frames only".into()),
+                    Some(Ok(Message::Close(_))) | None => return Closing(close::NORMAL, String::new()),
                     Some(Ok(_)) => {}
-                    Some(Err(_)) | None => return Closing(close::NORMAL, String::new()),
+                    // 1009 for a message or frame over the limit, as on the session socket.
+                    Some(Err(e)) => {
+                        let super::ws::Closing(code, reason) = super::ws::read_error(e);
+                        return Closing(code, reason);
+                    }
                 },
                 _ = &mut deadline, if !self.gate.is_open() => {
                     return Closing(close::ACK_TIMEOUT, "no cursor-ack within the upgrade timeout".into());
@@ -265,6 +287,27 @@ impl TaskSocket {
             }
         }
         Ok(())
+    }
+
+    /// `{"type":"heartbeat","head":N}` with `N` the task stream's latest
+    /// seq read from the log now, once the client acked and has been sent
+    /// every event up to `N` (section 5.3); otherwise none this time.
+    async fn heartbeat(&mut self) -> Result<(), Closing> {
+        if !self.gate.is_open() || !self.held.is_empty() {
+            return Ok(());
+        }
+        let log = self.store.log().clone();
+        let head = match log.bounds(&self.task, tasks::events::EVENTS).await {
+            Ok(b) => b.head,
+            // The pump names what went wrong with the log.
+            Err(_) => return Ok(()),
+        };
+        match head.checked_sub(1) {
+            Some(wire) if self.gate.heartbeat_allowed(head) => {
+                self.send(encode_heartbeat(wire)).await
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn send(&mut self, frame: String) -> Result<(), Closing> {

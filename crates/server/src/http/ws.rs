@@ -188,7 +188,7 @@ pub(crate) async fn upgrade(
 }
 
 /// Why the socket task ended: a close code and a reason for the client.
-struct Closing(u16, String);
+pub(super) struct Closing(pub(super) u16, pub(super) String);
 
 impl From<GateError> for Closing {
     fn from(e: GateError) -> Self {
@@ -403,7 +403,7 @@ fn close_reason(reason: &str) -> &str {
 
 /// What a failed read means for the close code: 1009 for a message or frame
 /// over the limit (told by the WebSocket library's own error type), else 4400.
-fn read_error(e: axum::Error) -> Closing {
+pub(super) fn read_error(e: axum::Error) -> Closing {
     let inner = e.into_inner();
     match inner.downcast_ref::<tungstenite::Error>() {
         Some(tungstenite::Error::Capacity(c)) => {

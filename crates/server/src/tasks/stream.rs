@@ -52,6 +52,11 @@ impl Opened {
     pub(crate) fn positions(&self) -> (Seq, Seq) {
         (self.cursor, self.head)
     }
+
+    /// The task's id.
+    pub(crate) fn task(&self) -> &str {
+        &self.task
+    }
 }
 
 /// Checks a `tasks/stream` request and takes the commit point of the
