@@ -80,15 +80,24 @@ mod tests {
 /// off (RFC 9110 5.5). `header` looks a header up by its lower-case name.
 /// The error says which header and why, for the -32020 (header mismatch)
 /// a server answers with 400.
+///
+/// A value in SEP-2243's Base64 form (`=?base64?…?=`, how a client sends a
+/// name that is not plain ASCII) is decoded before it is compared
+/// ([`decode_header_value`]); one that does not decode is a mismatch.
 pub fn check_standard_headers<'a>(
     header: impl Fn(&str) -> Option<&'a str>,
     message: &serde_json::Value,
 ) -> Result<(), String> {
     for (name, want) in standard_headers(message) {
-        match header(name).map(|v| v.trim_matches([' ', '\t'])) {
+        let Some(raw) = header(name).map(|v| v.trim_matches([' ', '\t'])) else {
+            return Err(format!(
+                "the request has no {name} header (the body says {want:?})"
+            ));
+        };
+        match decode_header_value(raw) {
             None => {
                 return Err(format!(
-                    "the request has no {name} header (the body says {want:?})"
+                    "the {name} header ({raw:?}) is not canonical Base64 of UTF-8 text"
                 ))
             }
             Some(got) if got != want => {
@@ -100,6 +109,66 @@ pub fn check_standard_headers<'a>(
         }
     }
     Ok(())
+}
+
+/// The prefix of a header value in SEP-2243's Base64 form.
+const BASE64_PREFIX: &str = "=?base64?";
+/// The suffix of a header value in SEP-2243's Base64 form.
+const BASE64_SUFFIX: &str = "?=";
+
+/// A SEP-2243 header value (`Mcp-Name`, `Mcp-Param-*`) as text: a value
+/// `=?base64?B?=` is the UTF-8 text whose standard, padded Base64 is `B`
+/// (how a client sends what is not plain ASCII); any other value is itself.
+/// `None` for a value in that form that is not canonical Base64 or not
+/// UTF-8: it names nothing, so it matches no body.
+pub fn decode_header_value(value: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let Some(b64) = value
+        .strip_prefix(BASE64_PREFIX)
+        .and_then(|v| v.strip_suffix(BASE64_SUFFIX))
+    else {
+        return Some(std::borrow::Cow::Borrowed(value));
+    };
+    let bytes = decode_base64(b64)?;
+    String::from_utf8(bytes).ok().map(std::borrow::Cow::Owned)
+}
+
+/// Standard Base64 (RFC 4648 section 4) with its padding, canonical only:
+/// the unused bits of the last character are zero.
+fn decode_base64(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    if b.len() % 4 != 0 {
+        return None;
+    }
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(b.len() / 4 * 3);
+    for (i, quad) in b.chunks(4).enumerate() {
+        let last = i == b.len() / 4 - 1;
+        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &quad[..4 - pad] {
+            n = (n << 6) | value(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        // The bits a padded quad does not use must be zero (one spelling).
+        if (pad == 1 && bytes[2] != 0) || (pad == 2 && (bytes[1] != 0 || bytes[2] != 0)) {
+            return None;
+        }
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -125,5 +194,40 @@ mod check_tests {
         assert!(check_standard_headers(missing, &m)
             .unwrap_err()
             .contains("mcp-method"));
+    }
+
+    #[test]
+    fn a_base64_name_is_decoded_before_it_is_compared() {
+        let m = json!({"method": "tools/call",
+            "params": {"name": "héllo 世界", "_meta": {PROTOCOL_VERSION: "2026-07-28"}}});
+        let with = |name: &'static str| {
+            move |h: &str| match h {
+                "mcp-protocol-version" => Some("2026-07-28"),
+                "mcp-method" => Some("tools/call"),
+                "mcp-name" => Some(name),
+                _ => None,
+            }
+        };
+        assert!(check_standard_headers(with("=?base64?aMOpbGxvIOS4lueVjA==?="), &m).is_ok());
+        // Another name, a broken encoding, one not canonical: refused.
+        for bad in [
+            "=?base64?aMOpbGxv?=",
+            "=?base64?%%%?=",
+            "=?base64?aMOpbGxvIOS4lueVjB==?=",
+            "=?base64?/w==?=",
+        ] {
+            assert!(check_standard_headers(with(bad), &m).is_err(), "{bad}");
+        }
+        assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
+        assert_eq!(decode_header_value("=?base64??=").as_deref(), Some(""));
+        assert_eq!(
+            decode_header_value("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(decode_header_value("=?base64?YQ==?=").as_deref(), Some("a"));
+        assert_eq!(decode_header_value("=?base64?YWI=?=").as_deref(), Some("ab"));
+        assert_eq!(decode_header_value("=?base64?YWJj?=").as_deref(), Some("abc"));
+        assert_eq!(decode_header_value("=?base64?YR==?="), None);
+        assert_eq!(decode_header_value("=?base64?YQ=a?="), None);
     }
 }

@@ -21,11 +21,11 @@ use std::time::Duration;
 use axum::http::{header, HeaderName, HeaderValue, Method, Request, Response};
 use futures_util::future::{Either, FutureExt, Map};
 use mcp_resume_proto::headers as h;
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 use tower_layer::Layer as _;
 use tower_service::Service;
 
-use crate::names::{PROTOCOL_VERSION, SESSION_ID};
+use crate::names::SESSION_ID;
 use crate::route::state::AppState;
 
 /// What tower-http's CORS layer says responses vary by (its default).
@@ -33,13 +33,66 @@ const VARY: HeaderValue = HeaderValue::from_static(
     "origin, access-control-request-method, access-control-request-headers",
 );
 
+/// The request headers a page of an allowed origin may send (lower case):
+/// the MCP transport's (sections 3.3, 3.6: SEP-2243's `Mcp-Method` and
+/// `Mcp-Name`) and W3C trace context. Any `Mcp-Param-*` too
+/// ([`allowed_request_header`]).
+const ALLOWED_HEADERS: &[&str] = &[
+    "content-type",
+    "authorization",
+    "accept",
+    h::MCP_SESSION_ID,
+    h::MCP_PROTOCOL_VERSION,
+    h::LAST_EVENT_ID,
+    h::MCP_METHOD,
+    h::MCP_NAME,
+    "traceparent",
+    "tracestate",
+];
+
+/// The prefix of SEP-2243's tool parameter headers (`Mcp-Param-{Name}`).
+const PARAM_PREFIX: &str = "mcp-param-";
+
+/// Whether a page may send request header `name` (any case).
+fn allowed_request_header(name: &str) -> bool {
+    let n = name.trim().to_ascii_lowercase();
+    ALLOWED_HEADERS.contains(&n.as_str())
+        || n.strip_prefix(PARAM_PREFIX).is_some_and(|p| !p.is_empty())
+}
+
+/// A preflight's `Access-Control-Request-Headers` with only the names a
+/// page may send: what the mirrored `Access-Control-Allow-Headers` grants.
+/// A browser refuses the request if it asked for one more. None for an
+/// origin that is not allowed (`origin_ok` false): it is granted nothing.
+fn allowed_only<B>(req: &mut Request<B>, origin_ok: bool) {
+    let asked: Vec<String> = req
+        .headers()
+        .get_all(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| origin_ok && allowed_request_header(n))
+        .collect();
+    let h = req.headers_mut();
+    h.remove(header::ACCESS_CONTROL_REQUEST_HEADERS);
+    if let Ok(v) = HeaderValue::from_str(&asked.join(",")) {
+        if !asked.is_empty() {
+            h.insert(header::ACCESS_CONTROL_REQUEST_HEADERS, v);
+        }
+    }
+}
+
 /// The CORS layer for the MCP routes of `state`'s server.
 pub(crate) fn layer(state: &AppState) -> ForOrigins {
     let cors = cors(state);
     // tower-http checks its rules (it panics on ones a browser would refuse)
     // when it wraps a service: here, at start-up, not at a first request.
     let _ = cors.layer(());
-    ForOrigins(Arc::new(cors))
+    ForOrigins(Arc::new(Configured {
+        cors,
+        config: state.config.clone(),
+    }))
 }
 
 /// tower-http's CORS layer as this server configures it.
@@ -50,16 +103,10 @@ fn cors(state: &AppState) -> CorsLayer {
             origin.to_str().is_ok_and(|o| origin_allowed(&config, o))
         }))
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
-        .allow_headers([
-            header::CONTENT_TYPE,
-            header::AUTHORIZATION,
-            header::ACCEPT,
-            SESSION_ID,
-            PROTOCOL_VERSION,
-            HeaderName::from_static(h::LAST_EVENT_ID),
-            HeaderName::from_static(h::MCP_METHOD),
-            HeaderName::from_static(h::MCP_NAME),
-        ])
+        // The preflight's own list, once [`allowed_only`] has taken out
+        // every name not in [`ALLOWED_HEADERS`] or `Mcp-Param-*`: a fixed
+        // list cannot name the parameter headers a tool defines.
+        .allow_headers(AllowHeaders::mirror_request())
         .expose_headers([
             SESSION_ID,
             HeaderName::from_static(h::RESUME_CURSOR),
@@ -72,7 +119,13 @@ fn cors(state: &AppState) -> CorsLayer {
 /// CORS ([`Cors`]) for the requests that carry `Origin` and for preflights;
 /// the constant [`VARY`] on the responses to the others.
 #[derive(Clone)]
-pub(crate) struct ForOrigins(Arc<CorsLayer>);
+pub(crate) struct ForOrigins(Arc<Configured>);
+
+/// tower-http's layer, and the configuration whose origins it allows.
+pub(crate) struct Configured {
+    cors: CorsLayer,
+    config: Arc<crate::ServerConfig>,
+}
 
 impl<S> tower_layer::Layer<S> for ForOrigins {
     type Service = ForOriginsService<S>;
@@ -90,7 +143,7 @@ impl<S> tower_layer::Layer<S> for ForOrigins {
 /// tower-http's service only for a request that needs it.
 #[derive(Clone)]
 pub(crate) struct ForOriginsService<S> {
-    cors: Arc<CorsLayer>,
+    cors: Arc<Configured>,
     inner: S,
 }
 
@@ -131,12 +184,20 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        if req.method() == Method::OPTIONS {
+            let origin_ok = req
+                .headers()
+                .get(header::ORIGIN)
+                .and_then(|o| o.to_str().ok())
+                .is_some_and(|o| origin_allowed(&self.cors.config, o));
+            allowed_only(&mut req, origin_ok);
+        }
         if req.method() == Method::OPTIONS || req.headers().contains_key(header::ORIGIN) {
             // The service made ready goes into tower-http's; a clone stays.
             let clone = self.inner.clone();
             let ready = std::mem::replace(&mut self.inner, clone);
-            Either::Left(Box::pin(self.cors.layer(ready).call(req)))
+            Either::Left(Box::pin(self.cors.cors.layer(ready).call(req)))
         } else {
             let add: AddVary<R, S::Error> = with_vary;
             Either::Right(self.inner.call(req).map(add))

@@ -114,7 +114,12 @@ pub(crate) fn check<'a>(headers: &HeaderMap, message: &'a Value) -> Result<Check
             None,
         );
     };
-    if header(h::MCP_NAME).is_some_and(|v| v != task_id) {
+    // SEP-2243: a name may come Base64-wrapped; compared once decoded.
+    let named = |v: &str| {
+        mcp_resume_proto::meta::decode_header_value(v.trim_matches([' ', '\t'])).as_deref()
+            == Some(task_id)
+    };
+    if header(h::MCP_NAME).is_some_and(|v| !named(v)) {
         return fail(
             StatusCode::BAD_REQUEST,
             HEADER_MISMATCH,
