@@ -240,3 +240,40 @@ fn idle_expiry_never_ends_a_session_a_client_used_after_it_decided() {
         assert!(direct.instance_alive(direct.instance()).await.unwrap());
     });
 }
+
+/// A session used again and again by one instance costs one touch in
+/// Redis per second, not one per request; an end on another instance still
+/// reaches it at once (the end notices every instance follows): the next
+/// touch there finds the session ended, long before the coalescing time.
+#[test]
+fn touches_are_coalesced_and_an_end_elsewhere_still_reaches_them_at_once() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let a = open(&redis).await;
+        let b = open(&redis).await;
+        a.create_session("busy", bytes::Bytes::new()).await.unwrap();
+        a.touch("busy").await.unwrap();
+        let before = redis.commands_by_name();
+        for _ in 0..100 {
+            a.touch("busy").await.unwrap();
+        }
+        let after = redis.commands_by_name();
+        let evals = after.get("evalsha").copied().unwrap_or(0)
+            - before.get("evalsha").copied().unwrap_or(0);
+        assert!(evals <= 1, "{evals} touch scripts for 100 touches within a second");
+        b.end_session("busy").await.unwrap();
+        let ended = std::time::Instant::now();
+        loop {
+            match a.touch("busy").await {
+                Err(mcp_resume_log::LogError::NoSession(_)) => break,
+                Ok(()) => {}
+                Err(e) => panic!("{e}"),
+            }
+            assert!(
+                ended.elapsed() < Duration::from_millis(300),
+                "an end on another instance was not noticed: touches still pass"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+}

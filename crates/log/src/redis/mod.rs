@@ -47,6 +47,7 @@ mod open;
 mod reply;
 mod scripts;
 mod tail;
+mod touched;
 
 use scripts::Scripts;
 
@@ -76,6 +77,8 @@ pub struct RedisLog {
     closed: Arc<AtomicBool>,
     scripts: Arc<Scripts>,
     tails: tail::Tails,
+    /// Sessions this handle touched within the coalescing time ([`touched`]).
+    touched: Arc<touched::Touched>,
     faults: crate::retention::ReadFaults,
     heartbeat: instance::Heartbeat,
     /// Where maintenance's sweep for tombstones without an end time goes on.
@@ -175,6 +178,7 @@ impl RedisLog {
             r if r < 0 => return Err(LogError::NoSession(id.to_owned())),
             _ => {}
         }
+        self.touched.forget(id);
         self.list_ended(id, at).await?;
         if self.cluster() {
             // Lost with a crash right here: readers elsewhere then end at
@@ -477,11 +481,19 @@ impl SessionRecords for RedisLog {
     }
 
     async fn touch(&self, id: &str) -> Result<(), LogError> {
+        if self.touched.fresh(id) {
+            return Ok(());
+        }
+        // An end on another instance must reach this one before a touch is
+        // answered from memory ([`touched`]).
+        self.tails.follow_endings().await;
         self.hset_if_live(id, "a", now_ms()).await?;
+        self.touched.touched(id);
         Ok(())
     }
 
     async fn end_session(&self, id: &str) -> Result<(), LogError> {
+        self.touched.forget(id);
         self.end_unless_used_since(id, None).await.map(|_| ())
     }
 

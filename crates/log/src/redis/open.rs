@@ -86,6 +86,7 @@ impl RedisLog {
         let scripts = Scripts::new();
         let closed = Arc::new(AtomicBool::new(false));
         let heartbeat = instance::Heartbeat::start(conn.clone()).await?;
+        let touched = Arc::new(super::touched::Touched::default());
         Ok(Self {
             heartbeat,
             tails: tail::Tails::new(
@@ -95,7 +96,9 @@ impl RedisLog {
                 capacity,
                 closed.clone(),
                 replicas > 0,
+                touched.clone(),
             ),
+            touched,
             conn,
             retention,
             replicas,

@@ -179,6 +179,7 @@ impl Tails {
         capacity: usize,
         closed: Arc<AtomicBool>,
         strict: bool,
+        touched: Arc<super::touched::Touched>,
     ) -> Self {
         let mut nonce = [0u8; 8];
         let _ = getrandom::fill(&mut nonce);
@@ -208,11 +209,17 @@ impl Tails {
         Self {
             shards,
             bell,
-            endings: endings::Endings::new(source),
+            endings: endings::Endings::new(source, touched),
             conn,
             closed,
             safety_max_ms,
         }
+    }
+
+    /// Follows the notices of session ends (once): from then on an end on
+    /// any instance reaches this one's readers and touches.
+    pub async fn follow_endings(&self) {
+        self.endings.start(&self.shards, &self.closed).await;
     }
 
     /// Sets the longest interval between the safety reads of followed

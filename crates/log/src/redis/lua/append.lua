@@ -25,19 +25,22 @@ local commit_at_ack = ARGV[5]
 local once = ARGV[6] or ''
 local owner = ARGV[7] or ''
 -- ARGV[8..]: the messages, in order
-if redis.call('HGET', session, 'e') ~= '0' then return {-1} end
+-- The session's state and the stream's, one read each.
+local s = redis.call('HMGET', session, 'e', 'o')
+if s[1] ~= '0' then return {-1} end
 if once ~= '' then
   local done = redis.call('HGET', once_keys, once)
   if done then return {tonumber(done), -3} end
 end
 if owner == '-' then
-  if redis.call('HEXISTS', session, 'o') == 1 then return {-4} end
-elseif owner ~= '' and redis.call('HGET', session, 'o') ~= owner then
+  if s[2] then return {-4} end
+elseif owner ~= '' and s[2] ~= owner then
   return {-4}
 end
-local h = tonumber(redis.call('HGET', stream_state, 'h'))
+local st = redis.call('HMGET', stream_state, 'h', 'f')
+local h = tonumber(st[1])
 if not h then return {-2} end
-local f = tonumber(redis.call('HGET', stream_state, 'f'))
+local f = tonumber(st[2])
 local emptied = false
 if stream ~= '0' and #ARGV >= 8 and h > 0 and f > h then
   -- Events again on a stream retention emptied: it holds something again.

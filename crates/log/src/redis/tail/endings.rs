@@ -89,14 +89,17 @@ pub(super) struct Endings {
     source: Source,
     started: tokio::sync::OnceCell<()>,
     stopped: Arc<AtomicBool>,
+    /// The handle's coalesced touches, which a notice makes ask Redis again.
+    touched: Arc<crate::redis::touched::Touched>,
 }
 
 impl Endings {
-    pub fn new(source: Source) -> Self {
+    pub fn new(source: Source, touched: Arc<crate::redis::touched::Touched>) -> Self {
         Self {
             source,
             started: tokio::sync::OnceCell::new(),
             stopped: Arc::new(AtomicBool::new(false)),
+            touched,
         }
     }
 
@@ -110,13 +113,14 @@ impl Endings {
                     Some(c) => newest(c).await,
                     None => None,
                 };
-                let (source, shards, closed, stopped) = (
+                let (source, shards, closed, stopped, touched) = (
                     self.source.clone(),
                     shards.to_vec(),
                     closed.clone(),
                     self.stopped.clone(),
+                    self.touched.clone(),
                 );
-                tokio::spawn(run(source, conn, last, shards, closed, stopped));
+                tokio::spawn(run(source, conn, last, shards, closed, stopped, touched));
             })
             .await;
     }
@@ -143,6 +147,7 @@ async fn run(
     shards: Vec<Arc<Shard>>,
     closed: Arc<AtomicBool>,
     stopped: Arc<AtomicBool>,
+    touched: Arc<crate::redis::touched::Touched>,
 ) {
     while !closed.load(Ordering::Relaxed) && !stopped.load(Ordering::Relaxed) {
         if conn.is_none() {
@@ -177,6 +182,7 @@ async fn run(
                 last = Some(id);
             }
             for session in reply::field_values(entries, b"s") {
+                touched.forget(&session);
                 shards[super::shard_index(&session, shards.len())].end_session(&session);
             }
         }
