@@ -58,9 +58,10 @@ const QUOTE: usize = 300;
 #[non_exhaustive]
 pub enum UpstreamError {
     /// The URL does not parse or is not `http`/`https`.
-    #[error("invalid upstream URL {url:?}: {why}")]
+    #[error("invalid upstream URL {url}: {why}")]
     Url {
-        /// The URL as given.
+        /// The URL's scheme, host and port ([`origin`]) when it parses:
+        /// nothing of its credentials, path or query, which may be secret.
         url: String,
         /// What is wrong with it.
         why: String,
@@ -94,15 +95,15 @@ impl UpstreamBackend {
     /// `http` or `https`), each request with `headers` (name, value pairs;
     /// for the upstream's own authorization, e.g. `Authorization`).
     pub fn new(url: &str, headers: Vec<(String, String)>) -> Result<Self, UpstreamError> {
-        let bad_url = |why: String| UpstreamError::Url {
-            url: url.to_owned(),
-            why,
-        };
-        let parsed = reqwest::Url::parse(url).map_err(|e| bad_url(e.to_string()))?;
+        let parsed = reqwest::Url::parse(url).map_err(|e| UpstreamError::Url {
+            url: "(as given)".into(),
+            why: e.to_string(),
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-            return Err(bad_url(
-                "expected http://HOST[:PORT]/PATH or https://...".into(),
-            ));
+            return Err(UpstreamError::Url {
+                url: origin(&parsed),
+                why: "expected http://HOST[:PORT]/PATH or https://...".into(),
+            });
         }
         let mut map = HeaderMap::new();
         for (name, value) in headers {
@@ -342,7 +343,7 @@ async fn exchange(sh: Arc<Shared>, message: Value, sent: Sent, ready: oneshot::S
             return unreachable(
                 &sh,
                 &sent,
-                format!("cannot reach the upstream: {}", chain(&e)),
+                format!("cannot reach the upstream {}", describe(e, &sh.url)),
             )
             .await;
         }
@@ -383,6 +384,43 @@ async fn exchange(sh: Arc<Shared>, message: Value, sent: Sent, ready: oneshot::S
         )
         .await;
     }
+}
+
+/// A request to the upstream that failed, as a client or a log line may
+/// read it: the upstream named by [`origin`] only, then what failed with
+/// its causes ("error sending request: client error (Connect): tcp connect
+/// error: Connection refused"), none of which carries the URL. reqwest's own
+/// text names the whole URL, and its query or path may hold a credential
+/// (`?api_key=...`).
+pub(super) fn describe(e: reqwest::Error, url: &reqwest::Url) -> String {
+    let text = chain(&e.without_url());
+    format!("{}: {}", origin(url), scrub(text, url))
+}
+
+/// The upstream as errors name it: scheme, host and port, nothing of its
+/// credentials, path or query.
+pub(super) fn origin(url: &reqwest::Url) -> String {
+    let host = url.host_str().unwrap_or("?");
+    match url.port_or_known_default() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    }
+}
+
+/// `text` with anything of `url` beyond its origin taken out, should a
+/// cause have quoted it.
+fn scrub(mut text: String, url: &reqwest::Url) -> String {
+    let secret = [
+        Some(url.as_str()),
+        url.query(),
+        url.password(),
+        Some(url.username()),
+        Some(url.path()).filter(|p| p.len() > 1),
+    ];
+    for s in secret.into_iter().flatten().filter(|s| !s.is_empty()) {
+        text = text.replace(s, "…");
+    }
+    text
 }
 
 /// `e` with its causes ("error sending request: ...: Connection refused"):
@@ -469,7 +507,7 @@ impl BackendSession for UpstreamSession {
         let session = sh.session.clone();
         rt.spawn(async move {
             if let Err(e) = delete.await {
-                tracing::debug!(%session, error = %e, "DELETE of the upstream session failed");
+                tracing::debug!(%session, error = %e.without_url(), "DELETE of the upstream session failed");
             }
         });
     }

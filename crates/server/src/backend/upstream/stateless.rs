@@ -30,7 +30,7 @@ use futures_util::stream::{self, StreamExt};
 use mcp_resume_proto::sse::SseParser;
 use serde_json::{json, Value};
 
-use super::chain;
+use super::describe;
 use crate::backend::{StatelessFuture, StatelessHttp};
 
 /// Most bytes of a stateless request body read (the transport has already
@@ -100,7 +100,7 @@ impl StatelessRelay {
                     StatusCode::BAD_GATEWAY,
                     &id,
                     "upstream-unreachable",
-                    format!("cannot reach the upstream: {}", chain(&e)),
+                    format!("cannot reach the upstream {}", describe(e, &self.url)),
                 )
             }
         };
@@ -128,7 +128,7 @@ impl StatelessRelay {
             }
         }
         let id = if sse { id } else { Value::Null };
-        out.body(relay_body(resp, sse, id)).unwrap_or_else(|e| {
+        out.body(relay_body(resp, sse, id, self.url.clone())).unwrap_or_else(|e| {
             failure(
                 StatusCode::BAD_GATEWAY,
                 &Value::Null,
@@ -146,6 +146,8 @@ struct Relay {
     id: Value,
     /// `Some` for an SSE answer not yet seen to carry the response.
     watch: Option<SseParser>,
+    /// The upstream, for naming it in an error (by its origin only).
+    url: reqwest::Url,
 }
 
 /// The upstream's body as it arrives. An SSE answer that breaks off (or
@@ -153,11 +155,12 @@ struct Relay {
 /// JSON-RPC error for it. A JSON body that breaks off aborts the response
 /// (the client sees a broken connection, never a truncated answer taken
 /// for whole).
-fn relay_body(resp: reqwest::Response, sse: bool, id: Value) -> Body {
+fn relay_body(resp: reqwest::Response, sse: bool, id: Value, url: reqwest::Url) -> Body {
     let state = Relay {
         resp: Some(resp),
         watch: (sse && !id.is_null()).then(SseParser::new),
         id,
+        url,
     };
     let chunks = stream::unfold(state, |mut st| async move {
         let resp = st.resp.as_mut()?;
@@ -171,7 +174,7 @@ fn relay_body(resp: reqwest::Response, sse: bool, id: Value) -> Body {
                 return Some((Ok(chunk), st));
             }
             Ok(None) => None,
-            Err(e) => Some(chain(&e)),
+            Err(e) => Some(describe(e, &st.url)),
         };
         st.resp = None;
         match (st.watch.take(), broke) {

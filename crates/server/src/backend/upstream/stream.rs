@@ -52,7 +52,7 @@ pub(super) async fn read_answer(sh: &Arc<Shared>, resp: reqwest::Response, sent:
         let body = match resp.bytes().await {
             Ok(b) => b,
             Err(e) => {
-                tracing::warn!(session = %sh.session, error = %e, "the upstream's answer broke off");
+                tracing::warn!(session = %sh.session, error = %super::describe(e, &sh.url), "the upstream's answer broke off");
                 return sent.call.is_none();
             }
         };
@@ -107,7 +107,7 @@ pub(super) async fn read_answer(sh: &Arc<Shared>, resp: reqwest::Response, sent:
                 tracing::debug!(session = %sh.session, status = %r.status(), "the upstream refused a resume")
             }
             Err(e) => {
-                tracing::debug!(session = %sh.session, error = %e, "a resume could not reach the upstream")
+                tracing::debug!(session = %sh.session, error = %super::describe(e, &sh.url), "a resume could not reach the upstream")
             }
         }
         if pos.events > 0 {
@@ -129,7 +129,7 @@ async fn read_sse(sh: &Arc<Shared>, mut resp: reqwest::Response, sent: &Sent, po
             Ok(Some(c)) => c,
             Ok(None) => return,
             Err(e) => {
-                tracing::debug!(session = %sh.session, error = %e, "the upstream's stream broke off");
+                tracing::debug!(session = %sh.session, error = %super::describe(e, &sh.url), "the upstream's stream broke off");
                 return;
             }
         };
@@ -263,7 +263,7 @@ pub(super) async fn listen(sh: Arc<Shared>) {
                 tracing::debug!(session = %sh.session, status = %r.status(), "the upstream's GET stream could not open")
             }
             Err(e) => {
-                tracing::debug!(session = %sh.session, error = %e, "the upstream's GET stream could not open")
+                tracing::debug!(session = %sh.session, error = %super::describe(e, &sh.url), "the upstream's GET stream could not open")
             }
         }
         wait = if pos.events > 0 {
