@@ -12,6 +12,7 @@ mod task_events;
 pub(crate) use crate::route::streams::{open_call_stream, open_carrier};
 pub(crate) mod subs;
 mod ws;
+mod ws_mcp;
 pub(crate) use stateless::META_CAPABILITIES;
 
 use axum::extract::rejection::QueryRejection;
@@ -37,8 +38,20 @@ pub async fn get(
     State(state): State<AppState>,
     q: Result<Query<CursorQuery>, QueryRejection>,
     headers: HeaderMap,
+    ws: Result<
+        axum::extract::ws::WebSocketUpgrade,
+        axum::extract::ws::rejection::WebSocketUpgradeRejection,
+    >,
 ) -> Result<Response, ApiError> {
     let principal = guard(&state, &headers, false).await?;
+    if let (Ok(ws), true) = (ws, ws_mcp::offered(&headers)) {
+        // MCP over a plain WebSocket (subprotocol `mcp`): the socket is the
+        // session (`ws_mcp`).
+        if !state.config.websocket {
+            return Err(ApiError::UpgradeRequired);
+        }
+        return Ok(ws_mcp::accept(state, principal, ws));
+    }
     guard::refuse_stateless(&headers)?;
     let q = query(q)?;
     if !accepts(&headers).sse {

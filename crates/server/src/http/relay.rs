@@ -49,6 +49,26 @@ pub(super) async fn initialize(
     json: bool,
     message: Value,
 ) -> Result<Response, ApiError> {
+    let (sid, reply) = open_session(state, principal, message).await?;
+    let mut resp = answer(json, &[reply]);
+    if let Some(sid) = sid {
+        resp.headers_mut().insert(
+            h::MCP_SESSION_ID,
+            HeaderValue::from_str(&sid).map_err(|e| ApiError::Internal(e.to_string()))?,
+        );
+    }
+    Ok(resp)
+}
+
+/// Creates a session for `initialize` request `message` and has its
+/// backend answer it: the session's id (none when the backend refused: no
+/// session is left behind) and the answer. For a POST's `initialize` and a
+/// plain MCP WebSocket's first message (`ws_mcp`).
+pub(super) async fn open_session(
+    state: &AppState,
+    principal: Principal,
+    message: Value,
+) -> Result<(Option<String>, Value), ApiError> {
     if state.log.live_sessions().await >= state.config.max_sessions {
         return Err(ApiError::TooMany(format!(
             "the server holds its maximum of {} sessions; end one (DELETE) or retry later",
@@ -88,7 +108,7 @@ pub(super) async fn initialize(
         // The backend refused: no session is left behind.
         state.routes.close(&sid);
         let _ = state.log.end_session(&sid).await;
-        return Ok(answer(json, &[reply]));
+        return Ok((None, reply));
     };
     if let Some(v) = result.get("protocolVersion").and_then(Value::as_str) {
         if v != record.protocol_version {
@@ -100,13 +120,8 @@ pub(super) async fn initialize(
                 .await?;
         }
     }
-    let mut resp = answer(json, &[reply]);
-    resp.headers_mut().insert(
-        h::MCP_SESSION_ID,
-        HeaderValue::from_str(&sid).map_err(|e| ApiError::Internal(e.to_string()))?,
-    );
     tracing::debug!(session = %sid, "session initialized by the backend");
-    Ok(resp)
+    Ok((Some(sid), reply))
 }
 
 /// A backend that could not start, as the HTTP answer.

@@ -389,7 +389,7 @@ fn log_close(e: LogError) -> Closing {
 
 /// A close reason fits in 123 bytes (RFC 6455 5.5.1: a control frame's
 /// payload is at most 125 bytes, two of them the code); cut on a character boundary.
-fn close_reason(reason: &str) -> &str {
+pub(super) fn close_reason(reason: &str) -> &str {
     const MAX: usize = 123;
     if reason.len() <= MAX {
         return reason;
