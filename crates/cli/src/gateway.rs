@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use mcp_resume_server::backend::stdio::StdioBackend;
+use mcp_resume_server::backend::stdio::{PoolLimits, StdioBackend};
 use mcp_resume_server::backend::upstream::UpstreamBackend;
 use mcp_resume_server::backend::Backend;
 
@@ -93,6 +93,41 @@ pub struct GatewayArgs {
     #[arg(long, env = "MCP_RESUME_CHILD_INIT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Gateway")]
     child_init_secs: u64,
 
+    /// Most children of the stateless pool (2026-07-28 requests to `-- CMD`),
+    /// within --max-children; the least recently used idle one gives way.
+    #[arg(long, env = "MCP_RESUME_POOL_CHILDREN", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Gateway")]
+    pool_children: u64,
+
+    /// Most pool children one principal's requests hold at once (with
+    /// credentials configured); past it its own least recently used idle
+    /// one gives way, or 429.
+    #[arg(long, env = "MCP_RESUME_POOL_CHILDREN_PER_PRINCIPAL", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Gateway")]
+    pool_children_per_principal: u64,
+
+    /// Pool children started per second on average (a fork and an
+    /// initialize each); a request that needs one sooner gets 429 with
+    /// Retry-After.
+    #[arg(
+        long,
+        env = "MCP_RESUME_POOL_STARTS_PER_SEC",
+        default_value_t = 2.0,
+        help_heading = "Gateway"
+    )]
+    pool_starts_per_sec: f64,
+
+    /// Pool children started at once before --pool-starts-per-sec applies.
+    #[arg(long, env = "MCP_RESUME_POOL_START_BURST", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Gateway")]
+    pool_start_burst: u32,
+
+    /// Calls in flight on one pool child; one more gets 429.
+    #[arg(long, env = "MCP_RESUME_POOL_CALLS_PER_CHILD", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Gateway")]
+    pool_calls_per_child: u64,
+
+    /// Messages waiting for one pool child's stdin (a child that stops
+    /// reading it); a request beyond gets 429.
+    #[arg(long, env = "MCP_RESUME_POOL_STDIN_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Gateway")]
+    pool_stdin_queue: u64,
+
     /// The MCP server to run for each session, after `--`: CMD [ARGS...]
     /// (or --upstream URL instead).
     #[arg(last = true, value_name = "CMD")]
@@ -159,5 +194,24 @@ fn stdio(args: &GatewayArgs) -> Result<StdioBackend, String> {
         env,
         args.max_children.max(1),
     )
-    .with_init_grace(std::time::Duration::from_secs(args.child_init_secs)))
+    .with_init_grace(std::time::Duration::from_secs(args.child_init_secs))
+    .with_pool_limits(pool_limits(args)?))
+}
+
+/// The stateless pool's limits from the `--pool-*` flags.
+fn pool_limits(args: &GatewayArgs) -> Result<PoolLimits, String> {
+    if !(args.pool_starts_per_sec.is_finite() && args.pool_starts_per_sec > 0.0) {
+        return Err(format!(
+            "--pool-starts-per-sec must be above 0, got {}",
+            args.pool_starts_per_sec
+        ));
+    }
+    let mut l = PoolLimits::default();
+    l.children = args.pool_children as usize;
+    l.per_principal = args.pool_children_per_principal as usize;
+    l.starts_per_sec = args.pool_starts_per_sec;
+    l.start_burst = args.pool_start_burst;
+    l.calls_per_child = args.pool_calls_per_child as usize;
+    l.stdin_queue = args.pool_stdin_queue as usize;
+    Ok(l)
 }

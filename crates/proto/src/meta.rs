@@ -225,8 +225,14 @@ mod check_tests {
             Some("Hello, 世界")
         );
         assert_eq!(decode_header_value("=?base64?YQ==?=").as_deref(), Some("a"));
-        assert_eq!(decode_header_value("=?base64?YWI=?=").as_deref(), Some("ab"));
-        assert_eq!(decode_header_value("=?base64?YWJj?=").as_deref(), Some("abc"));
+        assert_eq!(
+            decode_header_value("=?base64?YWI=?=").as_deref(),
+            Some("ab")
+        );
+        assert_eq!(
+            decode_header_value("=?base64?YWJj?=").as_deref(),
+            Some("abc")
+        );
         assert_eq!(decode_header_value("=?base64?YR==?="), None);
         assert_eq!(decode_header_value("=?base64?YQ=a?="), None);
     }

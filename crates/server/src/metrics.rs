@@ -34,6 +34,48 @@ pub struct StatusLabel {
     pub status: u16,
 }
 
+/// A `limit` label: which configured limit refused something.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabel {
+    /// One of [`LIMITS`].
+    pub limit: &'static str,
+}
+
+/// Every limit whose refusals are counted in `mcp_resume_limit_refusals`,
+/// each with the flag that sets it: the gateway's stateless pool
+/// (`--pool-starts-per-sec`, `--pool-children-per-principal`,
+/// `--pool-children` and `--max-children`, `--pool-calls-per-child`,
+/// `--pool-stdin-queue`), and the events a task keeps
+/// (`--task-max-events`, the oldest dropped).
+pub(crate) const LIMITS: &[&str] = &[
+    "pool-child-starts",
+    "pool-principal-share",
+    "pool-full",
+    "pool-child-calls",
+    "pool-child-stdin",
+    "task-events",
+];
+
+/// The refusals at a limit, counted for the whole process: what refuses
+/// (a gateway's pool) is built before the server whose `/metrics` shows
+/// them, and one process serves one server.
+fn limit_refusals() -> &'static Family<LimitLabel, Counter> {
+    static FAMILY: std::sync::OnceLock<Family<LimitLabel, Counter>> = std::sync::OnceLock::new();
+    FAMILY.get_or_init(|| {
+        let f: Family<LimitLabel, Counter> = Family::default();
+        for limit in LIMITS {
+            let _ = f.get_or_create(&LimitLabel { limit });
+        }
+        f
+    })
+}
+
+/// Counts one refusal (or, for `task-events`, one event dropped) at
+/// `limit`, one of [`LIMITS`], in `mcp_resume_limit_refusals_total`.
+pub(crate) fn limit_refused(limit: &'static str) {
+    limit_refusals().get_or_create(&LimitLabel { limit }).inc();
+}
+
 /// The server's metrics; one set per server, registered in its own registry.
 pub struct Metrics {
     registry: Registry,
@@ -148,6 +190,11 @@ impl Default for Metrics {
             "refusals",
             "Requests answered with a 4xx or 5xx status, by status",
             refusals.clone(),
+        );
+        registry.register(
+            "limit_refusals",
+            "Refusals at a configured limit, by limit (the gateway's stateless pool; task-events counts events a task dropped past its cap)",
+            limit_refusals().clone(),
         );
         Self {
             registry,

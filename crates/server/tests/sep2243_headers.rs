@@ -47,7 +47,10 @@ async fn a_preflight_allows_the_stateless_era_s_headers_and_trace_context_only()
         "traceparent",
         "tracestate",
     ] {
-        assert!(allowed.iter().any(|a| a == want), "{want} not in {allowed:?}");
+        assert!(
+            allowed.iter().any(|a| a == want),
+            "{want} not in {allowed:?}"
+        );
     }
     for not in ["x-evil", "mcp-param-"] {
         assert!(!allowed.iter().any(|a| a == not), "{not} in {allowed:?}");
@@ -69,7 +72,8 @@ async fn a_preflight_allows_the_stateless_era_s_headers_and_trace_context_only()
 async fn a_base64_mcp_name_is_decoded_before_it_is_compared() {
     let log: Arc<dyn Log> = Arc::new(MemoryLog::default());
     let store = TaskStore::new(log.clone());
-    let server = McpServer::new(log, demo_tools(), ServerConfig::default()).with_tasks(store.clone());
+    let server =
+        McpServer::new(log, demo_tools(), ServerConfig::default()).with_tasks(store.clone());
     let s = TestServer::start_server(server, "/mcp").await;
     let created = store
         .spawn(Caller::default(), |_| async {

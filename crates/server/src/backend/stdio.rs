@@ -22,6 +22,8 @@ mod lines;
 mod pool;
 mod stdin;
 
+pub use pool::PoolLimits;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -46,6 +48,7 @@ pub struct StdioBackend {
     init_grace: Duration,
     /// The stateless era's children, made on first use.
     pool: Arc<OnceLock<Arc<pool::Pool>>>,
+    pool_limits: PoolLimits,
 }
 
 impl std::fmt::Debug for StdioBackend {
@@ -86,7 +89,15 @@ impl StdioBackend {
             children: Arc::default(),
             init_grace: Duration::from_secs(30),
             pool: Arc::default(),
+            pool_limits: PoolLimits::default(),
         }
+    }
+
+    /// The bounds of the pool that answers stateless requests
+    /// ([`PoolLimits::default`] unless set).
+    pub fn with_pool_limits(mut self, limits: PoolLimits) -> Self {
+        self.pool_limits = limits;
+        self
     }
 
     /// How long a new session's child may wait for the client's
@@ -280,6 +291,7 @@ impl Backend for StdioBackend {
                 self.children.clone(),
                 self.max_children,
                 self.init_grace,
+                self.pool_limits,
             )
         });
         Some(pool)

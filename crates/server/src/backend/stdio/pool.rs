@@ -5,14 +5,25 @@
 //! `_meta`, and answers each stateless request through one of them
 //! (docs/protocol.md 3.6).
 //!
-//! Requests that declare the same capabilities share a child (their
-//! JSON-RPC ids are renumbered, so any number run at once); a child is what
-//! the server makes of those capabilities (server-everything registers its
-//! sampling tool only for a client that can sample), so different ones get
-//! different children, at most [`POOL_MAX`] (and `--max-children` in all),
-//! the least recently used idle one stopped for a new one. State a server
-//! keeps per process is shared by the stateless requests that reach it: the
-//! stateless era has no session to keep it apart.
+//! Requests of one principal that declare the same capabilities share a
+//! child (their JSON-RPC ids are renumbered, so many run at once); a child
+//! is what the server makes of those capabilities (server-everything
+//! registers its sampling tool only for a client that can sample), so
+//! different ones get different children, and with credentials configured
+//! two principals never share one (its per-process state, `tasks/*`
+//! included, is one principal's). Without credentials every request is
+//! anyone's: those that declare the same capabilities share a child and its
+//! state, as the stateless era has no session to keep it apart.
+//!
+//! Every bound is explicit ([`PoolLimits`], `limits.rs`; each refusal a
+//! 429 with `Retry-After`): at most `children` in the pool (and
+//! `--max-children` in all), the least recently used idle one stopped for a
+//! new one; at most `per_principal` held by one principal, whose own least
+//! recently used idle child gives way first (a client that varies its
+//! capabilities churns its own children, never others' warm ones);
+//! children started at most `starts_per_sec` (a fork and an `initialize`
+//! each), the fork outside the pool's lock; and per child a cap on calls in
+//! flight and on messages waiting for its stdin.
 //!
 //! `server/discover` is answered from the child's `initialize` result
 //! (offering no resumable listen: `subscriptions/listen` is refused, -32601,
@@ -39,13 +50,16 @@ use serde_json::{json, Value};
 
 mod child;
 
-use child::{Call, Handed, Pooled};
+mod limits;
+
+use child::{Call, Handed, Key, Pooled};
+pub use limits::PoolLimits;
+use limits::{Refused, Starts};
 
 use super::{Launch, Slot};
-use crate::backend::{BackendError, StatelessFuture, StatelessHttp};
+use crate::backend::{StatelessFuture, StatelessHttp};
+use crate::tasks::Caller;
 
-/// Most children the pool keeps at once (fewer if `--max-children` is lower).
-pub(super) const POOL_MAX: usize = 8;
 /// How long a pooled child may serve nothing before it is stopped.
 pub(super) const IDLE_STOP: Duration = Duration::from_secs(300);
 /// How often children are checked for having been idle that long.
@@ -59,7 +73,24 @@ pub(super) struct Pool {
     max_children: usize,
     /// How long a child may take to answer `initialize`.
     init_wait: Duration,
+    limits: PoolLimits,
+    /// How fast children start.
+    starts: Starts,
     children: Mutex<Vec<Arc<Pooled>>>,
+}
+
+/// Why a request gets no child.
+enum NoChild {
+    /// At a limit: 429.
+    Refused(Refused),
+    /// The child could not start or be initialized: 502.
+    Failed(String),
+}
+
+impl From<Refused> for NoChild {
+    fn from(r: Refused) -> Self {
+        NoChild::Refused(r)
+    }
 }
 
 impl StatelessHttp for Arc<Pool> {
@@ -77,19 +108,23 @@ impl StatelessHttp for Arc<Pool> {
 impl Pool {
     /// A pool of children started by `launch`, counted in `slots` with the
     /// sessions' children (at most `max_children` in all), each given
-    /// `init_wait` to answer `initialize`. A task stops children idle for
-    /// [`IDLE_STOP`] (checked every [`REAP_EVERY`]) until the pool is dropped.
+    /// `init_wait` to answer `initialize`, within `limits`. A task stops
+    /// children idle for [`IDLE_STOP`] (checked every [`REAP_EVERY`]) until
+    /// the pool is dropped.
     pub(super) fn start(
         launch: Arc<Launch>,
         slots: Arc<AtomicUsize>,
         max_children: usize,
         init_wait: Duration,
+        limits: PoolLimits,
     ) -> Arc<Self> {
         let pool = Arc::new(Self {
             launch,
             slots,
             max_children,
             init_wait,
+            limits,
+            starts: Starts::new(limits.starts_per_sec, limits.start_burst),
             children: Mutex::default(),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -121,7 +156,7 @@ impl Pool {
     /// them all taken); `false` if every pooled child is busy.
     pub(super) fn evict_idle(&self) -> bool {
         let mut list = lock(&self.children);
-        match lru_idle(&list) {
+        match lru_idle(&list, |_| true) {
             Some(i) => {
                 drop(list.remove(i).evict());
                 true
@@ -179,23 +214,14 @@ impl Pool {
         let info = m.get(meta::CLIENT_INFO).cloned().unwrap_or_else(
             || json!({"name": "mcp-resume-gateway", "version": env!("CARGO_PKG_VERSION")}),
         );
-        let child = match self.child(caps, info).await {
+        let principal = parts.extensions.get::<Caller>().and_then(|c| c.0.clone());
+        let child = match self.child(principal, caps, info).await {
             Ok(c) => c,
-            Err(BackendError::Busy(why)) => {
-                return json_reply(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    error(&id, -32603, why, Some(json!({"reason": "busy"}))),
-                )
-            }
-            Err(e) => {
+            Err(NoChild::Refused(r)) => return refused(&id, &r),
+            Err(NoChild::Failed(why)) => {
                 return json_reply(
                     StatusCode::BAD_GATEWAY,
-                    error(
-                        &id,
-                        -32603,
-                        e.to_string(),
-                        Some(json!({"reason": "child-failed"})),
-                    ),
+                    error(&id, -32603, why, Some(json!({"reason": "child-failed"}))),
                 )
             }
         };
@@ -211,7 +237,10 @@ impl Pool {
             .get_all(header::ACCEPT)
             .iter()
             .any(|v| v.as_bytes().windows(17).any(|w| w == b"text/event-stream"));
-        let call = child.start(message);
+        let call = match child.start(message) {
+            Ok(call) => call,
+            Err(r) => return refused(&id, &r),
+        };
         drop(child);
         if sse {
             sse_reply(call, id)
@@ -220,52 +249,106 @@ impl Pool {
         }
     }
 
-    /// The child for `caps`, started (and initialized) if there is none:
-    /// in a free place among `--max-children`, else in the place of the
-    /// least recently used idle child.
-    async fn child(&self, caps: Value, info: Value) -> Result<Handed, BackendError> {
-        let key = caps.to_string();
-        let child = {
+    /// The child of `principal` for `caps`, started (and initialized) if
+    /// there is none, within the limits: in a free place, else in the place
+    /// of the least recently used idle child (the principal's own once it
+    /// holds its share). The fork runs after the pool's lock is released.
+    async fn child(
+        &self,
+        principal: Option<String>,
+        caps: Value,
+        info: Value,
+    ) -> Result<Handed, NoChild> {
+        let key = Key {
+            principal,
+            caps: caps.to_string(),
+        };
+        let (child, fresh) = {
             let mut list = lock(&self.children);
             list.retain(|c| !c.gone());
             match list.iter().find(|c| c.key == key) {
-                Some(c) => c.hand(),
+                Some(c) => (c.hand(), false),
                 None => {
-                    let evict = |list: &mut Vec<Arc<Pooled>>| {
-                        lru_idle(list).and_then(|i| list.remove(i).evict())
-                    };
-                    let slot = if list.len() >= POOL_MAX.min(self.max_children) {
-                        evict(&mut list)
-                    } else {
-                        Slot::take(&self.slots, self.max_children).or_else(|| evict(&mut list))
-                    };
-                    let Some(slot) = slot else {
-                        return Err(BackendError::Busy(format!(
-                            "the gateway runs its maximum of {} child processes and its {} stateless ones are busy; retry later",
-                            self.max_children,
-                            list.len()
-                        )));
-                    };
-                    let c = Pooled::spawn(&self.launch, slot, key, caps, info, self.init_wait)?;
+                    let slot = self.place(&mut list, &key)?;
+                    let c = Pooled::new(key, slot, &self.limits);
                     list.push(c.clone());
-                    c.hand()
+                    (c.hand(), true)
                 }
             }
         };
+        if fresh {
+            if let Err(e) = child.launch(&self.launch, caps, info, self.init_wait) {
+                return Err(NoChild::Failed(e.to_string()));
+            }
+        }
         match child.ready().await {
             Ok(_) => Ok(child),
-            Err(why) => Err(BackendError::Failed(why)),
+            Err(why) => Err(NoChild::Failed(why)),
         }
+    }
+
+    /// A place for a new child of `key`'s principal in `list` (the pool,
+    /// locked), or which limit refuses one. Nothing is evicted and no start
+    /// counted unless a child will start.
+    fn place(&self, list: &mut Vec<Arc<Pooled>>, key: &Key) -> Result<Slot, Refused> {
+        let max = self.limits.children.min(self.max_children).max(1);
+        // Without credentials every request is one principal's: only the
+        // pool's size bounds it.
+        let share = match key.principal {
+            Some(_) => self.limits.per_principal.clamp(1, max),
+            None => max,
+        };
+        let full = || Refused::Full {
+            max: self.max_children,
+            pooled: list.len(),
+        };
+        let mine = |c: &Arc<Pooled>| c.key.principal == key.principal;
+        let victim = if list.iter().filter(|c| mine(c)).count() >= share {
+            Some(lru_idle(list, mine).ok_or(Refused::Share(share))?)
+        } else if list.len() >= max {
+            Some(lru_idle(list, |_| true).ok_or_else(full)?)
+        } else {
+            None
+        };
+        self.starts.take()?;
+        let slot = match victim {
+            Some(i) => list
+                .remove(i)
+                .evict()
+                .or_else(|| Slot::take(&self.slots, self.max_children)),
+            // A place among --max-children, or an idle child's.
+            None => Slot::take(&self.slots, self.max_children)
+                .or_else(|| lru_idle(list, |_| true).and_then(|i| list.remove(i).evict())),
+        };
+        slot.ok_or_else(|| Refused::Full {
+            max: self.max_children,
+            pooled: list.len(),
+        })
     }
 }
 
-/// The least recently used idle child of `list`.
-fn lru_idle(list: &[Arc<Pooled>]) -> Option<usize> {
+/// The least recently used idle child of `list` that `of` accepts.
+fn lru_idle(list: &[Arc<Pooled>], of: impl Fn(&Arc<Pooled>) -> bool) -> Option<usize> {
     list.iter()
         .enumerate()
-        .filter(|(_, c)| c.idle())
+        .filter(|(_, c)| of(c) && c.idle())
         .max_by_key(|(_, c)| c.idle_for())
         .map(|(i, _)| i)
+}
+
+/// A refusal at a limit: 429 with `Retry-After`, the error naming the
+/// limit (`data.reason` `busy`, `data.limit`), counted in
+/// `mcp_resume_limit_refusals_total`.
+fn refused(id: &Value, r: &Refused) -> Response<Body> {
+    crate::metrics::limit_refused(r.limit());
+    let data = json!({"reason": "busy", "limit": r.limit(), "retryAfterSecs": r.retry_after()});
+    let mut resp = json_reply(
+        StatusCode::TOO_MANY_REQUESTS,
+        error(id, -32603, r.to_string(), Some(data)),
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(r.retry_after()));
+    resp
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

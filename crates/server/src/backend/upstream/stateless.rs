@@ -128,14 +128,15 @@ impl StatelessRelay {
             }
         }
         let id = if sse { id } else { Value::Null };
-        out.body(relay_body(resp, sse, id, self.url.clone())).unwrap_or_else(|e| {
-            failure(
-                StatusCode::BAD_GATEWAY,
-                &Value::Null,
-                "upstream-lost",
-                e.to_string(),
-            )
-        })
+        out.body(relay_body(resp, sse, id, self.url.clone()))
+            .unwrap_or_else(|e| {
+                failure(
+                    StatusCode::BAD_GATEWAY,
+                    &Value::Null,
+                    "upstream-lost",
+                    e.to_string(),
+                )
+            })
     }
 }
 

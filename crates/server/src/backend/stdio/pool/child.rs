@@ -1,6 +1,8 @@
 //! One pooled child: its stdio, its `initialize`, and its calls in flight
 //! (renumbered, so the requests of many clients share it) with their
-//! progress.
+//! progress. At most `--pool-calls-per-child` calls run on it at once and
+//! `--pool-stdin-queue` messages wait for its stdin: past either a request
+//! is refused ([`Refused`]), never queued without bound.
 //!
 //! A call ends exactly once: with the child's response, or with
 //! `child-exited` when the child is gone (exited, stopped, or its stdin
@@ -17,6 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::error;
+use super::limits::{PoolLimits, Refused};
 use crate::backend::stdio::{Launch, Slot};
 use crate::backend::BackendError;
 
@@ -39,11 +42,34 @@ const PROGRESS_QUEUE: usize = 256;
 /// What `initialize` gave: its result, or why there is none.
 type Init = Option<Result<Value, String>>;
 
+/// Which requests share a child: those of one principal (with credentials
+/// configured; else anyone's) that declare the same capabilities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Key {
+    /// Who made the requests, as authenticated (`None`: no credentials).
+    pub(super) principal: Option<String>,
+    /// The canonical JSON of the capabilities it was initialized with.
+    pub(super) caps: String,
+}
+
+/// What [`Pooled::launch`] takes to run the child.
+struct Pending {
+    stdin: mpsc::Receiver<Value>,
+    killed: mpsc::Receiver<()>,
+    init: watch::Sender<Init>,
+}
+
 /// One pooled child.
 pub(super) struct Pooled {
-    /// The canonical JSON of the capabilities it was initialized with.
-    pub(super) key: String,
-    stdin: mpsc::UnboundedSender<Value>,
+    pub(super) key: Key,
+    /// Bounded (`--pool-stdin-queue`): a child that does not read its input
+    /// refuses requests instead of queueing them without bound.
+    stdin: mpsc::Sender<Value>,
+    stdin_queue: usize,
+    /// Most calls in flight (`--pool-calls-per-child`).
+    max_calls: usize,
+    /// Until [`Pooled::launch`] runs the child.
+    pending: Mutex<Option<Pending>>,
     /// Calls in flight; `None` once the child is gone.
     calls: Mutex<Option<HashMap<u64, Waiter>>>,
     next: AtomicU64,
@@ -69,17 +95,77 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Pooled {
-    /// Starts a child in `slot` and initializes it (in a task of its own:
-    /// a request that goes away does not cancel it) with `caps` (whose JSON
-    /// is `key`) and `info`, given `init_wait` to answer.
-    pub(super) fn spawn(
+    /// A child for `key` in `slot`, not yet running: cheap, so the pool
+    /// makes it under its lock and [`Pooled::launch`]es it after.
+    pub(super) fn new(key: Key, slot: Slot, limits: &PoolLimits) -> Arc<Pooled> {
+        let stdin_queue = limits.stdin_queue.max(1);
+        let (tx, rx) = mpsc::channel::<Value>(stdin_queue);
+        let (kill, killed) = mpsc::channel::<()>(1);
+        let (init_tx, init) = watch::channel(None);
+        Arc::new(Pooled {
+            key,
+            stdin: tx,
+            stdin_queue,
+            max_calls: limits.calls_per_child.max(1),
+            pending: Mutex::new(Some(Pending {
+                stdin: rx,
+                killed,
+                init: init_tx,
+            })),
+            calls: Mutex::new(Some(HashMap::new())),
+            next: AtomicU64::new(1),
+            init,
+            last_used: Mutex::new(Instant::now()),
+            handed: AtomicUsize::new(0),
+            kill,
+            slot: Mutex::new(Some(slot)),
+        })
+    }
+
+    /// Starts the child (`launch`: a fork, outside the pool's lock) and
+    /// initializes it (in a task of its own: a request that goes away does
+    /// not cancel it) with `caps` and `info`, given `init_wait` to answer.
+    /// A child that cannot start is gone at once (its place freed).
+    pub(super) fn launch(
+        self: &Arc<Self>,
         launch: &Launch,
-        slot: Slot,
-        key: String,
         caps: Value,
         info: Value,
         init_wait: Duration,
-    ) -> Result<Arc<Pooled>, BackendError> {
+    ) -> Result<(), BackendError> {
+        let Some(pending) = lock(&self.pending).take() else {
+            return Ok(());
+        };
+        match self.run(launch, pending.stdin, pending.killed) {
+            Ok(()) => {
+                let init_tx = pending.init;
+                let init = self.clone();
+                tokio::spawn(async move {
+                    let r = init.initialize(&caps, &info, init_wait).await;
+                    if r.is_err() {
+                        init.stop();
+                    }
+                    let _ = init_tx.send(Some(r));
+                });
+                Ok(())
+            }
+            Err(e) => {
+                drop(lock(&self.calls).take());
+                drop(lock(&self.slot).take());
+                let _ = pending.init.send(Some(Err(e.to_string())));
+                Err(e)
+            }
+        }
+    }
+
+    /// Spawns the process and the tasks that write its stdin and read its
+    /// output.
+    fn run(
+        self: &Arc<Self>,
+        launch: &Launch,
+        mut rx: mpsc::Receiver<Value>,
+        mut killed: mpsc::Receiver<()>,
+    ) -> Result<(), BackendError> {
         let mut process = launch.spawn()?;
         let (Some(mut stdin), Some(stdout), Some(stderr)) = (
             process.stdin.take(),
@@ -89,20 +175,7 @@ impl Pooled {
             return Err(BackendError::Failed("the child has no stdio".into()));
         };
         let (mut out_lines, mut err_lines) = crate::backend::stdio::output(stdout, stderr)?;
-        let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
-        let (kill, mut killed) = mpsc::channel::<()>(1);
-        let (init_tx, init) = watch::channel(None);
-        let child = Arc::new(Pooled {
-            key,
-            stdin: tx,
-            calls: Mutex::new(Some(HashMap::new())),
-            next: AtomicU64::new(1),
-            init,
-            last_used: Mutex::new(Instant::now()),
-            handed: AtomicUsize::new(0),
-            kill: kill.clone(),
-            slot: Mutex::new(Some(slot)),
-        });
+        let kill = self.kill.clone();
         tokio::spawn(async move {
             while let Some(m) = rx.recv().await {
                 let mut line = serde_json::to_vec(&m).unwrap_or_default();
@@ -119,7 +192,7 @@ impl Pooled {
                 tracing::info!("stateless child: {line}");
             }
         });
-        let reader = child.clone();
+        let reader = self.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -137,15 +210,7 @@ impl Pooled {
             let _ = process.start_kill();
             let _ = process.wait().await;
         });
-        let init = child.clone();
-        tokio::spawn(async move {
-            let r = init.initialize(&caps, &info, init_wait).await;
-            if r.is_err() {
-                init.stop();
-            }
-            let _ = init_tx.send(Some(r));
-        });
-        Ok(child)
+        Ok(())
     }
 
     /// The child's `initialize` result, once it answered.
@@ -200,8 +265,10 @@ impl Pooled {
         info: &Value,
         wait: Duration,
     ) -> Result<Value, String> {
-        let mut call = self.start(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": CHILD_VERSION, "capabilities": caps, "clientInfo": info}}));
+        let mut call = self
+            .start(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": CHILD_VERSION, "capabilities": caps, "clientInfo": info}}))
+            .map_err(|r| r.to_string())?;
         // MCP forbids cancelling initialize.
         call.cancel_on_drop = false;
         let reply = match tokio::time::timeout(wait, call.answer(&Value::Null)).await {
@@ -215,16 +282,26 @@ impl Pooled {
         let Some(result) = reply.get("result") else {
             return Err(format!("the child refused initialize: {}", reply["error"]));
         };
-        let _ = self
-            .stdin
-            .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         Ok(result.clone())
+    }
+
+    /// Queues a message of the transport's own (an answer to the child, a
+    /// cancel) for the child's stdin; dropped, with a warning, when the
+    /// child has not read what waits there already.
+    fn send(&self, message: Value) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.stdin.try_send(message) {
+            tracing::warn!(
+                "a stateless child is not reading its input; a message to it was dropped"
+            );
+        }
     }
 
     /// Sends request `message` under an id of the child's (its
     /// `progressToken` too, if it has one), for [`Call`] to read its
-    /// progress and response. On a child that is gone the call ends at once.
-    fn start(self: &Arc<Self>, mut message: Value) -> Call {
+    /// progress and response. On a child that is gone the call ends at once;
+    /// one that runs its most calls, or whose stdin is backed up, refuses it.
+    fn start(self: &Arc<Self>, mut message: Value) -> Result<Call, Refused> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let (progress_tx, progress) = mpsc::channel(PROGRESS_QUEUE);
         let (response_tx, response) = oneshot::channel();
@@ -242,16 +319,27 @@ impl Pooled {
         message["id"] = json!(n);
         let method = message["method"].as_str().unwrap_or_default().to_owned();
         if let Some(calls) = lock(&self.calls).as_mut() {
-            calls.insert(
-                n,
-                Waiter {
-                    progress: progress_tx,
-                    response: response_tx,
-                },
-            );
-            let _ = self.stdin.send(message);
+            if calls.len() >= self.max_calls {
+                return Err(Refused::Calls(self.max_calls));
+            }
+            match self.stdin.try_send(message) {
+                Ok(()) => {
+                    calls.insert(
+                        n,
+                        Waiter {
+                            progress: progress_tx,
+                            response: response_tx,
+                        },
+                    );
+                }
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err(Refused::Stdin(self.stdin_queue));
+                }
+                // The writer is gone with the child: the call ends at once.
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            }
         }
-        Call {
+        Ok(Call {
             child: self.clone(),
             method,
             n,
@@ -260,7 +348,7 @@ impl Pooled {
             response,
             done: false,
             cancel_on_drop: true,
-        }
+        })
     }
 
     /// One line of the child's stdout.
@@ -276,13 +364,11 @@ impl Pooled {
         let Some(calls) = calls.as_mut() else { return };
         match (method, message.get("id")) {
             (Some("ping"), Some(id)) => {
-                let _ = self
-                    .stdin
-                    .send(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
+                self.send(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
             }
             (Some(m), Some(id)) => {
                 let why = format!("{m} cannot reach a stateless (2026-07-28) client through the gateway; use a session");
-                let _ = self.stdin.send(error(id, -32601, why, None));
+                self.send(error(id, -32601, why, None));
             }
             (Some("notifications/progress"), None) => {
                 let token = message
@@ -314,8 +400,19 @@ impl Pooled {
 pub(super) struct Handed(Arc<Pooled>);
 
 impl Handed {
-    /// Starts the request's call on the child.
-    pub(super) fn start(&self, message: Value) -> Call {
+    /// Runs the child made for this request ([`Pooled::launch`]).
+    pub(super) fn launch(
+        &self,
+        launch: &Launch,
+        caps: Value,
+        info: Value,
+        init_wait: Duration,
+    ) -> Result<(), BackendError> {
+        self.0.launch(launch, caps, info, init_wait)
+    }
+
+    /// Starts the request's call on the child, unless it is at a limit.
+    pub(super) fn start(&self, message: Value) -> Result<Call, Refused> {
         self.0.start(message)
     }
 }
@@ -428,7 +525,7 @@ impl Drop for Call {
             .and_then(|c| c.remove(&self.n))
             .is_some();
         if waiting && self.cancel_on_drop {
-            let _ = self.child.stdin.send(
+            self.child.send(
                 json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": self.n, "reason": "the stateless client went away"}}),
             );
