@@ -51,6 +51,32 @@ impl MemoryLog {
     pub fn stream_states(&self) -> usize {
         self.hub.stream_states()
     }
+
+    /// Appends `messages` to `stream` of the session whose state is `st`
+    /// (its lock held), trimming by count; the last seq.
+    fn publish(
+        &self,
+        st: &mut crate::hub::SessionState,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+    ) -> Result<Seq, LogError> {
+        let Bounds { head, floor, .. } = st.bounds_of(id, stream)?;
+        let at_ms = now_ms();
+        let events: Vec<Event> = messages
+            .into_iter()
+            .zip(head + 1..)
+            .map(|(message, seq)| Event {
+                seq,
+                at_ms,
+                message,
+            })
+            .collect();
+        let last = head + events.len() as u64;
+        let new_floor = st.count_floor(stream, last, floor, self.hub.retention.max_events);
+        st.publish(stream, events, new_floor, self.hub.cache_limit());
+        Ok(last)
+    }
 }
 
 impl Default for MemoryLog {
@@ -102,23 +128,28 @@ impl EventLog for MemoryLog {
         stream: StreamKey,
         messages: Vec<Bytes>,
     ) -> Result<Seq, LogError> {
-        let max_events = self.hub.retention.max_events;
-        let cache_limit = self.hub.cache_limit();
+        self.hub
+            .with_live(id, |st| self.publish(st, id, stream, messages))
+    }
+
+    /// At most once per `key`: a repeat of a key among the session's last
+    /// [`crate::hub::KEYED`] keyed appends returns the head that append left
+    /// and appends nothing, atomically with the append (under the
+    /// session's lock): two writers that end one task or one call at once
+    /// commit one end.
+    async fn append_once(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
         self.hub.with_live(id, |st| {
-            let Bounds { head, floor, .. } = st.bounds_of(id, stream)?;
-            let at_ms = now_ms();
-            let events: Vec<Event> = messages
-                .into_iter()
-                .zip(head + 1..)
-                .map(|(message, seq)| Event {
-                    seq,
-                    at_ms,
-                    message,
-                })
-                .collect();
-            let last = head + events.len() as u64;
-            let new_floor = st.count_floor(stream, last, floor, max_events);
-            st.publish(stream, events, new_floor, cache_limit);
+            if let Some(head) = st.keyed_head(stream, key) {
+                return Ok(head);
+            }
+            let last = self.publish(st, id, stream, messages)?;
+            st.remember_keyed(stream, key, last);
             Ok(last)
         })
     }

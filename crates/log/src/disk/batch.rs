@@ -32,6 +32,8 @@ pub(super) struct Batch<'a> {
     written: HashMap<String, Vec<(u64, Seq, Seq)>>,
     /// Request records this batch writes, likewise.
     opened: HashMap<String, Vec<u64>>,
+    /// Keyed appends this batch writes: (session, stream, key) to the head.
+    keyed: HashMap<(String, u64, u64), Seq>,
 }
 
 impl<'a> Batch<'a> {
@@ -44,6 +46,7 @@ impl<'a> Batch<'a> {
             ov: Overlay::default(),
             written: HashMap::new(),
             opened: HashMap::new(),
+            keyed: HashMap::new(),
         }
     }
 
@@ -67,8 +70,9 @@ impl<'a> Batch<'a> {
                 id,
                 stream,
                 messages,
+                key,
                 ..
-            } => self.append(id, *stream, messages),
+            } => self.append(id, *stream, messages, *key),
             Op::Forget { ids, .. } => Ok(self.forget(ids)),
             Op::Trim {
                 id, stream, floor, ..
@@ -192,13 +196,27 @@ impl<'a> Batch<'a> {
         Ok(Effect::Opened(id.to_owned(), r, meta.clone()))
     }
 
-    /// Appends `messages` after the stream's head, trimming by count.
+    /// Appends `messages` after the stream's head, trimming by count; under
+    /// a `key` used already (in this batch, or among the session's last
+    /// keyed appends the hub remembers), nothing: the head that one left.
     fn append(
         &mut self,
         id: &str,
         stream: StreamKey,
         messages: &[Bytes],
+        key: Option<u64>,
     ) -> Result<Effect, LogError> {
+        if let Some(k) = key {
+            let staged = self.keyed.get(&(id.to_owned(), stream.number(), k));
+            let committed = || {
+                let cell = self.hub.cell(id).ok()?;
+                let st = lock(&cell);
+                st.keyed_head(stream, k)
+            };
+            if let Some(head) = staged.copied().or_else(committed) {
+                return Ok(Effect::Repeated(head));
+            }
+        }
         let b = self.stream(id, stream)?;
         let st = self.st;
         let n = stream.number();
@@ -234,7 +252,10 @@ impl<'a> Batch<'a> {
         self.wb
             .insert(&st.streams, stream_key(id, n), bounds_value(after));
         self.ov.streams.insert((id.to_owned(), n), after);
-        Ok(Effect::Published(id.to_owned(), stream, evs, floor))
+        if let Some(k) = key {
+            self.keyed.insert((id.to_owned(), n, k), head);
+        }
+        Ok(Effect::Published(id.to_owned(), stream, evs, floor, key))
     }
 
     /// Drops ended sessions (tombstones the hub holds) from storage.
@@ -279,7 +300,13 @@ impl<'a> Batch<'a> {
                 .insert(&st.streams, stream_key(id, n), bounds_value(after));
             self.ov.streams.insert((id.to_owned(), n), after);
         }
-        Ok(Effect::Published(id.to_owned(), stream, Vec::new(), floor))
+        Ok(Effect::Published(
+            id.to_owned(),
+            stream,
+            Vec::new(),
+            floor,
+            None,
+        ))
     }
 
     /// Stores a pin (`None`: removes it).

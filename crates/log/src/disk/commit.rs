@@ -46,6 +46,8 @@ pub(super) enum Op {
         id: String,
         stream: StreamKey,
         messages: Vec<Bytes>,
+        /// `EventLog::append_once`'s key: a repeat appends nothing.
+        key: Option<u64>,
         reply: Reply<Seq>,
     },
     /// Drops ended sessions (tombstones) from storage, then from the hub.
@@ -81,7 +83,10 @@ pub(super) enum Effect {
     Meta(String, Bytes),
     Ended(String),
     Opened(String, u64, Bytes),
-    Published(String, StreamKey, Vec<Event>, Seq),
+    /// Events appended (and the key they were appended under), the new floor.
+    Published(String, StreamKey, Vec<Event>, Seq, Option<u64>),
+    /// A keyed append whose key was used already: the head that one left.
+    Repeated(Seq),
     Forgotten(Vec<String>),
     /// Nothing to show: a stored pin, or a record whose compare-and-set did not match.
     Stored,
@@ -188,12 +193,19 @@ impl Committer {
                     Ok(())
                 })
             }
-            Effect::Published(id, key, evs, floor) => {
+            Effect::Published(id, key, evs, floor, once) => {
                 answer = evs.last().map(|e| e.seq).unwrap_or(0);
                 self.hub.with_live(&id, |st| {
                     st.publish(key, evs, floor, cache);
+                    if let Some(k) = once {
+                        st.remember_keyed(key, k, answer);
+                    }
                     Ok(())
                 })
+            }
+            Effect::Repeated(head) => {
+                answer = head;
+                Ok(())
             }
         };
         answer
@@ -210,14 +222,14 @@ fn heads_entries(effect: &Effect, out: &mut Vec<Entry>) {
     match effect {
         Effect::Created(id, ..) => out.push(head(id, 0, 0)),
         Effect::Opened(id, r, _) => out.push(head(id, *r, 0)),
-        Effect::Published(id, key, evs, _) => {
+        Effect::Published(id, key, evs, _, _) => {
             out.extend(evs.last().map(|e| head(id, key.number(), e.seq)))
         }
         Effect::Ended(id) => out.push(Entry::Ended { id: id.clone() }),
         Effect::Forgotten(ids) => {
             out.extend(ids.iter().map(|id| Entry::Forgotten { id: id.clone() }))
         }
-        Effect::Meta(..) | Effect::Stored => {}
+        Effect::Meta(..) | Effect::Stored | Effect::Repeated(_) => {}
     }
 }
 

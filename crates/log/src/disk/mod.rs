@@ -324,6 +324,7 @@ impl EventLog for DiskLog {
             id: id.to_owned(),
             stream,
             messages,
+            key: None,
             reply: appended,
         };
         self.ops
@@ -350,6 +351,31 @@ impl EventLog for DiskLog {
             id: id.to_owned(),
             stream,
             messages,
+            key: None,
+            reply,
+        })
+        .await
+    }
+
+    /// A repeat of a key among the session's last [`crate::hub::KEYED`]
+    /// keyed appends (or one staged earlier in the batch) appends nothing,
+    /// decided as the committer assigns seqs: two writers ending one task
+    /// at once commit one end. Kept in memory (no writer outlives a start).
+    async fn append_once(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        messages: Vec<Bytes>,
+        key: u64,
+    ) -> Result<Seq, LogError> {
+        if messages.is_empty() {
+            return Ok(self.hub.bounds(id, stream)?.head);
+        }
+        self.submit(|reply| Op::Append {
+            id: id.to_owned(),
+            stream,
+            messages,
+            key: Some(key),
             reply,
         })
         .await

@@ -18,7 +18,7 @@ use crate::{Bounds, Event, LogError, PinId, Retention, Seq, SessionInfo, StreamK
 mod state;
 
 use state::Pin;
-pub(crate) use state::{SessionState, StreamState};
+pub(crate) use state::{SessionState, StreamState, KEYED};
 
 /// A live session's `(stream number, head)` pairs.
 #[cfg(feature = "disk")]

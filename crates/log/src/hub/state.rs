@@ -92,7 +92,16 @@ pub(crate) struct SessionState {
     /// head is kept (so reads still answer `Truncated`), not their state.
     pub retired: HashMap<u64, Seq>,
     pub(super) pins: Vec<Pin>,
+    /// The last keyed appends (`EventLog::append_once`): stream, key and the
+    /// head they left, at most [`KEYED`]; boxed, and made only for a session
+    /// that used one.
+    keyed: Option<Box<VecDeque<(u64, u64, Seq)>>>,
 }
+
+/// How many keyed appends a session of a one-process log remembers: a key
+/// repeated after that many others appends again. Two writers that race
+/// under one key (the end of a task, of an orphaned call) do so at once.
+pub(crate) const KEYED: usize = 16;
 
 impl SessionState {
     /// A live session with its session stream, handing out request streams from `next_request`.
@@ -109,7 +118,27 @@ impl SessionState {
             streams,
             retired: HashMap::new(),
             pins: Vec::new(),
+            keyed: None,
         }
+    }
+
+    /// The head a keyed append to `key` under `k` left, if it is remembered.
+    pub fn keyed_head(&self, key: StreamKey, k: u64) -> Option<Seq> {
+        let n = key.number();
+        self.keyed
+            .as_ref()?
+            .iter()
+            .find(|(s, kk, _)| *s == n && *kk == k)
+            .map(|(_, _, head)| *head)
+    }
+
+    /// Remembers that the append to `key` under `k` left `head`.
+    pub fn remember_keyed(&mut self, key: StreamKey, k: u64, head: Seq) {
+        let ring = self.keyed.get_or_insert_with(Default::default);
+        if ring.len() >= KEYED {
+            ring.pop_front();
+        }
+        ring.push_back((key.number(), k, head));
     }
 
     /// A stream's bounds, retired ones included (all their events are gone).
@@ -206,6 +235,7 @@ impl SessionState {
         // Taken, not cleared: a tombstone keeps no capacity.
         self.retired = HashMap::new();
         self.pins = Vec::new();
+        self.keyed = None;
         self.meta = Bytes::new();
     }
 
