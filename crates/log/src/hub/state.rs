@@ -101,7 +101,7 @@ pub(crate) struct SessionState {
 /// How many keyed appends a session of a one-process log remembers: a key
 /// repeated after that many others appends again. Two writers that race
 /// under one key (the end of a task, of an orphaned call) do so at once.
-pub(crate) const KEYED: usize = 16;
+pub(crate) const KEYED: usize = 8;
 
 impl SessionState {
     /// A live session with its session stream, handing out request streams from `next_request`.
