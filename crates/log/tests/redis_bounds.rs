@@ -260,7 +260,10 @@ fn touches_are_coalesced_and_an_end_elsewhere_still_reaches_them_at_once() {
         let after = redis.commands_by_name();
         let evals = after.get("evalsha").copied().unwrap_or(0)
             - before.get("evalsha").copied().unwrap_or(0);
-        assert!(evals <= 1, "{evals} touch scripts for 100 touches within a second");
+        assert!(
+            evals <= 1,
+            "{evals} touch scripts for 100 touches within a second"
+        );
         b.end_session("busy").await.unwrap();
         let ended = std::time::Instant::now();
         loop {
@@ -275,5 +278,30 @@ fn touches_are_coalesced_and_an_end_elsewhere_still_reaches_them_at_once() {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    });
+}
+
+/// Checking the limit on live sessions at each `initialize` counts them in
+/// Redis at most every 250 ms (a `SCARD` per bucket set: 64 on a cluster),
+/// and the count stays exact for the sessions this handle creates and ends.
+#[test]
+fn the_live_count_is_taken_at_most_every_quarter_second_and_kept_current() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = open(&redis).await;
+        assert_eq!(log.live_sessions().await, 0);
+        let before = redis.commands_by_name();
+        for i in 0..100 {
+            log.create_session(&format!("c{i}"), bytes::Bytes::new())
+                .await
+                .unwrap();
+            assert_eq!(log.live_sessions().await, i + 1);
+        }
+        log.end_session("c0").await.unwrap();
+        assert_eq!(log.live_sessions().await, 99);
+        let after = redis.commands_by_name();
+        let scards = after.get("scard").copied().unwrap_or(0)
+            - before.get("scard").copied().unwrap_or(0);
+        assert!(scards <= 10, "{scards} counts for 100 creations");
     });
 }

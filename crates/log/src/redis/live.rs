@@ -182,3 +182,47 @@ impl RedisLog {
         }
     }
 }
+
+/// The number of live sessions as last counted, for [`crate::SessionRecords::live_sessions`]:
+/// counted again at most every [`LiveCount::FRESH`] (a count is a `SCARD`
+/// per bucket set, 64 on a cluster, which every `initialize` asked for to
+/// check the server's limit), and kept current meanwhile with the sessions
+/// this handle creates and ends. Other instances' creations show at the
+/// next count: a limit on live sessions is within what the fleet creates
+/// in that time.
+#[derive(Default)]
+pub(super) struct LiveCount(std::sync::Mutex<Option<(std::time::Instant, usize)>>);
+
+impl LiveCount {
+    /// How long a count is used before it is taken again.
+    pub(super) const FRESH: std::time::Duration = std::time::Duration::from_millis(250);
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(std::time::Instant, usize)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The count, if taken within [`LiveCount::FRESH`].
+    pub(super) fn fresh(&self) -> Option<usize> {
+        self.lock()
+            .filter(|(at, _)| at.elapsed() < Self::FRESH)
+            .map(|(_, n)| n)
+    }
+
+    /// A count just taken.
+    pub(super) fn set(&self, n: usize) {
+        *self.lock() = Some((std::time::Instant::now(), n));
+    }
+
+    /// The next count is taken afresh (maintenance changed the live sets).
+    pub(super) fn forget(&self) {
+        *self.lock() = None;
+    }
+
+    /// This handle created (`+1`) or ended (`-1`) a session.
+    pub(super) fn adjust(&self, by: isize) {
+        if let Some((_, n)) = self.lock().as_mut() {
+            *n = n.saturating_add_signed(by);
+        }
+    }
+}
+

@@ -79,6 +79,8 @@ pub struct RedisLog {
     tails: tail::Tails,
     /// Sessions this handle touched within the coalescing time ([`touched`]).
     touched: Arc<touched::Touched>,
+    /// The live sessions as last counted ([`live::LiveCount`]).
+    live_count: live::LiveCount,
     faults: crate::retention::ReadFaults,
     heartbeat: instance::Heartbeat,
     /// Where maintenance's sweep for tombstones without an end time goes on.
@@ -179,6 +181,7 @@ impl RedisLog {
             _ => {}
         }
         self.touched.forget(id);
+        self.live_count.adjust(-1);
         self.list_ended(id, at).await?;
         if self.cluster() {
             // Lost with a crash right here: readers elsewhere then end at
@@ -430,6 +433,7 @@ impl SessionRecords for RedisLog {
         if r < 0 {
             return Err(LogError::SessionExists(id.to_owned()));
         }
+        self.live_count.adjust(1);
         self.wait_replicas(id).await
     }
 
@@ -453,7 +457,16 @@ impl SessionRecords for RedisLog {
     }
 
     async fn live_sessions(&self) -> usize {
-        self.count_live().await.unwrap_or(0)
+        if let Some(n) = self.live_count.fresh() {
+            return n;
+        }
+        match self.count_live().await {
+            Ok(n) => {
+                self.live_count.set(n);
+                n
+            }
+            Err(_) => 0,
+        }
     }
 
     async fn set_meta(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
@@ -509,6 +522,8 @@ impl Maintenance for RedisLog {
         let ended = self.trim_and_end_idle(&share, idle).await?;
         self.forget_tombstones(&share, tombstone_ttl).await?;
         let sweep = self.live_ids_in(share.sweep).await?;
+        // Ended, reconciled and forgotten sessions: counted afresh.
+        self.live_count.forget();
         Ok(Pass {
             ended,
             sweep,

@@ -99,6 +99,7 @@ impl RedisLog {
                 touched.clone(),
             ),
             touched,
+            live_count: Default::default(),
             conn,
             retention,
             replicas,

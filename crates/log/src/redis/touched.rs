@@ -67,7 +67,10 @@ mod tests {
         t.touched("s");
         assert!(t.fresh("s"));
         t.forget("s");
-        assert!(!t.fresh("s"), "an end noticed makes the next touch ask Redis");
+        assert!(
+            !t.fresh("s"),
+            "an end noticed makes the next touch ask Redis"
+        );
     }
 
     #[test]
