@@ -133,7 +133,7 @@ impl EventLog for MemoryLog {
     }
 
     /// At most once per `key`: a repeat of a key among the session's last
-    /// [`crate::hub::KEYED`] keyed appends returns the head that append left
+    /// 8 keyed appends returns the head that append left
     /// and appends nothing, atomically with the append (under the
     /// session's lock): two writers that end one task or one call at once
     /// commit one end.

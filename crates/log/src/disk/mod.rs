@@ -357,7 +357,7 @@ impl EventLog for DiskLog {
         .await
     }
 
-    /// A repeat of a key among the session's last [`crate::hub::KEYED`]
+    /// A repeat of a key among the session's last 8
     /// keyed appends (or one staged earlier in the batch) appends nothing,
     /// decided as the committer assigns seqs: two writers ending one task
     /// at once commit one end. Kept in memory (no writer outlives a start).

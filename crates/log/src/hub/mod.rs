@@ -18,7 +18,7 @@ use crate::{Bounds, Event, LogError, PinId, Retention, Seq, SessionInfo, StreamK
 mod state;
 
 use state::Pin;
-pub(crate) use state::{SessionState, StreamState, KEYED};
+pub(crate) use state::{SessionState, StreamState};
 
 /// A live session's `(stream number, head)` pairs.
 #[cfg(feature = "disk")]
