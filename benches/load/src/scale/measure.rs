@@ -1,5 +1,5 @@
-//! `scale` (issue 28): many live sessions on `serve`, each with an open GET
-//! stream, then events at a steady rate to random sessions; every event
+//! One scale measurement: many live sessions on `serve`, each with an open
+//! GET stream, then events at a steady rate to random sessions; every event
 //! must reach its session's reader exactly once.
 //!
 //! Sessions and their GET streams share HTTP/2 connections (h2c, 100
@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::json;
 
+use super::Figures;
 use crate::servers::{self, Server};
 use crate::workloads::{session_with, Session};
 
@@ -161,46 +162,18 @@ fn redis_memory(redis: &mcp_resume_testkit::RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-/// What `mcp-resume-load scale` takes. Raise the descriptor limit first
-/// (`ulimit -n 200000`).
-#[derive(clap::Args)]
-pub struct Args {
-    /// Live sessions, each with a GET stream.
-    #[arg(long, default_value_t = 10_000)]
+/// One run: on the disk log (one instance), or with `instances` on one
+/// Redis of its own; the report goes to stdout (and appended to `out`), the
+/// figures back to the caller.
+pub async fn run(
     sessions: usize,
-    /// Seconds of events.
-    #[arg(long, default_value_t = 60)]
     duration: u64,
-    /// Events per second, each to a random session.
-    #[arg(long, default_value_t = 1_000)]
     rate: u64,
-    /// On a Redis of its own instead of the disk log.
-    #[arg(long)]
     redis: bool,
-    /// Instances on that Redis (sessions spread round-robin).
-    #[arg(long, default_value_t = 2)]
     instances: usize,
-    /// Append the report to this file.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// An argument for each `serve` (repeat it), e.g.
-    /// `--serve-arg=--session-ttl-secs=60` to compare a setting in one build.
-    #[arg(long = "serve-arg", allow_hyphen_values = true)]
-    serve_args: Vec<String>,
-}
-
-/// Runs the scale run: on the disk log (one instance), or with
-/// `instances` on one Redis of its own.
-pub async fn run(args: Args) {
-    let Args {
-        sessions,
-        duration,
-        rate,
-        redis,
-        instances,
-        out,
-        serve_args,
-    } = args;
+    out: Option<&PathBuf>,
+    serve_args: &[String],
+) -> Figures {
     let duration = Duration::from_secs(duration);
     let bin = servers::our_binary();
     let redis_server = redis.then(mcp_resume_testkit::RedisServer::start);
@@ -209,11 +182,7 @@ pub async fn run(args: Args) {
         None => Vec::new(),
     };
     let n = if redis { instances.max(1) } else { 1 };
-    let extra: Vec<&str> = store
-        .iter()
-        .chain(&serve_args)
-        .map(String::as_str)
-        .collect();
+    let extra: Vec<&str> = store.iter().chain(serve_args).map(String::as_str).collect();
     let servers: Vec<Server> = (0..n).map(|_| servers::ours(&bin, &extra)).collect();
     let where_ = match &redis_server {
         Some(_) => format!("{n} instances on one Redis"),
@@ -449,10 +418,21 @@ pub async fn run(args: Args) {
     line(String::new());
     line(format!("scale: sessions {sessions}, sent {sent}, delivered {received}, lost {lost}, duplicates {duplicates}"));
     if let Some(path) = out {
-        let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut text = std::fs::read_to_string(path).unwrap_or_default();
         text.push_str(&md);
         text.push('\n');
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(path, text).unwrap();
     }
     drop(held);
+    Figures {
+        setup_secs: setup.as_secs_f64(),
+        rss_per_session_kib: rss_per / 1024.0,
+        p50_ms: p(0.5),
+        p99_ms: p(0.99),
+        cpu_ms_per_1000: cpu * 1e3 / (sent.max(1) as f64 / 1000.0),
+        commands_per_event: redis_cmds.map(|c| c * load_secs / sent.max(1) as f64),
+        redis_bytes_per_session: redis_mem.map(|m| m as f64 / sessions as f64),
+        lost,
+        duplicates,
+    }
 }
