@@ -171,6 +171,10 @@ impl TaskStream {
                     self.body = None;
                     return Ok(());
                 }
+                // Events the stream can no longer give (retention, damage).
+                if err["code"].as_i64() == Some(EVENTS_GONE) {
+                    return Err(gone(err, self.last));
+                }
                 return Err(rpc_error(err));
             }
             self.done = true;
@@ -227,13 +231,7 @@ impl TaskStream {
                 .cloned()
                 .unwrap_or(json!({"message": v.to_string()}));
             if err["code"].as_i64() == Some(EVENTS_GONE) {
-                let d = &err["data"];
-                let floor = d["earliestSeq"].as_u64().unwrap_or(0);
-                return Err(ClientError::Discontinuity(CursorDiscontinuity::Truncated {
-                    prior: self.last.unwrap_or(0),
-                    head: d["latestSeq"].as_u64().unwrap_or(floor),
-                    floor,
-                }));
+                return Err(gone(&err, self.last));
             }
             return Err(rpc_error(&err));
         }
@@ -241,6 +239,26 @@ impl TaskStream {
         self.body = Some(Box::pin(resp.bytes_stream()));
         Ok(())
     }
+}
+
+/// An `events_gone` error (-32010) as the discontinuity it names, in the
+/// stream's seqs: a lost range of damaged storage (`lostFrom ..= lostTo`),
+/// or events retention took (below `earliestSeq`).
+fn gone(err: &Value, last: Option<u64>) -> ClientError {
+    let d = &err["data"];
+    let prior = last.unwrap_or(0);
+    let floor = d["earliestSeq"].as_u64().unwrap_or(0);
+    let head = d["latestSeq"].as_u64().unwrap_or(floor);
+    ClientError::Discontinuity(match (d["lostFrom"].as_u64(), d["lostTo"].as_u64()) {
+        (Some(from), Some(to)) => CursorDiscontinuity::DataLost {
+            prior,
+            from,
+            to,
+            head,
+            floor,
+        },
+        _ => CursorDiscontinuity::Truncated { prior, head, floor },
+    })
 }
 
 fn rpc_error(err: &Value) -> ClientError {

@@ -70,10 +70,18 @@ fn limit_refusals() -> &'static Family<LimitLabel, Counter> {
     })
 }
 
-/// Counts one refusal (or, for `task-events`, one event dropped) at
-/// `limit`, one of [`LIMITS`], in `mcp_resume_limit_refusals_total`.
+/// Counts one refusal at `limit`, one of [`LIMITS`], in
+/// `mcp_resume_limit_refusals_total`.
 pub(crate) fn limit_refused(limit: &'static str) {
-    limit_refusals().get_or_create(&LimitLabel { limit }).inc();
+    limit_counted(limit, 1);
+}
+
+/// Counts `n` refusals (for `task-events`, events a task let go past its
+/// cap) at `limit`, one of [`LIMITS`].
+pub(crate) fn limit_counted(limit: &'static str, n: u64) {
+    limit_refusals()
+        .get_or_create(&LimitLabel { limit })
+        .inc_by(n);
 }
 
 /// The server's metrics; one set per server, registered in its own registry.

@@ -187,3 +187,110 @@ async fn a_frame_over_the_session_socket_s_limit_closes_the_task_socket_with_100
         common::Frame::Close(1009)
     );
 }
+
+/// `tasks/stream` of `task` after `after`: the events' seqs and the response.
+async fn stream(url: &str, task: &str, after: Option<u64>) -> (Vec<u64>, Value) {
+    let text = stream_raw(url, task, after.map_or(Value::Null, |a| json!(a))).await;
+    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+        return (Vec::new(), v);
+    }
+    let mut seqs = Vec::new();
+    let mut end = Value::Null;
+    for line in text.lines() {
+        let Some(v) = line
+            .strip_prefix("data:")
+            .and_then(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        else {
+            continue;
+        };
+        if v["method"] == "notifications/tasks/event" {
+            seqs.push(v["params"]["seq"].as_u64().unwrap());
+        } else if v["id"] == 9 {
+            end = v;
+        }
+    }
+    (seqs, end)
+}
+
+#[tokio::test]
+async fn a_lost_range_of_a_task_stream_is_events_gone_naming_where_to_resume() {
+    use common::faulty::{Faults, FaultyLog};
+    let faults = Arc::new(Faults::default());
+    let log: Arc<dyn Log> = Arc::new(FaultyLog {
+        inner: Arc::new(MemoryLog::default()),
+        faults: faults.clone(),
+    });
+    let store = TaskStore::new(log.clone());
+    let server =
+        McpServer::new(log, demo_tools(), ServerConfig::default()).with_tasks(store.clone());
+    let s = TestServer::start_server(server, "/mcp").await;
+    let (go, wait) = oneshot::channel();
+    let task = counting(&store, 8, wait).await;
+    go.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Wire seqs 0 ..= 9 (working, 8 counts, completed); log seqs 3 ..= 5
+    // (wire 2 ..= 4) lost to damaged storage.
+    *faults.lost_range.lock().unwrap() = Some((3, 5));
+    // A reader from the start is served what comes before the range, then
+    // told, as -32010, what is lost and where to resume.
+    let (seqs, end) = stream(&s.url, &task, None).await;
+    assert_eq!(seqs, [0, 1], "{end}");
+    let err = &end["error"];
+    assert_eq!(err["code"], -32010, "{end}");
+    assert_eq!(err["data"]["reason"], "events_gone", "{end}");
+    assert_eq!(
+        (&err["data"]["lostFrom"], &err["data"]["lostTo"]),
+        (&json!(2), &json!(4)),
+        "{end}"
+    );
+    assert_eq!(err["data"]["resumeAfter"], 4, "{end}");
+    assert_eq!(err["data"]["earliestSeq"], 5, "{end}");
+    // A cursor inside the range: the same, never earliestSeq 0.
+    let (_, end) = stream(&s.url, &task, Some(2)).await;
+    assert_eq!(end["error"]["code"], -32010, "{end}");
+    assert_eq!(end["error"]["data"]["resumeAfter"], 4, "{end}");
+    assert_eq!(end["error"]["data"]["earliestSeq"], 5, "{end}");
+    // Resuming where it says: the rest, to the end.
+    let (seqs, end) = stream(&s.url, &task, Some(4)).await;
+    assert_eq!(seqs, [5, 6, 7, 8, 9], "{end}");
+    assert!(end.get("result").is_some(), "{end}");
+}
+
+#[tokio::test]
+async fn a_task_that_emits_without_end_keeps_a_bounded_window_of_its_last_events() {
+    // The log's own count retention is far below the task's cap: the
+    // task's pin is what holds its events, and only its last ones.
+    let mut retention = mcp_resume_log::Retention::default();
+    retention.max_events = 100;
+    let log: Arc<dyn Log> = Arc::new(MemoryLog::new(retention));
+    let store = TaskStore::new(log.clone());
+    let server =
+        McpServer::new(log, demo_tools(), ServerConfig::default()).with_tasks(store.clone());
+    let s = TestServer::start_server(server, "/mcp").await;
+    let (go, wait) = oneshot::channel();
+    let task = counting(&store, 12_000, wait).await;
+    go.send(()).unwrap();
+    let mut last = (Vec::new(), Value::Null);
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        last = stream(&s.url, &task, None).await;
+        if last.1.get("result").is_some() {
+            break;
+        }
+    }
+    let (seqs, end) = last;
+    assert!(end.get("result").is_some(), "{end}");
+    let first = seqs[0];
+    // 12,002 events in all; the default cap keeps the last 10,000 (moved
+    // in steps of 1,250).
+    assert!(
+        (2_002 - 1_250..=2_002).contains(&first),
+        "the stream starts at {first}"
+    );
+    assert_eq!(seqs, (first..=12_001).collect::<Vec<_>>());
+    // What the task dropped is events_gone, naming the earliest it has.
+    let (_, end) = stream(&s.url, &task, Some(10)).await;
+    assert_eq!(end["error"]["code"], -32010, "{end}");
+    assert_eq!(end["error"]["data"]["earliestSeq"], first, "{end}");
+    assert_eq!(end["error"]["data"]["resumeAfter"], first - 1, "{end}");
+}

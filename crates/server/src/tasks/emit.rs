@@ -1,5 +1,8 @@
-//! The queue of a task's own events (pinned against the log's retention
-//! for the task's TTL, the pin renewed while the work emits): what its work emits
+//! The queue of a task's own events (its last [`super::TaskStore::with_max_events`]
+//! events pinned against the log's retention for the task's TTL, the pin
+//! renewed and moved up while the work emits, so a task that emits without
+//! end keeps a bounded window, its oldest events dropped: a reader that
+//! asks for them is told `events_gone` and where to resume): what its work emits
 //! ([`super::TaskContext::event`]) and its `input_required` status events,
 //! committed in order to the task's events stream in batches, so the work
 //! never waits for an fsync per event (it waits only for room: at most
@@ -12,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mcp_resume_log::{Log, LogError, PinId};
+use mcp_resume_log::{Log, LogError, PinId, Seq};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
@@ -43,13 +46,13 @@ pub(crate) struct Emitter {
 }
 
 impl Emitter {
-    /// Starts the queue of task `id`, whose events `pin` holds for `ttl`
-    /// (renewed while it emits); `on_fail` runs once if a batch could not be
-    /// committed (the task is failed then).
+    /// Starts the queue of task `id`, whose last `keep` events `pin` holds
+    /// for `ttl` (renewed, and moved up, while it emits); `on_fail` runs
+    /// once if a batch could not be committed (the task is failed then).
     pub(crate) fn start(
         log: Arc<dyn Log>,
         id: String,
-        pin: (PinId, Duration),
+        pin: Pinned,
         on_fail: impl FnOnce() + Send + 'static,
     ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -90,11 +93,58 @@ impl Emitter {
     }
 }
 
+/// The pin that holds a task's last events.
+pub(crate) struct Pinned {
+    /// The pin.
+    pub(crate) id: PinId,
+    /// The log seq it holds from.
+    pub(crate) at: Seq,
+    /// How long each pin lasts (the task's TTL).
+    pub(crate) ttl: Duration,
+    /// How many of the task's last events it holds.
+    pub(crate) keep: u64,
+}
+
+impl Pinned {
+    /// Where the pin should be for a stream at `head`, if it should move:
+    /// up to hold the last `keep` events (in steps of an eighth of them,
+    /// so a busy task pins again once per `keep / 8` events), or again
+    /// where it is when half its life is gone.
+    fn next(&self, head: Seq, since: Duration) -> Option<Seq> {
+        let wanted = (head + 1).saturating_sub(self.keep).max(1);
+        let step = (self.keep / 8).max(1);
+        if wanted >= self.at + step {
+            return Some(wanted);
+        }
+        (since > self.ttl / 2).then_some(self.at)
+    }
+
+    /// Pins at `at` for another TTL and lets the old pin go; the events
+    /// below `at` are the task's no longer (counted as dropped).
+    async fn move_to(&mut self, log: &dyn Log, task: &str, at: Seq) -> bool {
+        let Ok(again) = log.pin(task, EVENTS, at, self.ttl).await else {
+            return false;
+        };
+        let _ = log.unpin(task, self.id).await;
+        if at > self.at {
+            crate::metrics::limit_counted("task-events", at - self.at);
+            tracing::debug!(
+                task,
+                from = self.at - 1,
+                to = at - 2,
+                "a task's oldest events passed its cap; retention may drop them"
+            );
+        }
+        (self.id, self.at) = (again, at);
+        true
+    }
+}
+
 async fn commit_loop(
     log: Arc<dyn Log>,
     id: String,
     mut rx: mpsc::Receiver<Emit>,
-    (mut pin, ttl): (PinId, Duration),
+    mut pin: Pinned,
     failed: Arc<OnceLock<LogError>>,
     on_fail: impl FnOnce() + Send + 'static,
 ) {
@@ -109,17 +159,23 @@ async fn commit_loop(
                 Emit::Flush(ack) => acks.push(ack),
             }
         }
-        if !batch.is_empty() && pinned.elapsed() > ttl / 2 {
-            // Still emitting: hold its events for another TTL.
-            if let Ok(again) = log.pin(&id, EVENTS, 1, ttl).await {
-                let _ = log.unpin(&id, pin).await;
-                (pin, pinned) = (again, Instant::now());
-            }
-        }
         let outcome = if batch.is_empty() {
-            Ok(())
+            Ok(None)
         } else {
-            commit(&*log, &id, batch).await
+            // Still emitting: its last events held for another TTL.
+            commit(&*log, &id, batch)
+                .await
+                .map(|head| pin.next(head, pinned.elapsed()))
+        };
+        let outcome = match outcome {
+            Ok(Some(at)) => {
+                if pin.move_to(&*log, &id, at).await {
+                    pinned = Instant::now();
+                }
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
         };
         if let Err(e) = &outcome {
             let _ = failed.set(e.clone());
@@ -140,7 +196,7 @@ async fn commit_loop(
 /// Appends one batch, again after a pause while the log is unavailable,
 /// until the deadline. A retried batch whose first try may have landed is
 /// appended under one key.
-async fn commit(log: &dyn Log, id: &str, batch: Vec<Bytes>) -> Result<(), LogError> {
+async fn commit(log: &dyn Log, id: &str, batch: Vec<Bytes>) -> Result<Seq, LogError> {
     let mut key = [0u8; 8];
     getrandom::fill(&mut key).expect("the OS random source failed");
     let key = u64::from_le_bytes(key);
@@ -148,8 +204,7 @@ async fn commit(log: &dyn Log, id: &str, batch: Vec<Bytes>) -> Result<(), LogErr
     crate::retry::retrying(None, deadline, || {
         log.append_once(id, EVENTS, batch.clone(), key)
     })
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Fails the task (first end wins) because its events could not be

@@ -117,7 +117,13 @@ pub struct TaskStore {
     /// Tasks whose work runs in this process (shared by the store's clones):
     /// what a graceful stop waits for.
     running: Arc<std::sync::atomic::AtomicUsize>,
+    /// How many of its last events a task keeps while it lives.
+    max_events: u64,
 }
+
+/// How many of its last events a task keeps while it lives, unless
+/// [`TaskStore::with_max_events`] says otherwise.
+pub const DEFAULT_TASK_EVENTS: u64 = 10_000;
 
 impl TaskStore {
     /// Tasks in `log`, kept 30 minutes after their last use (the server's
@@ -129,7 +135,17 @@ impl TaskStore {
             ttl: Duration::from_secs(30 * 60),
             poll: Duration::from_millis(500),
             running: Arc::default(),
+            max_events: DEFAULT_TASK_EVENTS,
         }
+    }
+
+    /// How many of its last events a task keeps while it lives (at least
+    /// one; [`DEFAULT_TASK_EVENTS`] unless set), pinned against the log's
+    /// retention for its TTL. Older ones are the log's to drop (as its
+    /// `--max-events` says): a reader that asks for one gets `events_gone`.
+    pub fn with_max_events(mut self, n: u64) -> Self {
+        self.max_events = n.max(1);
+        self
     }
 
     /// The TTL tasks advertise; at most the server's session TTL.
@@ -180,17 +196,22 @@ impl TaskStore {
             .open_request_stream(&id, events::stream_record())
             .await?;
         debug_assert_eq!(StreamKey::Request(r), events::EVENTS);
-        // Its events follow the task's TTL, not the log's count retention:
-        // pinned from the first, the pin renewed while the work emits.
+        // Its last events follow the task's TTL, not the log's retention:
+        // pinned from the first, the pin renewed (and moved up past
+        // `max_events`) while the work emits.
         let pin = self.log.pin(&id, events::EVENTS, 1, self.ttl).await?;
         events::status(&*self.log, &id, &record, &state).await?;
         let (_, sub) = self.log.subscribe(&id, StreamKey::Session).await?;
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
+        let pinned = emit::Pinned {
+            id: pin,
+            at: 1,
+            ttl: self.ttl,
+            keep: self.max_events,
+        };
         let emitter =
-            emit::Emitter::start(self.log.clone(), id.clone(), (pin, self.ttl), move || {
-                stop.cancel()
-            });
+            emit::Emitter::start(self.log.clone(), id.clone(), pinned, move || stop.cancel());
         let ctx = TaskContext {
             shared: Arc::new(Shared {
                 log: self.log.clone(),

@@ -16,6 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use mcp_resume_log::{Event, LogError, Seq, Subscription};
 use mcp_resume_proto::sse::{encode, KEEPALIVE};
+use mcp_resume_proto::CursorDiscontinuity;
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -143,16 +144,13 @@ pub(crate) async fn open(
             _ => return Err(ahead(a)),
         },
     };
-    let gone = || {
-        refuse(
-            EVENTS_GONE,
-            "Task events are no longer available".into(),
-            Some(json!({"reason": "events_gone", "taskId": task_id,
-                "earliestSeq": bounds.floor - 1, "latestSeq": bounds.head.checked_sub(1)})),
-        )
-    };
-    if bounds.admit(cursor).is_err() {
-        return Err(gone());
+
+    if let Err(d) = bounds.admit(cursor) {
+        let e = events_gone(task_id, &d);
+        return Err((
+            StatusCode::OK,
+            json!({"jsonrpc": "2.0", "id": id, "error": e}),
+        ));
     }
     let terminal = match events::terminal_at(&**log, task_id, bounds.head).await {
         Ok(t) => t,
@@ -167,6 +165,43 @@ pub(crate) async fn open(
         sub,
         done: terminal.is_some_and(|t| t <= cursor),
     })
+}
+
+/// The error object of `events_gone` (-32010) for task `task`, whose reader
+/// met `d` (in log seqs): what is gone and where to resume, in the wire's
+/// seqs (the log's less one). `earliestSeq` is the first event it can still
+/// have and `resumeAfter` the `after` that asks for it (none when nothing
+/// is retained before the next event); a lost range of damaged storage
+/// (docs/protocol.md 6.1) is named by `lostFrom ..= lostTo`, as the session
+/// stream's 409 `data-lost` names it.
+pub(crate) fn events_gone(task: &str, d: &CursorDiscontinuity) -> Value {
+    let (head, earliest, lost) = match *d {
+        CursorDiscontinuity::DataLost { from, to, head, .. } => (head, to, Some((from, to))),
+        CursorDiscontinuity::Truncated { head, floor, .. } => (head, floor - 1, None),
+        ref other => {
+            return json!({"code": jsonrpc::INTERNAL_ERROR, "message": other.to_string(),
+                "data": {"reason": "log-gap", "taskId": task}})
+        }
+    };
+    let mut data = json!({"reason": "events_gone", "taskId": task,
+        "earliestSeq": earliest, "latestSeq": head.checked_sub(1),
+        "resumeAfter": earliest.checked_sub(1)});
+    let message = match lost {
+        Some((from, to)) => {
+            data["lostFrom"] = json!(from - 1);
+            data["lostTo"] = json!(to - 1);
+            format!(
+                "Task events {} to {} were lost by damaged storage; resume after {}",
+                from - 1,
+                to - 1,
+                to - 1
+            )
+        }
+        None => {
+            format!("Task events before {earliest} are no longer available (retention took them)")
+        }
+    };
+    json!({"code": EVENTS_GONE, "message": message, "data": data})
 }
 
 /// The log seq of the task event a client names by its wire `seq` (the
@@ -304,9 +339,16 @@ impl Reader {
                     self.finish(Err(self.broken("log-gap", &why))).await;
                     return Step::Stop;
                 }
+                // What retention took or damaged storage lost while this
+                // reader replayed: events_gone, naming where to resume.
                 Err(e) => {
-                    let why = format!("{e}; resume with after");
-                    self.finish(Err(self.broken("log-unavailable", &why))).await;
+                    let error = match e.discontinuity() {
+                        Some(d) if !matches!(d, CursorDiscontinuity::Ahead { .. }) => {
+                            events_gone(&self.task, &d)
+                        }
+                        _ => self.broken("log-unavailable", &format!("{e}; resume with after")),
+                    };
+                    self.finish(Err(error)).await;
                     return Step::Stop;
                 }
             };

@@ -40,6 +40,17 @@ pub struct Faults {
     pub panic_appends: AtomicBool,
     /// While set, session lookups fail as `Unavailable` with a secret-looking text.
     pub lookups_unavailable: AtomicBool,
+    /// Request streams whose events `from ..= to` damaged storage lost
+    /// (docs/protocol.md 6.1): their bounds name it, reads into it are
+    /// `DataLost` and reads before it stop short of it, as a disk log's do.
+    pub lost_range: std::sync::Mutex<Option<(Seq, Seq)>>,
+}
+
+impl Faults {
+    fn lost(&self, stream: StreamKey) -> Option<(Seq, Seq)> {
+        let lost = *self.lost_range.lock().unwrap();
+        lost.filter(|_| stream != StreamKey::Session)
+    }
 }
 
 /// The wrapper.
@@ -134,7 +145,25 @@ impl EventLog for FaultyLog {
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
+        if let Some((from, to)) = self.faults.lost(stream) {
+            if after + 1 >= from && after < to {
+                let b = self.inner.bounds(id, stream).await?;
+                return Err(LogError::DataLost {
+                    cursor: after,
+                    from,
+                    to,
+                    head: b.head,
+                    floor: b.floor,
+                });
+            }
+        }
         let mut events = self.inner.read(id, stream, after, max).await?;
+        if let Some((from, to)) = self.faults.lost(stream) {
+            events.retain(|e| e.seq < from || e.seq > to);
+            if after < from {
+                events.retain(|e| e.seq < from);
+            }
+        }
         if stream == StreamKey::Session {
             if self.faults.empty_reads.load(Ordering::Relaxed) {
                 return Ok(Vec::new());
@@ -146,7 +175,9 @@ impl EventLog for FaultyLog {
     }
 
     async fn bounds(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
-        self.inner.bounds(id, stream).await
+        let mut b = self.inner.bounds(id, stream).await?;
+        b.lost = b.lost.or(self.faults.lost(stream));
+        Ok(b)
     }
 
     async fn subscribe(
@@ -154,7 +185,9 @@ impl EventLog for FaultyLog {
         id: &str,
         stream: StreamKey,
     ) -> Result<(Bounds, Subscription), LogError> {
-        self.inner.subscribe(id, stream).await
+        let (mut b, sub) = self.inner.subscribe(id, stream).await?;
+        b.lost = b.lost.or(self.faults.lost(stream));
+        Ok((b, sub))
     }
 
     async fn pin(
