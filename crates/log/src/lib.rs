@@ -2,14 +2,35 @@
 //! contiguous seq here, durably, before any reader can see it.
 //!
 //! Readers never receive pushes from the transport; they read this log from a
-//! cursor. [`EventLog::subscribe`] is the commit point of docs/protocol.md 5.2 step 4:
-//! it returns the committed head `C` together with a tail that yields every
-//! event after `C`, so a reader that replays up to `C` and then follows the
-//! tail cannot miss or repeat anything.
+//! cursor. [`EventLog::subscribe`] is the commit point of docs/protocol.md 5.2
+//! step 4: it returns the committed head `C` together with a tail that yields
+//! every event after `C`, so a reader that replays up to `C` and then follows
+//! the tail cannot miss or repeat anything.
 //!
-//! Backends: [`MemoryLog`] (tests, nothing survives a restart) and [`DiskLog`]
-//! (the default: fjall, fsync'd group commit). Both share the in-process
-//! `hub` that fans committed events out to subscribers.
+//! The contract every backend keeps (one suite, `tests/contract/`, runs on
+//! each):
+//!
+//! - a stream's seqs are contiguous from 1, never reused, never reordered;
+//!   `append` returns once its events are committed (docs/protocol.md 6), and
+//!   only committed events are read or named;
+//! - retention trims by count and age but never at or past a pin; a read below
+//!   the floor is `Truncated`, above the head `Ahead`, in a range damaged
+//!   storage lost `DataLost`: an error, never a shorter answer;
+//! - what a subscriber is handed is bounded (a buffer per subscription): one
+//!   that falls behind is ended as lagged at its cursor, never skipped;
+//! - an ended session's id is never re-created until maintenance forgets it
+//!   (`tombstone_ttl`).
+//!
+//! The log knows no principals: which principal a session belongs to is the
+//! server's record in the session's metadata, and every session's streams live
+//! side by side in one log.
+//!
+//! Backends: [`MemoryLog`] (nothing survives a restart) and [`DiskLog`] (cargo
+//! feature `disk`, the default: fjall, fsync'd group commit) share the
+//! in-process `hub` that fans committed events out to subscribers;
+//! [`RedisLog`] (feature `redis`: one Redis or a Redis Cluster) is shared by
+//! any number of instances, each following its readers' streams over a few
+//! shared connections.
 #![deny(missing_docs)]
 
 #[cfg(feature = "disk")]

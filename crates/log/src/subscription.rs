@@ -1,13 +1,14 @@
 //! The tail half of the commit point.
 //!
 //! A [`Feed`] (the backend's half) hands committed events to a
-//! [`Subscription`] (the reader's half) through a bounded buffer of its
-//! own: a lock over a `VecDeque` that holds nothing while the reader is
-//! caught up, and the reader's waker. Why not a tokio channel: every open
-//! reader has one for as long as it is open, idle ones included (an idle
-//! session's GET stream, for hours), and a bounded channel costs about 800
-//! bytes when it is made (its cache-padded state, 512 bytes, and a first
-//! block of 32 slots); this costs a few dozen.
+//! [`Subscription`] (the reader's half) through a bounded buffer of its own: a
+//! lock over a `VecDeque` that holds nothing while the reader is caught up, and
+//! the reader's waker. A full buffer never skips: it ends the subscription as
+//! lagged at the reader's cursor, and the reader resubscribes from there. Why
+//! not a tokio channel: every open reader has one for as long as it is open,
+//! idle ones included (an idle session's GET stream, for hours), and a bounded
+//! channel allocates its padded state and a first block of slots when it is
+//! made (benches/results/paths.md); this holds nothing while idle.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;

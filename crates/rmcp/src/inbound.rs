@@ -1,15 +1,14 @@
 //! A client message, already parsed by the transport, into rmcp's type.
 //!
 //! rmcp's own entry point for a message (`ClientJsonRpcMessage`'s
-//! `Deserialize`) buffers it in an untagged enum over the four JSON-RPC
-//! shapes, checks the shape through two flattened buffers, then tries an
-//! untagged enum of 22 request types in order (`tools/call` is the 14th):
-//! 12 % of a hosted echo server's CPU under load (`perf`, `wrk -c64`). A
-//! request of a hot method is parsed straight into its own type instead.
-//! Everything else, and every request its type refuses, takes rmcp's path,
-//! so the outcome (the type, or the error) is always rmcp's: the untagged
-//! enum would have picked the same type, as every request type before it
-//! accepts only its own method.
+//! `Deserialize`) buffers it in an untagged enum over the four JSON-RPC shapes,
+//! checks the shape through two flattened buffers, then tries an untagged enum
+//! of 22 request types in order (`tools/call` is the 14th); what that cost a
+//! hosted server is in benches/results/paths.md. A request of a hot method is
+//! parsed straight into its own type instead. Everything else, and every
+//! request its type refuses, takes rmcp's path, so the outcome (the type, or
+//! the error) is always rmcp's: the untagged enum would have picked the same
+//! type, as every request type before it accepts only its own method.
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, JsonObject,

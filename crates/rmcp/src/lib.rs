@@ -1,15 +1,26 @@
-//! rmcp's pluggable Streamable HTTP stores on an mcp-resume [`Log`]: servers
-//! built on the official Rust MCP SDK get durable, resumable sessions on any
-//! log backend (memory, disk, Redis) without changing their handlers.
+//! Servers built on rmcp (the official Rust MCP SDK) on mcp-resume's log,
+//! without changing their handlers, in two ways:
 //!
-//! - [`LogEventStore`] (rmcp's `EventStore`): an event is committed to the log
-//!   before its id is returned; the id (`SESSION/STREAM/SEQ`) names the stream
-//!   and seq, so a replay is a range read of one stream, after which the
-//!   replay stays open and tails what any instance appends later.
-//! - [`LogSessionStore`] (rmcp's `SessionStore`): the `initialize` params are
-//!   the log session's metadata, so any instance restores the session.
-//! - [`DurableSessionManager`]: rmcp's `LocalSessionManager` with the store,
-//!   plus the check that a `Last-Event-ID` belongs to the request's session.
+//! - **on mcp-resume's transport**: [`RmcpBackend`] runs an rmcp
+//!   `ServerHandler` as a session's backend of `mcp_resume_server::McpServer`
+//!   (every message committed before a client sees it, the handler's requests
+//!   on the call's resumable stream, both MCP eras at one URL), with
+//!   [`DurableTasks`] for tasks whose state and events live in the log;
+//! - **on rmcp's own `StreamableHttpService`**, with its pluggable stores on
+//!   any [`Log`] (memory, disk, Redis):
+//!   - [`LogEventStore`] (rmcp's `EventStore`): an event is committed to the
+//!     log before its id is returned; the id (`SESSION/STREAM/SEQ`) names the
+//!     stream and seq, so a replay is a range read of one stream, after which
+//!     the replay stays open and tails what any instance appends later.
+//!   - [`LogSessionStore`] (rmcp's `SessionStore`): the `initialize` params are
+//!     the log session's metadata, so any instance restores the session.
+//!   - [`DurableSessionManager`]: rmcp's `LocalSessionManager` with the store,
+//!     plus the check that a `Last-Event-ID` belongs to the request's session,
+//!     and commits queued off the handler's path (each stream's queue bounded:
+//!     a sender waits past 1,024 uncommitted events).
+//!
+//! docs/server-author.md shows both; docs/rmcp.md says what differs from
+//! `mcp-resume serve` (rmcp's refusals are empty `200`s, not `409`s).
 //!
 //! ```no_run
 //! # use std::sync::Arc;

@@ -1,18 +1,15 @@
 //! A server message of rmcp's, written as JSON without rmcp's detour
 //! through `serde_json::Value`.
 //!
-//! rmcp writes a notification's `params` (`WithMeta` in its `serde_impl`)
-//! by turning them into a `Value` map first, to merge the `_meta` of the
-//! params with the one its extensions may carry, then writing that map:
-//! every field is copied and every string allocated twice. For a hosted
-//! handler's logging notifications that was about 6,000 of the 25,000
-//! instructions a notification cost the whole process (callgrind, 20,000
-//! `emit` notifications to one SSE reader). Where there is nothing to merge
-//! (the notification's extensions are empty, as a `Peer::notify_*` leaves
-//! them) the params are written straight from their own `Serialize`, which
-//! is the same JSON value (tests compare the two; keys come in field order,
-//! where rmcp's map sorts them); anything else is written by rmcp as
-//! before.
+//! rmcp writes a notification's `params` (`WithMeta` in its `serde_impl`) by
+//! turning them into a `Value` map first, to merge the `_meta` of the params
+//! with the one its extensions may carry, then writing that map: every field is
+//! copied and every string allocated twice (benches/results/hosted.md has what
+//! that cost). Where there is nothing to merge (the notification's extensions
+//! are empty, as a `Peer::notify_*` leaves them) the params are written
+//! straight from their own `Serialize`, which is the same JSON value (tests
+//! compare the two; keys come in field order, where rmcp's map sorts them);
+//! anything else is written by rmcp as before.
 
 // rmcp marks logging notifications deprecated (SEP-2577); handlers still
 // send them, and they are the hottest kind written here.

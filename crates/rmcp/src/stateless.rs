@@ -4,10 +4,10 @@
 //! Streamable HTTP service does, without what that service spends before it.
 //!
 //! rmcp's `StreamableHttpService` parses the body a second time (its
-//! `ClientJsonRpcMessage` through serde's buffered untagged visitors, 42,500
-//! instructions of a 190,100-instruction call under callgrind), and writes
-//! the typed request back to a `Value` to check the SEP-2243 headers against
-//! it (22,000). The transport has parsed the body once already, so a request
+//! `ClientJsonRpcMessage` through serde's buffered untagged visitors), and
+//! writes the typed request back to a `Value` to check the SEP-2243 headers
+//! against it (benches/results/stateless.md has what each cost). The
+//! transport has parsed the body once already, so a request
 //! whose every check is plainly met is typed from that parse
 //! ([`crate::inbound`]) and served here; every other request (a header to
 //! refuse, a `Mcp-Param-*` header to check against a tool's schema, an

@@ -1,13 +1,15 @@
 //! The pipe between an SSE stream's pump and whatever writes its body: a
 //! bounded, single-producer, single-consumer queue of encoded chunks.
 //!
-//! Why not a tokio channel: every open SSE stream has one for as long as it
-//! is open, an idle session's GET stream for hours, and a bounded channel
-//! costs about 800 bytes when it is made (its cache-padded state, 512
-//! bytes, and a first block of 32 slots). This one is a lock over a
-//! `VecDeque` that holds nothing while the writer keeps up, and a waker for
-//! each side. A module of its own, below both `sse` and `tasks` (whose task
-//! streams are SSE bodies too), so neither depends on the other.
+//! Bounded: a pump that is ahead of its writer waits for room, so a slow
+//! client holds at most the pipe's few chunks, never a growing backlog. Why
+//! not a tokio channel: every open SSE stream has one for as long as it is
+//! open, an idle session's GET stream for hours, and a bounded channel
+//! allocates its padded state and a first block of slots when it is made
+//! (benches/results/paths.md). This one is a lock over a `VecDeque` that holds
+//! nothing while the writer keeps up, and a waker for each side. A module of
+//! its own, below both `sse` and `tasks` (whose task streams are SSE bodies
+//! too), so neither depends on the other.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;

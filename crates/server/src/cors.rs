@@ -8,10 +8,10 @@
 //!
 //! Only requests with an `Origin` (or preflights) go through tower-http's
 //! layer: for every other request it built a header map, joined the `Vary`
-//! names into a new value and merged both into the response, about 7,600
-//! instructions of a `tools/call` echo of 93,000 (benches/results/paths.md).
-//! Those responses get the same `Vary` as a constant instead, so that a cache
-//! still never serves one to a browser's request.
+//! names into a new value and merged both into the response
+//! (benches/results/echo-ceiling.md). Those responses get the same `Vary` as
+//! a constant instead, so that a cache still never serves one to a browser's
+//! request.
 
 use std::pin::Pin;
 use std::sync::Arc;

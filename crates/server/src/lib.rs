@@ -11,6 +11,18 @@
 //! over `backend` and the log; docs/architecture.md follows a message through
 //! them and `scripts/module-deps` checks that no cycle comes back.
 //!
+//! What it promises (docs/protocol.md): a message reaches a client only once
+//! the log committed it; every reader, SSE or WebSocket, on any instance,
+//! reads from a cursor and is refused loudly (409, 426, a close code) where
+//! continuity cannot be proven; a call's request stream always ends with an
+//! answer, even after a crash. A session belongs to the principal that
+//! created it: any other gets 404, as for a session that does not exist.
+//! Shared by every principal: the log, the routes table and maintenance,
+//! and the limits that bound them ([`ServerConfig`]: sessions, request
+//! streams per session, body size, uncommitted sends per session (1,024),
+//! tools and background tasks per session for the built-in tools, message
+//! frames in flight per socket, header-read and keep-alive timeouts).
+//!
 //! Mount it in your own axum application:
 //!
 //! ```no_run

@@ -1,17 +1,17 @@
 //! A tracing span per request, carrying the method, the path and the session
-//! id, so every log line a request causes says which session it was; at
-//! debug level (`RUST_LOG=mcp_resume_server=debug`, or `debug`): with the fmt
-//! subscriber an enabled span formats its fields as it is made, a tenth of
-//! the instructions of a `tools/call` answered as JSON. The warnings and
-//! errors of the request paths name their session themselves.
+//! id, so every log line a request causes says which session it was; at debug
+//! level (`RUST_LOG=mcp_resume_server=debug`, or `debug`), since with the fmt
+//! subscriber an enabled span formats its fields as it is made, which costs
+//! every request (benches/results/echo-ceiling.md). The warnings and errors of
+//! the request paths name their session themselves.
 //!
-//! The same layer counts the refused requests (`refusals` by status) as
-//! their responses pass it, and logs a response with a server error (5xx)
-//! at error level. It is ours rather than tower-http's `TraceLayer`, which
-//! read the clock five times a request (for latencies only its debug events
-//! print) and wrapped every response body to time each chunk, an SSE
-//! stream's events included; and one layer rather than two, as axum boxes a
-//! route under each layer and clones that box for every request.
+//! The same layer counts the refused requests (`refusals` by status) as their
+//! responses pass it, and logs a response with a server error (5xx) at error
+//! level. It is ours rather than tower-http's `TraceLayer`, which read the
+//! clock five times a request (for latencies only its debug events print) and
+//! wrapped every response body to time each chunk, an SSE stream's events
+//! included; and one layer rather than two, as axum boxes a route under each
+//! layer and clones that box for every request.
 
 use std::future::Future;
 use std::pin::Pin;

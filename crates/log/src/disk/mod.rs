@@ -7,10 +7,10 @@
 //! and only then publishes the events to the hub, so nothing a reader sees can
 //! be lost by a crash.
 //!
-//! Why fjall and not redb: both were measured on this workload (see the
-//! closing note of issue 2). A B-tree rewrites one leaf page per session per
-//! commit; the journal appends sequentially, which made group commit 3 to 6
-//! times faster here, with replay just as fast.
+//! Why fjall and not redb: both were measured on this workload (the closing
+//! note of issue 2). A B-tree rewrites one leaf page per session per commit;
+//! a journal appends sequentially, which made group commit several times
+//! faster, with replay just as fast.
 //!
 //! Layout: four keyspaces; keys are the session id, a 0 byte (ids are
 //! visible ASCII, so it cannot occur in them), then big-endian numbers, so

@@ -2,20 +2,19 @@
 //! server serves its own router ([`crate::McpServer::serve`]), the MCP
 //! endpoint's POST called without the router in front of it.
 //!
-//! A session's POST is most of what a busy server answers. Through the
-//! router it pays for matching the path, the route's boxed service (cloned
-//! into a new box, its future boxed again) and the response's length
-//! header, which hyper writes itself for a body of known length (over
-//! HTTP/2 only for a body that is not empty: a `202` then has no
-//! `content-length: 0`, which HTTP/2 does not need): about 2,500
-//! instructions of a 47,000-instruction echo call. Called directly, it is
-//! the same service under the same layers (CORS, the request's span) that
-//! the router's route for it holds.
+//! A session's POST is most of what a busy server answers. Through the router
+//! it pays for matching the path, the route's boxed service (cloned into a new
+//! box, its future boxed again) and the response's length header, which hyper
+//! writes itself for a body of known length (over HTTP/2 only for a body that
+//! is not empty: a `202` then has no `content-length: 0`, which HTTP/2 does
+//! not need); benches/results/echo-ceiling.md has what that cost. Called
+//! directly, it is the same service under the same layers (CORS, the request's
+//! span) that the router's route for it holds.
 //!
-//! The connection calls it without asking whether it is ready, as axum's
-//! route would: every layer of it is always ready (`Traced`,
-//! `ForOriginsService`, `PostService`). A layer that may not be (a limit,
-//! a buffer) must not be added to it without that.
+//! The connection calls it without asking whether it is ready, as axum's route
+//! would: every layer of it is always ready (`Traced`, `ForOriginsService`,
+//! `PostService`). A layer that may not be (a limit, a buffer) must not be
+//! added to it without that.
 
 use std::sync::Arc;
 

@@ -1,15 +1,14 @@
 //! An HTTP/1.1 SSE stream written without hyper, once its head is out.
 //!
-//! Why: an idle session's GET stream holds its connection for hours, and
-//! hyper keeps 16 KiB of buffers for every HTTP/1.1 connection for as long as
-//! it lives (see [`crate::sse::feed`]). A `200` SSE answer to a GET is
-//! therefore armed by the connection: hyper writes its head and nothing of
-//! its body, the connection drops hyper's state once the head is flushed,
-//! and [`stream`] writes the body's chunks in HTTP/1.1 chunked framing from
-//! then on, holding no buffer between writes. The head says
-//! `connection: close`: once the stream ends (its final chunk written) the
-//! connection closes, as it would after any response a server will not
-//! keep alive.
+//! An idle session's GET stream holds its connection for hours, and hyper
+//! keeps its read and write buffers for every HTTP/1.1 connection for as long
+//! as it lives (see [`crate::sse::feed`]). A `200` SSE answer to a GET is
+//! therefore armed by the connection: hyper writes its head and nothing of its
+//! body, the connection drops hyper's state once the head is flushed, and
+//! [`stream`] writes the body's chunks in HTTP/1.1 chunked framing from then
+//! on, holding no buffer between writes. The head says `connection: close`:
+//! once the stream ends (its final chunk written) the connection closes, as it
+//! would after any response a server will not keep alive.
 
 use std::io;
 

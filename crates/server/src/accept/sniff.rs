@@ -1,14 +1,12 @@
 //! Which HTTP a connection speaks, decided before hyper reads a byte.
 //!
-//! Why not hyper-util's auto connection, which reads the first 24 bytes to
-//! tell HTTP/2's preface from an HTTP/1 request and hands them back through
-//! a rewinding reader: hyper's first read then returns those few bytes, its
-//! read buffer grows to hold the rest by doubling, and every HTTP/1.1
-//! connection keeps a 16 KiB read buffer instead of 8 KiB for as long as it
-//! lives. An idle session's GET stream holds its connection for hours, so
-//! that was 8 KiB of every idle session (benches/results/paths.md). Here a
-//! cleartext connection's first bytes are peeked (left in the socket for
-//! hyper), and a TLS connection is told by its ALPN.
+//! A cleartext connection's first bytes are peeked (left in the socket for
+//! hyper) to tell HTTP/2's preface from an HTTP/1 request; a TLS connection is
+//! told by its ALPN. Not hyper-util's auto connection, which reads the first
+//! 24 bytes and hands them back through a rewinding reader: hyper's read
+//! buffer then grows to hold the rest by doubling, and every HTTP/1.1
+//! connection keeps the doubled buffer for as long as it lives, which an idle
+//! session's GET stream does for hours (benches/results/paths.md).
 
 use std::time::Duration;
 

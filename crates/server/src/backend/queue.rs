@@ -2,21 +2,24 @@
 //! commit queue (what its backend sent, in order, until the route's commit
 //! loop takes it), and a hosted handler's inbox (`mcp-resume-rmcp`).
 //!
-//! Why not a tokio channel: every session has one for its whole life, idle
-//! or not, and an unbounded channel is made with 512 bytes of cache-padded
-//! state and a first block of 32 slots: about 800 bytes for the commit
-//! queue's items, 11.5 KiB for rmcp's client message of 360 bytes. This
+//! Contract: items come out in the order they went in; the receiver learns
+//! that every sender is gone as it would from a channel; it holds no
+//! allocation while empty. It is unbounded itself: the bound on a session's
+//! uncommitted sends (1,024) is the outbox's, which waits before it sends.
+//!
+//! Why not a tokio channel: every session has one for its whole life, idle or
+//! not, and an unbounded channel allocates its padded state and a first block
+//! of slots when it is made (benches/results/paths.md has the sizes). This
 //! queue is a lock over a `VecDeque` that holds nothing while idle (so its
 //! items need no box of their own), the one receiver's waker and a count of
-//! the senders; the receiver learns that every sender is gone as it would
-//! from a channel.
+//! the senders.
 //!
-//! Why a waker and not a `Notify`: rmcp's service loop makes a new
-//! `receive` future on every turn of its `select!` (two turns a
-//! notification a hosted handler sends) and drops it when another branch
-//! wins. A `Notify` waiter is put on a locked list at the first poll and
-//! taken off under the lock at the drop; registering a waker is one atomic
-//! swap, and dropping the future costs nothing.
+//! Why a waker and not a `Notify`: rmcp's service loop makes a new `receive`
+//! future on every turn of its `select!` (two turns a notification a hosted
+//! handler sends) and drops it when another branch wins. A `Notify` waiter is
+//! put on a locked list at the first poll and taken off under the lock at the
+//! drop; registering a waker is one atomic swap, and dropping the future costs
+//! nothing.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,16 +1,16 @@
 //! An SSE response's chunks, which its HTTP/1.1 connection may take from
 //! hyper once the response head is on the wire.
 //!
-//! Why: hyper keeps two 8 KiB buffers for every HTTP/1.1 connection for as
-//! long as the connection lives (the read buffer and the header write
-//! buffer), and an idle session's GET stream holds its connection for hours:
-//! that was more than half of the memory of an idle session. A `200` SSE
-//! response to a GET carries its [`Feed`] as a response extension
-//! ([`FeedHandle`]); the connection (`crate::accept`) arms it before hyper
-//! sees the body, so hyper writes the head and nothing else, then drops
-//! hyper's connection and writes the chunks itself (`accept::handoff`).
-//! Anywhere else (HTTP/2, a test's router, a POST's stream) nothing arms the
-//! feed and the body reads it as any channel body.
+//! Hyper keeps a read buffer and a header write buffer for every HTTP/1.1
+//! connection for as long as the connection lives, and an idle session's GET
+//! stream holds its connection for hours: most of the memory of an idle
+//! session (benches/results/paths.md). A `200` SSE response to a GET carries
+//! its [`Feed`] as a response extension ([`FeedHandle`]); the connection
+//! (`crate::accept`) arms it before hyper sees the body, so hyper writes the
+//! head and nothing else, then drops hyper's connection and writes the chunks
+//! itself (`accept::handoff`). Anywhere else (HTTP/2, a test's router, a
+//! POST's stream) nothing arms the feed and the body reads it as any channel
+//! body.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,11 +1,12 @@
 //! A child's output, line by line, with no buffer held while it waits.
 //!
-//! Why: the gateway runs a child per session, idle most of its life, and
-//! reads its stdout and its stderr for as long as it lives. A `BufReader`
-//! keeps 8 KiB for each from the start: 16 KiB of the gateway's 32 KiB per
-//! session. [`Lines`] waits for the pipe to be readable with nothing
-//! allocated, reads what is there through a buffer on the stack, and keeps
-//! only the part of a line not ended yet.
+//! The gateway runs a child per session, idle most of its life, and reads its
+//! stdout and its stderr for as long as it lives, so what a waiting reader
+//! holds is held per session. [`Lines`] waits for the pipe to be readable with
+//! nothing allocated, reads what is there through a buffer on the stack, and
+//! keeps only the part of a line not ended yet (a `BufReader` would keep its
+//! whole buffer for each pipe from the start; the sizes are in
+//! benches/results/gateway.md).
 
 use std::io;
 use std::os::fd::OwnedFd;
