@@ -10,6 +10,7 @@
 //! ulimit -n 200000; target/release/mcp-resume-load compare --out benches/results/compare.md
 //! ```
 
+mod balancer;
 mod bare;
 mod baseline;
 mod caller;
@@ -229,6 +230,26 @@ enum Cmd {
     /// `lost` and `duplicates`), with RSS per session, delivery latency, CPU
     /// per 1,000 events, Redis memory and commands/s, maintenance pass time.
     Scale(scale::Args),
+    /// What the balancer of a fleet adds: `mcp-resume fleet` (HAProxy from
+    /// deploy/haproxy.cfg in front of instances on one Redis) answering echo
+    /// through the balancer and directly, rounds alternating.
+    Balancer {
+        /// Instances behind the balancer.
+        #[arg(long, default_value_t = 2)]
+        instances: usize,
+        /// Connections (each a session of its own).
+        #[arg(long, default_value_t = 32)]
+        conns: usize,
+        /// Seconds of each measurement.
+        #[arg(long, default_value_t = 5)]
+        secs: u64,
+        /// Rounds, the order alternating.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Append the table to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Every deployed path side by side with the same client (bare hyper,
     /// the TypeScript SDK, rmcp alone, native `serve`, rmcp hosted, rmcp on
     /// our stores): echo/s and p50, notifications/s, idle KiB per session,
@@ -300,6 +321,13 @@ async fn run(cli: Cli) {
             out,
         } => task_events::run(events, paced, rounds, out).await,
         Cmd::Scale(args) => scale::run(args).await,
+        Cmd::Balancer {
+            instances,
+            conns,
+            secs,
+            rounds,
+            out,
+        } => balancer::run(instances, conns, secs, rounds, out).await,
         Cmd::Paths(args) => paths::run(args).await,
         Cmd::BareServer => bare::run().await,
         Cmd::Stateless {
