@@ -254,6 +254,18 @@ async fn a_lost_range_of_a_task_stream_is_events_gone_naming_where_to_resume() {
     let (seqs, end) = stream(&s.url, &task, Some(4)).await;
     assert_eq!(seqs, [5, 6, 7, 8, 9], "{end}");
     assert!(end.get("result").is_some(), "{end}");
+    // Over the WebSocket: what comes before the range, then 4409 (a gap),
+    // never 1001 (which sends a client back into the same hole).
+    let url = format!("{}/tasks/{task}/events", s.url.replacen("http", "ws", 1));
+    let (mut ws, _) = common::ws_upgrade(&url, Some(0)).await;
+    match common::next_frame(&mut ws, 2_000).await {
+        common::Frame::Event(seq, _) => assert_eq!(seq, 1),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        common::next_frame(&mut ws, 2_000).await,
+        common::Frame::Close(4409)
+    );
 }
 
 #[tokio::test]

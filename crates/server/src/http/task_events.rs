@@ -350,7 +350,9 @@ impl TaskSocket {
             .to_owned();
         let code = match error["data"]["reason"].as_str() {
             Some("task-expired") => close::SESSION_ENDED,
-            Some("log-gap") => close::CURSOR_MISMATCH,
+            // Events the log lost or dropped under the replay: a gap, never
+            // a "resume" into the same hole (1001).
+            Some("log-gap" | "events_gone") => close::CURSOR_MISMATCH,
             _ => close::GOING_AWAY,
         };
         Closing(code, why)
