@@ -1,0 +1,162 @@
+//! The official TypeScript and Python SDK clients, unchanged, through
+//! HAProxy (deploy/haproxy.cfg) in front of three `serve` instances on one
+//! Redis, while every instance is restarted gracefully, one after the other:
+//! each client's calls are answered, and the notifications an `emit` it
+//! called promised reach it exactly once and in order, however many times
+//! its stream moved between instances.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{root, RedisServer, Serve};
+use mcp_resume_testkit::SdkClient;
+
+/// deploy/haproxy.cfg with its bind and server lines on these ports.
+fn haproxy_conf(listen: u16, servers: &[u16]) -> String {
+    let shipped = std::fs::read_to_string(root().join("deploy/haproxy.cfg")).unwrap();
+    let mut out = String::new();
+    let mut written = false;
+    for line in shipped.lines() {
+        let t = line.trim_start();
+        if t.starts_with("bind ") {
+            out.push_str(&format!("    bind 127.0.0.1:{listen}\n"));
+        } else if t.starts_with("server ") {
+            if !written {
+                for (i, p) in servers.iter().enumerate() {
+                    out.push_str(&format!("    server mcp{} 127.0.0.1:{p}\n", i + 1));
+                }
+                written = true;
+            }
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// HAProxy on `listen` in front of `servers`, killed on drop.
+struct Haproxy(Child, tempfile::TempDir);
+
+impl Haproxy {
+    fn start(listen: u16, servers: &[u16]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("haproxy.cfg");
+        std::fs::write(&cfg, haproxy_conf(listen, servers)).unwrap();
+        let child = Command::new("haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("haproxy (Debian package haproxy; scripts/test installs it)");
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", listen)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        // Two health checks (300 ms apart) before a server takes traffic.
+        std::thread::sleep(Duration::from_millis(900));
+        Self(child, dir)
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Three instances on fixed ports, one Redis, the balancer in front.
+fn fleet() -> (RedisServer, tempfile::TempDir, Vec<Serve>, Haproxy, String) {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut instances = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        instances.push(Serve::spawn(
+            dir.path(),
+            &format!("127.0.0.1:{port}"),
+            &["--store", &redis.url, "--drain-accept-secs", "1"],
+        ));
+    }
+    let ports: Vec<u16> = instances
+        .iter()
+        .map(|s| s.addr.rsplit(':').next().unwrap().parse().unwrap())
+        .collect();
+    let listen = free_port();
+    let lb = Haproxy::start(listen, &ports);
+    let url = format!("http://127.0.0.1:{listen}/mcp");
+    (redis, dir, instances, lb, url)
+}
+
+/// One SDK client's tour through the balancer during a rolling restart.
+fn tour(program: &str, script: &str) {
+    let (_redis, _dir, mut instances, _lb, url) = fleet();
+    let mut client = SdkClient::spawn(program, &[script.to_owned(), url]);
+    client.wait_for("SESSION", |l| l.starts_with("SESSION "));
+    assert_eq!(
+        client.wait_for("ECHO", |l| l.starts_with("ECHO ")),
+        "ECHO hello"
+    );
+    // 80 notifications, 50 ms apart (4 s, longer than the three restarts
+    // take unless one waits for it), promised by the answer...
+    client.send("emit 80 50");
+    client.wait_for("EMITTED", |l| l == "EMITTED");
+    // ...while every instance is stopped gracefully and started again.
+    for s in &mut instances {
+        assert!(s.term().success(), "a graceful stop exits 0");
+        s.restart();
+        std::thread::sleep(Duration::from_millis(900));
+    }
+    client.send("emit 5 0");
+    client.wait_for("EMITTED after the restarts", |l| l == "EMITTED");
+    for last in ["EVENT 80 80", "EVENT 5 5"] {
+        if !client.seen.iter().any(|l| l == last) {
+            client.wait_for(last, |l| l == last);
+        }
+    }
+    client.drain_for(Duration::from_millis(300));
+    assert_eq!(
+        client.events(80),
+        (1..=80).collect::<Vec<_>>(),
+        "every promised notification once, in order"
+    );
+    assert_eq!(client.events(5), (1..=5).collect::<Vec<_>>());
+    assert!(
+        !client.seen.iter().any(|l| l.starts_with("ERROR")),
+        "{:?}",
+        client.seen
+    );
+    client.send("quit");
+}
+
+#[test]
+fn the_typescript_sdk_client_through_haproxy_across_a_rolling_restart() {
+    tour(
+        "node",
+        root().join("interop/node/client.mjs").to_str().unwrap(),
+    );
+}
+
+#[test]
+fn the_python_sdk_client_through_haproxy_across_a_rolling_restart() {
+    let python = root().join("interop/python/.venv/bin/python");
+    tour(
+        python.to_str().unwrap(),
+        root().join("interop/python/client.py").to_str().unwrap(),
+    );
+}
