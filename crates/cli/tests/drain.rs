@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::gateway::{gateway_python, init as gateway_init, pid, pid_of};
-use common::{post, read, rt, RedisServer, Serve};
+use common::{initialize, post, read, rt, RedisServer, Serve};
 use serde_json::{json, Value};
 
 /// SIGTERM without waiting for the exit.
@@ -36,22 +36,6 @@ fn exited(s: &mut Serve, within: Duration) -> std::process::ExitStatus {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-async fn initialize(url: &str) -> String {
-    let resp = post(
-        url,
-        None,
-        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "drain", "version": "0"}}}),
-    )
-    .await;
-    assert_eq!(resp.status(), 200);
-    resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned()
 }
 
 /// The `i` of every `emit` notification on the session stream, read from

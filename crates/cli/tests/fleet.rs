@@ -174,28 +174,17 @@ fn the_shipped_systemd_unit_verifies() {
 
 /// deploy/nginx.conf with its listen and server lines on these ports.
 fn nginx_conf(listen: u16, servers: &[u16]) -> String {
-    let shipped = std::fs::read_to_string(root().join("deploy/nginx.conf")).unwrap();
-    let mut out = String::new();
-    let mut written = false;
-    for line in shipped.lines() {
-        let t = line.trim_start();
-        if t.starts_with("listen ") {
-            out.push_str(&format!("        listen 127.0.0.1:{listen};\n"));
-        } else if t.starts_with("server 127.0.0.1:") {
-            if !written {
-                for p in servers {
-                    out.push_str(&format!(
-                        "        server 127.0.0.1:{p} max_fails=1 fail_timeout=2s;\n"
-                    ));
-                }
-                written = true;
-            }
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
+    let lines: Vec<String> = servers
+        .iter()
+        .map(|p| format!("        server 127.0.0.1:{p} max_fails=1 fail_timeout=2s;"))
+        .collect();
+    common::shipped_config(
+        "nginx.conf",
+        "listen ",
+        &format!("        listen 127.0.0.1:{listen};"),
+        "server 127.0.0.1:",
+        &lines,
+    )
 }
 
 fn free_port() -> u16 {
@@ -259,19 +248,7 @@ fn nginx_as_shipped_streams_unbuffered_passes_the_upgrade_and_survives_a_restart
         std::thread::sleep(Duration::from_millis(50));
     }
     rt().block_on(async {
-        let resp = common::post(
-            &url,
-            None,
-            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "nginx", "version": "0"}}}),
-        )
-        .await;
-        assert_eq!(resp.status(), 200);
-        let sid = resp.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let sid = common::initialize(&url).await;
         // The stream, opened first, gets each event as it is committed.
         let stream = reqwest::Client::new()
             .get(&url)
@@ -377,19 +354,7 @@ fn the_fleet_command_starts_a_balanced_fleet_and_stops_it() {
     let instances: Vec<String> = (0..2).map(|_| lines.next().unwrap().unwrap()).collect();
     assert!(instances.iter().all(|l| l.starts_with("instance http://")));
     rt().block_on(async {
-        let resp = common::post(
-            &url,
-            None,
-            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "fleet", "version": "0"}}}),
-        )
-        .await;
-        assert_eq!(resp.status(), 200);
-        let sid = resp.headers()["mcp-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let sid = common::initialize(&url).await;
         // Round robin: calls land on both instances, one session.
         for id in 1..5 {
             let r = common::post(

@@ -15,26 +15,18 @@ use mcp_resume_testkit::SdkClient;
 
 /// deploy/haproxy.cfg with its bind and server lines on these ports.
 fn haproxy_conf(listen: u16, servers: &[u16]) -> String {
-    let shipped = std::fs::read_to_string(root().join("deploy/haproxy.cfg")).unwrap();
-    let mut out = String::new();
-    let mut written = false;
-    for line in shipped.lines() {
-        let t = line.trim_start();
-        if t.starts_with("bind ") {
-            out.push_str(&format!("    bind 127.0.0.1:{listen}\n"));
-        } else if t.starts_with("server ") {
-            if !written {
-                for (i, p) in servers.iter().enumerate() {
-                    out.push_str(&format!("    server mcp{} 127.0.0.1:{p}\n", i + 1));
-                }
-                written = true;
-            }
-        } else {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
+    let lines: Vec<String> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("    server mcp{} 127.0.0.1:{p}", i + 1))
+        .collect();
+    common::shipped_config(
+        "haproxy.cfg",
+        "bind ",
+        &format!("    bind 127.0.0.1:{listen}"),
+        "server ",
+        &lines,
+    )
 }
 
 fn free_port() -> u16 {

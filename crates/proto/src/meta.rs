@@ -136,7 +136,7 @@ pub fn decode_header_value(value: &str) -> Option<std::borrow::Cow<'_, str>> {
 /// the unused bits of the last character are zero.
 fn decode_base64(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return None;
     }
     let value = |c: u8| -> Option<u32> {

@@ -217,3 +217,55 @@ pub async fn read(
         }
     }
 }
+
+/// A session initialized at `url` (2025-11-25, no capabilities): its id.
+pub async fn initialize(url: &str) -> String {
+    let resp = post(
+        url,
+        None,
+        serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "mcp-resume-tests", "version": "0"}}}),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A shipped balancer configuration (deploy/FILE) with the lines that
+/// name addresses replaced: each line starting with `listen_prefix` by
+/// `listen_line`, and the run of lines starting with `server_prefix` by
+/// `server_lines` (one per instance port).
+pub fn shipped_config(
+    file: &str,
+    listen_prefix: &str,
+    listen_line: &str,
+    server_prefix: &str,
+    server_lines: &[String],
+) -> String {
+    let shipped = std::fs::read_to_string(root().join("deploy").join(file)).unwrap();
+    let mut out = String::new();
+    let mut written = false;
+    for line in shipped.lines() {
+        let t = line.trim_start();
+        if t.starts_with(listen_prefix) {
+            out.push_str(listen_line);
+            out.push('\n');
+        } else if t.starts_with(server_prefix) {
+            if !written {
+                for s in server_lines {
+                    out.push_str(s);
+                    out.push('\n');
+                }
+                written = true;
+            }
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}

@@ -97,6 +97,31 @@ pub(super) async fn flush(
     false
 }
 
+/// Where a batch's runs are committed: [`flush`] with what it needs.
+struct Target<'a> {
+    state: &'a AppState,
+    session: &'a str,
+    pending: &'a Pending,
+    table: &'a Mutex<Table>,
+    fenced: bool,
+}
+
+impl Target<'_> {
+    /// [`flush`] of `runs`.
+    async fn flush(&self, runs: &mut Vec<Run>, vouched: &mut bool) -> bool {
+        flush(
+            self.state,
+            self.session,
+            runs,
+            self.pending,
+            self.table,
+            self.fenced,
+            vouched,
+        )
+        .await
+    }
+}
+
 /// Commits messages already encoded to the session stream in one append: at
 /// most once per `key` when given (the sender may retry), fenced by the
 /// lease with `fenced`.
@@ -189,6 +214,13 @@ impl Committer {
             &*self.pending,
         );
         let fenced = self.epoch.is_some();
+        let to = Target {
+            state,
+            session,
+            pending,
+            table,
+            fenced,
+        };
         // A fenced commit of this batch that went through: the log checked
         // the lease then.
         let mut vouched = false;
@@ -222,16 +254,7 @@ impl Committer {
                     done,
                 } => {
                     // After everything queued before it, in one append.
-                    *lease_lost |= flush(
-                        state,
-                        session,
-                        &mut runs,
-                        pending,
-                        table,
-                        fenced,
-                        &mut vouched,
-                    )
-                    .await;
+                    *lease_lost |= to.flush(&mut runs, &mut vouched).await;
                     let committed = if *lease_lost {
                         Err(LogError::LeaseLost(session.to_owned()))
                     } else {
@@ -270,16 +293,7 @@ impl Committer {
             // backend sent before it is committed: a client never reads a
             // response before the notifications its call sent first.
             if matches!(routed, Routed::Answer(..) | Routed::AnswerLazy(..)) && !runs.is_empty() {
-                *lease_lost |= flush(
-                    state,
-                    session,
-                    &mut runs,
-                    pending,
-                    table,
-                    fenced,
-                    &mut vouched,
-                )
-                .await;
+                *lease_lost |= to.flush(&mut runs, &mut vouched).await;
             }
             match routed {
                 Routed::Commit(k, m) => push(&mut runs, k, m),
@@ -292,16 +306,7 @@ impl Committer {
                     let _ = tx.send(Answer::Json(m));
                 }
                 Routed::Open { call, message } => {
-                    *lease_lost |= flush(
-                        state,
-                        session,
-                        &mut runs,
-                        pending,
-                        table,
-                        fenced,
-                        &mut vouched,
-                    )
-                    .await;
+                    *lease_lost |= to.flush(&mut runs, &mut vouched).await;
                     if let Some(k) = open_lazy(state, session, table, &call).await {
                         push(&mut runs, k, Message::Value(message));
                     }
@@ -311,16 +316,7 @@ impl Committer {
                 }
             }
         }
-        *lease_lost |= flush(
-            state,
-            session,
-            &mut runs,
-            pending,
-            table,
-            fenced,
-            &mut vouched,
-        )
-        .await;
+        *lease_lost |= to.flush(&mut runs, &mut vouched).await;
         if !answers.is_empty() {
             *lease_lost |= !self.hand_over(answers, *lease_lost, vouched).await;
         }
