@@ -63,7 +63,7 @@ fn check(args: CheckArgs) -> ExitCode {
     for r in &report.repaired {
         println!("repaired: {r}");
     }
-    if report.is_clean() {
+    if report.is_clean() && report.repaired.is_empty() {
         println!("clean");
         ExitCode::SUCCESS
     } else if args.repair && report.problems.is_empty() {

@@ -85,13 +85,20 @@ pub(super) fn check(path: &Path, repair: bool) -> Result<CheckReport, LogError> 
             report
                 .problems
                 .push(format!("the committed-heads record: {m}"));
+            // What its intact records say still counts: a stream they show
+            // went further than the files is damage, found before the record
+            // is replaced (or it would go unnoticed, and its seqs be reused).
+            if let Some(rec) = heads::salvage(path) {
+                report.damage = damage::reconcile(&store, &rec, repair)?;
+            }
             if repair {
                 std::fs::remove_file(path.join(heads::FILE)).map_err(storage)?;
                 wb.remove(&store.meta, HEADS_KEPT);
                 dirty = true;
-                report
-                    .repaired
-                    .push("the unreadable committed-heads record was replaced".into());
+                report.repaired.push(format!(
+                    "the damaged committed-heads record was replaced, after its intact records were applied ({} damaged streams or sessions marked as docs/protocol.md 6.1 says)",
+                    report.damage.len()
+                ));
             }
         }
     }

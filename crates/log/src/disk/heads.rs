@@ -9,12 +9,22 @@
 //! File [`FILE`] in the log directory: the 8 bytes [`MAGIC`], then records
 //! `payload length: u32 LE | xxh3-64 of the payload: u64 LE | payload`. A
 //! payload is a list of entries `kind: u8 | id length: u16 LE | id`, and for
-//! a head `| stream: u64 LE | head: u64 LE`. The committer appends one record
-//! per group commit, after the journal's fsync and before any of the batch
-//! is visible: a killed process keeps it (the page cache does), and a syncer
-//! thread fsyncs it at most [`SYNC_EVERY`] later, so a power failure costs at
-//! most that much of it. Every open rewrites it as one snapshot, and so does
-//! the committer when it grows past [`ROTATE_BYTES`].
+//! a head `| stream: u64 LE | head: u64 LE`, for a sync mark (no id)
+//! `| bytes: u64 LE`. The committer appends one record per group commit,
+//! after the journal's fsync and before any of the batch is visible: a
+//! killed process keeps it (the page cache does), and a syncer thread
+//! fsyncs it at most [`SYNC_EVERY`] later, so a power failure costs at most
+//! that much of it. Every open rewrites it as one snapshot, and so does the
+//! committer when it grows past [`ROTATE_BYTES`].
+//!
+//! A torn write is only possible after the last fsync. So after each fsync
+//! the syncer appends a sync mark, [`Entry::Synced`], naming how many bytes
+//! that fsync made durable (a snapshot ends with one, and so does a clean
+//! close). A record that fails its checksum is read past, to the next
+//! intact record: if a later sync mark covers it, it was durable, and this
+//! is damage (a flipped bit, a cut length field), which refuses the open;
+//! otherwise it is the torn tail of a crash, and what is intact around it
+//! holds. Either way nothing intact is dropped unread ([`salvage`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -28,8 +38,11 @@ use crate::Seq;
 
 /// The record's file name inside the log directory.
 pub(super) const FILE: &str = "committed-heads";
-/// The first bytes of the file: the format and its version.
-const MAGIC: &[u8; 8] = b"MCPRHDS1";
+/// The first bytes of the file: the format and its version (2: with sync
+/// marks, [`Entry::Synced`]).
+const MAGIC: &[u8; 8] = b"MCPRHDS2";
+/// The first bytes of a file of version 1, without sync marks: still read.
+const MAGIC_V1: &[u8; 8] = b"MCPRHDS1";
 /// A record's header: payload length and checksum.
 const RECORD_HEADER: usize = 4 + 8;
 /// Past this growth beyond its last snapshot (and twice that snapshot), the
@@ -50,6 +63,9 @@ pub(super) enum Entry {
     Ended { id: String },
     /// The ended session was forgotten (its tombstone expired).
     Forgotten { id: String },
+    /// The file's first `upto` bytes were fsync'd: a record that starts
+    /// before them and fails its checksum is damage, not a torn write.
+    Synced { upto: u64 },
 }
 
 /// What the record says of one session.
@@ -66,9 +82,16 @@ pub(super) struct RecordedSession {
 pub(super) struct Recorded {
     /// By session id.
     pub sessions: HashMap<String, RecordedSession>,
-    /// Why reading stopped before the end of the file, if it did: a record
-    /// failed its checksum (a torn write or damage). What came before holds.
+    /// Where the file held a torn write, if it did: records that fail
+    /// their checksum past the last fsync. What is intact around it holds.
     pub stopped: Option<String>,
+}
+
+/// What a reading of the file found: what it says, and the damage (records
+/// that fail their checksum although an fsync covered them) if any.
+struct Scan {
+    rec: Recorded,
+    damage: Option<String>,
 }
 
 impl Recorded {
@@ -89,6 +112,7 @@ impl Recorded {
             Entry::Forgotten { id } => {
                 self.sessions.remove(&id);
             }
+            Entry::Synced { .. } => {}
         }
     }
 }
@@ -111,6 +135,10 @@ fn encode_entry(e: &Entry, out: &mut Vec<u8>) {
         }
         Entry::Ended { id } => put_id(out, 2, id),
         Entry::Forgotten { id } => put_id(out, 3, id),
+        Entry::Synced { upto } => {
+            put_id(out, 4, "");
+            out.extend_from_slice(&upto.to_le_bytes());
+        }
     }
 }
 
@@ -142,6 +170,9 @@ fn decode_payload(mut p: &[u8]) -> Option<Vec<Entry>> {
             },
             2 => Entry::Ended { id },
             3 => Entry::Forgotten { id },
+            4 => Entry::Synced {
+                upto: u64_of(take(&mut p, 8)?),
+            },
             _ => return None,
         });
     }
@@ -149,59 +180,89 @@ fn decode_payload(mut p: &[u8]) -> Option<Vec<Entry>> {
 }
 
 /// The record at the start of `rest`: its length and entries, if whole and
-/// intact.
+/// intact. Its first entry's kind is looked at before its checksum is
+/// computed, so reading past damage costs little per byte.
 fn record_at(rest: &[u8]) -> Option<(usize, Vec<Entry>)> {
     let h = rest.get(..RECORD_HEADER)?;
     let len = u32::from_le_bytes(h[..4].try_into().ok()?) as usize;
     let sum = u64::from_le_bytes(h[4..].try_into().ok()?);
     let payload = rest.get(RECORD_HEADER..RECORD_HEADER + len)?;
+    if payload.first().is_some_and(|k| !(1..=4).contains(k)) {
+        return None;
+    }
     (xxhash_rust::xxh3::xxh3_64(payload) == sum)
         .then(|| decode_payload(payload))
         .flatten()
         .map(|entries| (len, entries))
 }
 
-/// Parses a whole file's bytes. `Err` for a file that is not a
-/// committed-heads record (wrong header) or that is damaged inside: a
-/// record that fails its checksum while an intact one follows it. A bad
-/// record with nothing intact after it is a torn tail (writes cut by a
-/// crash, up to [`SYNC_EVERY`] of them after a power failure): the reading
-/// stops there (see [`Recorded::stopped`]), and what came before holds.
-pub(super) fn parse(bytes: &[u8]) -> Result<Recorded, String> {
-    if bytes.get(..MAGIC.len()) != Some(MAGIC.as_slice()) {
-        return Err("its header is not a committed-heads record's".into());
-    }
+/// Reads a whole file's bytes, every intact record of it: a record that
+/// fails its checksum is read past to the next intact one. `Err` only for
+/// a file that is not a committed-heads record (wrong header).
+fn scan(bytes: &[u8]) -> Result<Scan, String> {
+    let v1 = match bytes.get(..MAGIC.len()) {
+        Some(m) if m == MAGIC.as_slice() => false,
+        Some(m) if m == MAGIC_V1.as_slice() => true,
+        _ => return Err("its header is not a committed-heads record's".into()),
+    };
     let mut rec = Recorded::default();
+    // Bad stretches: where each starts, and whether an intact record follows.
+    let mut bad: Vec<(usize, bool)> = Vec::new();
+    let mut synced = 0u64;
     let mut at = MAGIC.len();
     while at < bytes.len() {
-        let rest = &bytes[at..];
-        match record_at(rest) {
-            Some((len, entries)) => {
-                entries.into_iter().for_each(|e| rec.apply(e));
-                at += RECORD_HEADER + len;
-            }
-            None => {
-                // Its length intact and an intact record after it: damage, not a torn tail.
-                let declared = rest
-                    .get(..4)
-                    .and_then(|b| b.try_into().ok())
-                    .map(|b| u32::from_le_bytes(b) as usize);
-                let next = declared.and_then(|len| rest.get(RECORD_HEADER + len..));
-                if next.is_some_and(|n| !n.is_empty() && record_at(n).is_some()) {
-                    return Err(format!(
-                        "a record at byte {at} of {} fails its checksum, and intact records follow it",
-                        bytes.len()
-                    ));
+        if let Some((len, entries)) = record_at(&bytes[at..]) {
+            for e in entries {
+                match e {
+                    Entry::Synced { upto } => synced = synced.max(upto),
+                    e => rec.apply(e),
                 }
-                rec.stopped = Some(format!(
-                    "the last {} bytes (from byte {at}) are a torn write",
-                    bytes.len() - at
-                ));
-                break;
             }
+            at += RECORD_HEADER + len;
+            continue;
+        }
+        let next =
+            (at + 1..bytes.len()).find(|&q| record_at(&bytes[q..]).is_some_and(|(len, _)| len > 0));
+        bad.push((at, next.is_some()));
+        match next {
+            Some(q) => at = q,
+            None => break,
         }
     }
-    Ok(rec)
+    // Durable bytes that fail their checksum are damage; so is, in a file
+    // without sync marks, a bad stretch with intact records after it.
+    let damaged = bad
+        .iter()
+        .find(|(start, followed)| (*start as u64) < synced || (v1 && *followed));
+    let damage = damaged.map(|(start, _)| {
+        format!(
+            "a record at byte {start} of {} fails its checksum although the record was fsync'd (intact records follow it)",
+            bytes.len()
+        )
+    });
+    rec.stopped = bad.first().map(|(start, _)| {
+        format!(
+            "{} stretch(es) from byte {start} of {} fail their checksum: a torn write",
+            bad.len(),
+            bytes.len()
+        )
+    });
+    Ok(Scan { rec, damage })
+}
+
+/// Parses a whole file's bytes. `Err` for a file that is not a
+/// committed-heads record (wrong header) or that is damaged inside: a
+/// record that fails its checksum although an fsync covered it (a later
+/// sync mark says so; in a file of version 1, any record intact after it).
+/// Bad records past the last fsync are a torn write (a crash cut them, up
+/// to [`SYNC_EVERY`] of them after a power failure): they are noted in
+/// [`Recorded::stopped`], and every intact record holds.
+pub(super) fn parse(bytes: &[u8]) -> Result<Recorded, String> {
+    let scan = scan(bytes)?;
+    match scan.damage {
+        Some(why) => Err(why),
+        None => Ok(scan.rec),
+    }
 }
 
 /// Reads the record in `dir`: `Ok(None)` when there is none.
@@ -213,9 +274,18 @@ pub(super) fn read(dir: &Path) -> Result<Option<Recorded>, String> {
     }
 }
 
+/// What a damaged record in `dir` still says: every intact record, read
+/// past the damage (`log check --repair` applies them before it replaces
+/// the file). `None` when there is no file, or it is not a record at all.
+pub(super) fn salvage(dir: &Path) -> Option<Recorded> {
+    let bytes = std::fs::read(dir.join(FILE)).ok()?;
+    scan(&bytes).ok().map(|s| s.rec)
+}
+
 /// Writes `entries` as a new record file, durably, replacing the old one
-/// atomically (written aside, fsync'd, renamed, directory fsync'd).
-fn write_snapshot(dir: &Path, entries: &[Entry]) -> std::io::Result<File> {
+/// atomically (written aside, fsync'd, renamed, directory fsync'd), ending
+/// with a sync mark of everything before it; the file and its length.
+fn write_snapshot(dir: &Path, entries: &[Entry]) -> std::io::Result<(File, u64)> {
     let tmp = dir.join(format!("{FILE}.tmp"));
     let mut out = MAGIC.to_vec();
     let mut payload = Vec::new();
@@ -229,29 +299,55 @@ fn write_snapshot(dir: &Path, entries: &[Entry]) -> std::io::Result<File> {
     if !payload.is_empty() {
         seal(&payload, &mut out);
     }
+    payload.clear();
+    let upto = out.len() as u64;
+    encode_entry(&Entry::Synced { upto }, &mut payload);
+    seal(&payload, &mut out);
     let mut f = File::create(&tmp)?;
     f.write_all(&out)?;
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, dir.join(FILE))?;
     File::open(dir)?.sync_all()?;
-    OpenOptions::new().append(true).open(dir.join(FILE))
+    let f = OpenOptions::new().append(true).open(dir.join(FILE))?;
+    Ok((f, out.len() as u64))
+}
+
+/// The file being appended to, and its length.
+struct Out {
+    file: Arc<File>,
+    len: u64,
+}
+
+impl Out {
+    /// Appends one sealed record; on a failed write, cuts what was written
+    /// (no torn record in the middle of the file).
+    fn write(&mut self, record: &[u8]) -> std::io::Result<()> {
+        if let Err(e) = (&*self.file).write_all(record) {
+            let _ = self.file.set_len(self.len);
+            return Err(e);
+        }
+        self.len += record.len() as u64;
+        Ok(())
+    }
 }
 
 /// What the committer and the syncer thread share.
 struct Shared {
-    file: Mutex<Arc<File>>,
+    out: Mutex<Out>,
     dirty: AtomicBool,
     stop: Mutex<bool>,
     wake: Condvar,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The committer's handle on the record: appends, rotation, and the syncer
-/// thread that fsyncs what was appended.
+/// thread that fsyncs what was appended and marks it synced.
 pub(super) struct HeadsWriter {
     dir: PathBuf,
-    file: Arc<File>,
-    len: u64,
     /// The size of the last snapshot: rotation waits for growth past it.
     snapshot_len: u64,
     buf: Vec<u8>,
@@ -264,10 +360,12 @@ impl HeadsWriter {
     /// Starts a new record in `dir` holding `entries` (a snapshot of every
     /// session), replacing any old one.
     pub fn create(dir: &Path, entries: &[Entry]) -> std::io::Result<Self> {
-        let file = Arc::new(write_snapshot(dir, entries)?);
-        let len = std::fs::metadata(dir.join(FILE))?.len();
+        let (file, len) = write_snapshot(dir, entries)?;
         let shared = Arc::new(Shared {
-            file: Mutex::new(file.clone()),
+            out: Mutex::new(Out {
+                file: Arc::new(file),
+                len,
+            }),
             dirty: AtomicBool::new(false),
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -278,8 +376,6 @@ impl HeadsWriter {
             .spawn(move || sync_loop(&s))?;
         Ok(Self {
             dir: dir.to_path_buf(),
-            file,
-            len,
             snapshot_len: len,
             buf: Vec::new(),
             payload: Vec::new(),
@@ -300,32 +396,32 @@ impl HeadsWriter {
             .for_each(|e| encode_entry(e, &mut self.payload));
         self.buf.clear();
         seal(&self.payload, &mut self.buf);
-        if let Err(e) = (&*self.file).write_all(&self.buf) {
-            // No torn record in the middle of the file: cut what was written.
-            let _ = self.file.set_len(self.len);
-            return Err(e);
-        }
-        self.len += self.buf.len() as u64;
+        let len = {
+            let mut out = lock(&self.shared.out);
+            out.write(&self.buf)?;
+            out.len
+        };
         self.shared.dirty.store(true, Ordering::Release);
-        Ok(self.len > self.snapshot_len + ROTATE_BYTES.max(self.snapshot_len))
+        Ok(len > self.snapshot_len + ROTATE_BYTES.max(self.snapshot_len))
     }
 
     /// Rewrites the record as a snapshot of `entries`.
     pub fn rotate(&mut self, entries: &[Entry]) -> std::io::Result<()> {
-        let file = Arc::new(write_snapshot(&self.dir, entries)?);
-        self.len = std::fs::metadata(self.dir.join(FILE))?.len();
-        self.snapshot_len = self.len;
-        *self.shared.file.lock().unwrap_or_else(|e| e.into_inner()) = file.clone();
-        self.file = file;
+        let (file, len) = write_snapshot(&self.dir, entries)?;
+        *lock(&self.shared.out) = Out {
+            file: Arc::new(file),
+            len,
+        };
+        self.snapshot_len = len;
         Ok(())
     }
 }
 
 impl Drop for HeadsWriter {
-    /// Stops the syncer after its last fsync, so a clean close leaves the
-    /// record complete on disk.
+    /// Stops the syncer after its last fsync and sync mark, so a clean close
+    /// leaves the record complete and marked on disk.
     fn drop(&mut self) {
-        *self.shared.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *lock(&self.shared.stop) = true;
         self.shared.wake.notify_all();
         if let Some(h) = self.syncer.take() {
             let _ = h.join();
@@ -333,10 +429,35 @@ impl Drop for HeadsWriter {
     }
 }
 
+/// Fsyncs the file, then appends a sync mark of what that made durable (a
+/// record appended meanwhile is not covered). The mark itself waits for
+/// the next fsync, which only more appends (or the close) bring.
+fn sync_and_mark(s: &Shared) {
+    let (file, upto) = {
+        let out = lock(&s.out);
+        (out.file.clone(), out.len)
+    };
+    if let Err(e) = file.sync_data() {
+        tracing::error!(error = %e, "could not fsync the committed-heads record");
+        return;
+    }
+    let mut payload = Vec::new();
+    encode_entry(&Entry::Synced { upto }, &mut payload);
+    let mut record = Vec::new();
+    seal(&payload, &mut record);
+    let mut out = lock(&s.out);
+    // Rotated meanwhile: the new file carries a mark of its own.
+    if Arc::ptr_eq(&out.file, &file) {
+        if let Err(e) = out.write(&record) {
+            tracing::error!(error = %e, "could not mark the committed-heads record synced");
+        }
+    }
+}
+
 fn sync_loop(s: &Shared) {
     loop {
         let stop = {
-            let guard = s.stop.lock().unwrap_or_else(|e| e.into_inner());
+            let guard = lock(&s.stop);
             let (guard, _) = s
                 .wake
                 .wait_timeout_while(guard, SYNC_EVERY, |stop| !*stop)
@@ -344,12 +465,14 @@ fn sync_loop(s: &Shared) {
             *guard
         };
         if s.dirty.swap(false, Ordering::AcqRel) {
-            let file = s.file.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            sync_and_mark(s);
+        }
+        if stop {
+            // The last mark durable too.
+            let file = lock(&s.out).file.clone();
             if let Err(e) = file.sync_data() {
                 tracing::error!(error = %e, "could not fsync the committed-heads record");
             }
-        }
-        if stop {
             return;
         }
     }
@@ -371,49 +494,5 @@ pub(super) fn append_record(dir: &Path, entries: &[Entry]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn head(id: &str, stream: u64, head: Seq) -> Entry {
-        Entry::Head {
-            id: id.into(),
-            stream,
-            head,
-        }
-    }
-
-    #[test]
-    fn records_read_back_and_a_torn_tail_stops_the_reading() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = HeadsWriter::create(dir.path(), &[head("a", 0, 3)]).unwrap();
-        w.append(&[head("a", 0, 9), head("a", 2, 1), head("b", 0, 0)])
-            .unwrap();
-        w.append(&[Entry::Ended { id: "b".into() }]).unwrap();
-        w.append(&[head("c", 0, 4)]).unwrap();
-        w.append(&[Entry::Forgotten { id: "c".into() }]).unwrap();
-        drop(w);
-        let r = read(dir.path()).unwrap().unwrap();
-        assert_eq!(r.stopped, None);
-        assert_eq!(r.sessions["a"].streams, HashMap::from([(0, 9), (2, 1)]));
-        assert!(r.sessions["b"].ended && r.sessions["b"].streams.is_empty());
-        assert!(!r.sessions.contains_key("c"));
-        // Cut inside the last record: what came before holds, the cut is named.
-        let bytes = std::fs::read(dir.path().join(FILE)).unwrap();
-        let r = parse(&bytes[..bytes.len() - 3]).unwrap();
-        assert!(r.stopped.is_some());
-        assert!(
-            r.sessions.contains_key("c"),
-            "the record before the cut holds"
-        );
-        // A flipped bit in an early record, intact ones after it: damage.
-        let mut bad = bytes.clone();
-        bad[MAGIC.len() + RECORD_HEADER + 1] ^= 1;
-        assert!(parse(&bad).is_err());
-        // The last record's checksum failing: a torn tail.
-        let mut torn = bytes.clone();
-        let last = torn.len() - 1;
-        torn[last] ^= 1;
-        assert!(parse(&torn).unwrap().stopped.is_some());
-        assert!(parse(b"garbage!").is_err());
-    }
-}
+#[path = "heads_tests.rs"]
+mod tests;
