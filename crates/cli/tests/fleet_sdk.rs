@@ -38,7 +38,10 @@ fn free_port() -> u16 {
 }
 
 /// HAProxy on `listen` in front of `servers`, killed on drop.
-struct Haproxy(Child, tempfile::TempDir);
+struct Haproxy {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
 
 impl Haproxy {
     fn start(listen: u16, servers: &[u16]) -> Self {
@@ -61,14 +64,14 @@ impl Haproxy {
         }
         // Two health checks (300 ms apart) before a server takes traffic.
         std::thread::sleep(Duration::from_millis(900));
-        Self(child, dir)
+        Self { child, _dir: dir }
     }
 }
 
 impl Drop for Haproxy {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -300,8 +300,8 @@ fn the_live_count_is_taken_at_most_every_quarter_second_and_kept_current() {
         log.end_session("c0").await.unwrap();
         assert_eq!(log.live_sessions().await, 99);
         let after = redis.commands_by_name();
-        let scards = after.get("scard").copied().unwrap_or(0)
-            - before.get("scard").copied().unwrap_or(0);
+        let scards =
+            after.get("scard").copied().unwrap_or(0) - before.get("scard").copied().unwrap_or(0);
         assert!(scards <= 10, "{scards} counts for 100 creations");
     });
 }

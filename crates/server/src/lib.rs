@@ -46,7 +46,6 @@ mod chunks;
 mod config;
 mod cors;
 pub mod demo;
-mod drain;
 mod error;
 mod http;
 mod jsonrpc;
@@ -284,7 +283,7 @@ impl McpServer {
     }
 
     /// Serves `app` as [`McpServer::serve`] says, and stops gracefully
-    /// ([`drain`]): from `signal` on `/readyz` answers 503; the work this
+    /// ([`route::drain`]): from `signal` on `/readyz` answers 503; the work this
     /// instance promised finishes within the shutdown grace while routes
     /// under a lease give it up as they settle; then streams end, sockets
     /// close, the leases left are given up and the log is closed.
@@ -312,10 +311,10 @@ impl McpServer {
                 tracing::info!(grace = ?limits.shutdown_grace, "stopping: draining (readyz answers 503)");
                 // New work may still arrive while the listener accepts.
                 tokio::time::sleep(limits.drain_accept.min(limits.shutdown_grace)).await;
-                if drain::settle(&state, deadline).await {
+                if route::drain::settle(&state, deadline).await {
                     tracing::info!("stopping: nothing promised is left running here");
                 }
-                drain::release_all(&state).await;
+                route::drain::release_all(&state).await;
                 let _ = stop.send(true);
                 let _ = ended_tx.send(true);
             }

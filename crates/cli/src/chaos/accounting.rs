@@ -68,6 +68,13 @@ fn is_listen_ack(text: &str) -> bool {
         .is_ok_and(|v| v["method"] == "notifications/subscriptions/acknowledged")
 }
 
+/// Whether `text` is the server's word that background work promised to
+/// the session died with its instance (`work-lost`): after a kill, the
+/// `emit` it was sending was cut short, loudly.
+fn is_work_lost(text: &str) -> bool {
+    serde_json::from_str::<Value>(text).is_ok_and(|v| v["params"]["data"]["reason"] == "work-lost")
+}
+
 /// The positions `k` delivered so far, per call `count`.
 pub fn positions(delivered: &[(u64, String)]) -> HashMap<u64, BTreeSet<u64>> {
     let mut ks: HashMap<u64, BTreeSet<u64>> = HashMap::new();
@@ -152,6 +159,12 @@ pub fn judge(calls: &[Emitted], delivered: &[(u64, String)], ended_loud: bool) -
             continue;
         }
         seqs.insert(*seq, text);
+        if is_work_lost(text) {
+            // The server's report of an emit a kill cut short: said, not
+            // silent (what the emit missed is judged against the kills).
+            top = top.max(*seq);
+            continue;
+        }
         if *seq == 1 && is_listen_ack(text) {
             // A listen stream's first event: the server's acknowledgement.
             top = top.max(1);

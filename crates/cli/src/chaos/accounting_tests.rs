@@ -250,3 +250,11 @@ fn rmcp_empty_200s_are_counted_not_loud_and_what_they_withheld_is_a_silent_gap()
     assert_eq!((r.empty_200s, r.loud_failures), (2, 0));
     assert_eq!(r.failures(), vec!["1 events lost silently"]);
 }
+
+#[test]
+fn a_work_lost_report_is_the_servers_word_not_a_mismatch() {
+    let lost = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"error","logger":"mcp-resume","data":{"reason":"work-lost"}}}"#;
+    let delivered = vec![ev(1, 1, 3), (2, lost.to_owned()), ev(3, 2, 3), ev(4, 3, 3)];
+    let v = judge(&calls(&[(3, Complete)]), &delivered, false);
+    assert_eq!((v.mismatches, v.duplicates, v.reorders), (0, 0, 0));
+}

@@ -7,8 +7,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `deploy/haproxy.cfg`, as shipped.
-pub(crate) const TEMPLATE: &str = include_str!("../../../../deploy/haproxy.cfg");
+/// `deploy/haproxy.cfg`, as shipped: a copy inside the crate (a published
+/// crate holds only its own files), kept identical by the test below.
+pub(crate) const TEMPLATE: &str = include_str!("haproxy.cfg");
 
 /// The template with the frontend bound to `listen` and one `server` line
 /// per port of `slots` (a slot with nothing running is marked down by the
@@ -87,6 +88,19 @@ impl Drop for Balancer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_crate_holds_the_config_deploy_ships() {
+        let shipped = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/haproxy.cfg"
+        ))
+        .expect("deploy/haproxy.cfg");
+        assert_eq!(
+            TEMPLATE, shipped,
+            "crates/cli/src/fleet/haproxy.cfg differs from deploy/haproxy.cfg: copy it"
+        );
+    }
 
     #[test]
     fn the_shipped_config_is_kept_but_for_its_addresses() {

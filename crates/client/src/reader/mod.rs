@@ -197,7 +197,9 @@ impl SessionReader {
             }
             if self.conn.is_none() {
                 match self.connect().await {
-                    Ok(()) => {}
+                    // What the connection brought (a WebSocket's replay up
+                    // to its cursor) is handed out before reading on.
+                    Ok(()) => continue,
                     Err(e) if e.is_transient() => {
                         self.backoff(&e).await?;
                         continue;

@@ -62,7 +62,7 @@ pub struct ConnLimits {
     pub h2_ping_interval: Option<Duration>,
     /// On shutdown, how long in-flight requests may take before their
     /// connections are dropped. An [`McpServer`](crate::McpServer) waits
-    /// this long, from the signal, for the work it promised ([`crate::drain`]),
+    /// this long, from the signal, for the work it promised (docs/fleet.md),
     /// then ends its streams and gives the connections a moment more.
     pub shutdown_grace: Duration,
     /// On shutdown, how long the server still accepts new connections

@@ -156,7 +156,7 @@ pub(super) async fn serve(
     if discover && service.listens() {
         return offer_extensions(resp).await;
     }
-    crate::drain::hold_body(resp, hold)
+    crate::route::drain::hold_body(resp, hold)
 }
 
 /// Adds the transport's own extensions (the resumable listen stream) to a

@@ -13,6 +13,7 @@ pub(crate) mod bell;
 mod call_key;
 mod commit;
 pub(crate) mod dispatch;
+pub(crate) mod drain;
 pub(crate) mod inbox;
 pub(crate) mod lease;
 pub(crate) mod orphans;
@@ -290,7 +291,7 @@ impl Routes {
             .map(|(seen, _)| seen)
     }
 
-    /// Run by a graceful stop ([`crate::drain`]): counts the routes still
+    /// Run by a graceful stop ([`drain`]): counts the routes still
     /// running something, and gives up the lease of each route under one
     /// that has settled, closing it (its child stops), so the next message of
     /// its session starts a backend where it is claimed at once.

@@ -73,8 +73,8 @@ pub(crate) struct ServerState {
     /// Durable tasks, answered by the transport (`tasks/*`), if the server has them.
     pub(crate) task_store: Option<crate::tasks::TaskStore>,
     /// Whether the server is stopping, and the requests its stop waits for
-    /// ([`crate::drain`]).
-    pub(crate) drain: Arc<crate::drain::Drain>,
+    /// ([`crate::route::drain`]).
+    pub(crate) drain: Arc<crate::route::drain::Drain>,
 }
 
 impl AppState {
