@@ -152,20 +152,23 @@ pub trait EventLog: Send + Sync + 'static {
         self.append_once(id, stream, messages, key).await
     }
 
-    /// [`EventLog::append_once`] only while no instance holds the session's
-    /// lease ([`Leases::claim`]), checked atomically with it:
+    /// [`EventLog::append_once`] only while `holder` holds the session's
+    /// lease (`None`: while no instance does), checked atomically with it:
     /// [`LogError::LeaseLost`] otherwise. How an instance that is not the
-    /// lease holder ends a call of an instance that lost the lease, when
-    /// nobody holds it: whoever holds it must do it instead, and nothing
-    /// is ever committed onto a holder's streams by another instance. A log
-    /// of one process keeps no leases: [`EventLog::append_once`].
-    async fn append_unowned(
+    /// lease holder ends a call of an instance that lost the lease when the
+    /// holder cannot (it died, or nobody holds it): the end is committed
+    /// only while that is still so, and otherwise the holder, which can, does
+    /// it; nothing is ever committed onto a live holder's streams by another
+    /// instance. A log of one process keeps no leases: [`EventLog::append_once`].
+    async fn append_if_held_by(
         &self,
         id: &str,
         stream: StreamKey,
         messages: Vec<Bytes>,
         key: u64,
+        holder: Option<&str>,
     ) -> Result<Seq, LogError> {
+        let _ = holder;
         self.append_once(id, stream, messages, key).await
     }
 

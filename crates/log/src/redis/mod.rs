@@ -300,14 +300,16 @@ impl EventLog for RedisLog {
             .await
     }
 
-    async fn append_unowned(
+    async fn append_if_held_by(
         &self,
         id: &str,
         stream: StreamKey,
         messages: Vec<Bytes>,
         key: u64,
+        holder: Option<&str>,
     ) -> Result<Seq, LogError> {
-        self.append_keyed(id, stream, messages, Some(key), Some(append::NOBODY))
+        let holder = holder.unwrap_or(append::NOBODY);
+        self.append_keyed(id, stream, messages, Some(key), Some(holder))
             .await
     }
 

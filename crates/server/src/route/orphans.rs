@@ -170,10 +170,12 @@ fn leased(state: &AppState) -> bool {
 /// an orphan once `owner` no longer holds the lease, alive or not (it can
 /// neither read what was forwarded after the lease moved nor commit an
 /// answer: its commits are fenced). Only the holder ends it, fenced by its
-/// own lease, so nothing is committed onto a holder's session by another
-/// instance: an instance that finds such an orphan asks the holder to end
-/// it (a carrier, `route::inbox`); when nobody holds the lease, anyone ends
-/// it, fenced on nobody holding it.
+/// own lease, so nothing is committed onto a live holder's session by
+/// another instance: an instance that finds such an orphan asks the holder
+/// to end it (a carrier, `route::inbox`). When nobody holds the lease, or
+/// its holder died (the owner killed, its heartbeat expired, and no message
+/// has claimed the session since), anyone ends it, fenced on that still
+/// being so.
 async fn end_if_lease_lost(
     state: &AppState,
     session: &str,
@@ -182,27 +184,48 @@ async fn end_if_lease_lost(
     id: &Value,
 ) -> Result<bool, LogError> {
     let holder = state.log.lease_holder(session).await?;
-    if holder.as_deref() == Some(owner) {
-        return Ok(false);
+    let me = state.log.instance();
+    // The holder, if it lives: a dead one's lease goes to the next claim.
+    let live_holder = match holder.as_deref() {
+        Some(h) if h == me || state.log.instance_alive(h).await? => Some(h),
+        _ => None,
+    };
+    if live_holder.is_some() && live_holder == Some(owner) {
+        return Ok(false); // it still runs the call
     }
-    let reply = jsonrpc::error_with_data(
-        id,
-        jsonrpc::INTERNAL_ERROR,
-        "the instance that ran this call lost the session's lease (it stopped or stalled); it may be retried",
-        json!({"reason": "lease-lost"}),
-    );
+    // Its instance died (as without leases), or lives on without the lease.
+    let reply = if owner != me && !state.log.instance_alive(owner).await? {
+        jsonrpc::error_with_data(
+            id,
+            jsonrpc::INTERNAL_ERROR,
+            "the server restarted while this call ran; it may be retried",
+            json!({"reason": "server-restarted"}),
+        )
+    } else {
+        jsonrpc::error_with_data(
+            id,
+            jsonrpc::INTERNAL_ERROR,
+            "the instance that ran this call lost the session's lease (it stopped or stalled); it may be retried",
+            json!({"reason": "lease-lost"}),
+        )
+    };
     let reply = vec![Bytes::from(serde_json::to_vec(&reply).unwrap_or_default())];
     let stream = StreamKey::Request(r);
     let key = orphan_key(session, r);
-    let ended = match holder {
-        Some(h) if h == state.log.instance() => {
-            state.commit_once(session, stream, reply, key, true).await
-        }
-        Some(h) => {
-            crate::route::inbox::ask_to_end(state, session, r, &h).await?;
+    let ended = match (live_holder, holder.as_deref()) {
+        (Some(h), _) if h == me => state.commit_once(session, stream, reply, key, true).await,
+        (Some(h), _) => {
+            crate::route::inbox::ask_to_end(state, session, r, h).await?;
             return Ok(false);
         }
-        None => state.log.append_unowned(session, stream, reply, key).await,
+        // A dead holder (the owner itself, killed) or none: ended while
+        // that is still so; a claim meanwhile leaves it to the new holder.
+        (None, dead) => {
+            state
+                .log
+                .append_if_held_by(session, stream, reply, key, dead)
+                .await
+        }
     };
     match ended {
         Ok(_) => {

@@ -116,16 +116,17 @@ impl EventLog for LeasedLog {
             .await;
         self.committed(id, stream, &messages, r)
     }
-    async fn append_unowned(
+    async fn append_if_held_by(
         &self,
         id: &str,
         stream: StreamKey,
         messages: Vec<Bytes>,
         key: u64,
+        holder: Option<&str>,
     ) -> Result<Seq, LogError> {
         let r = self
             .inner
-            .append_unowned(id, stream, messages.clone(), key)
+            .append_if_held_by(id, stream, messages.clone(), key, holder)
             .await;
         self.committed(id, stream, &messages, r)
     }

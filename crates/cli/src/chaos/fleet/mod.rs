@@ -2,7 +2,9 @@
 //! (`deploy/haproxy.cfg`, no stickiness) in front of instances of `serve`,
 //! a hosted rmcp handler or `gateway -- CMD` on one Redis of the run's own
 //! (`crate::fleet`); sessions that talk only to the balancer, each with a
-//! reader of its session stream and a caller; and, while they run, the
+//! reader of its session stream and a caller (notifications a call
+//! promises, progress on request streams, an elicitation answered mid-call
+//! through the balancer); and, while they run, the
 //! operations of a deploy: graceful rolling restarts, scale-out and -in,
 //! then the faults (kill -9, an instance frozen past its lease, Redis
 //! restarted and stalled). The verdict: no silent gap, duplicate, lost

@@ -168,6 +168,13 @@ pub(super) async fn read(
                     s.promised_seen += 1;
                 } else if e.data.contains("\"work-lost\"") {
                     s.work_lost = true;
+                } else if e.data.contains("\"elicitation/create\"") {
+                    // A server that cannot tell which call asked (a
+                    // gateway's stdio child) asks on the session stream.
+                    if let Ok(v) = serde_json::from_str::<Value>(&e.data) {
+                        let (client, sid) = (client.clone(), sid.clone());
+                        tokio::spawn(async move { answer_elicitation(&client, &sid, &v).await });
+                    }
                 }
             }
         }
@@ -189,7 +196,9 @@ fn promised_notification(data: &str) -> bool {
 }
 
 /// The calls a session cycles through, for `kind`: (tool, arguments,
-/// notifications it promises once answered, whether it streams progress).
+/// notifications it promises once answered). `confirm` asks the client
+/// (an elicitation) mid-call; the caller answers through the balancer, so
+/// the answer may reach any instance.
 fn calls(kind: &Kind) -> Vec<(&'static str, Value, u64)> {
     match kind {
         Kind::Serve => vec![
@@ -200,11 +209,13 @@ fn calls(kind: &Kind) -> Vec<(&'static str, Value, u64)> {
         Kind::Hosted(_) => vec![
             ("emit", json!({"count": 20, "interval_ms": 20}), 20),
             ("progress", json!({"n": 5, "interval_ms": 20}), 0),
+            ("confirm", json!({"token": "fleet"}), 0),
             ("echo", json!({"text": "fleet"}), 0),
         ],
         Kind::Gateway(_) => vec![
             ("count", json!({"n": 5}), 5),
             ("progress", json!({"n": 5, "interval_ms": 20}), 0),
+            ("confirm", json!({"token": "fleet"}), 0),
             ("tick", json!({}), 0),
         ],
     }
@@ -285,6 +296,9 @@ async fn call(client: &Client, sid: &str, id: u64, body: &Value) -> Outcome {
                     if v["id"] == id && v.get("method").is_none() {
                         return judge(&v);
                     }
+                    if v["method"] == "elicitation/create" {
+                        answer_elicitation(client, sid, &v).await;
+                    }
                 }
             }
         }
@@ -315,6 +329,19 @@ async fn call(client: &Client, sid: &str, id: u64, body: &Value) -> Outcome {
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+/// Answers a server's `elicitation/create` (the tool's `confirm`) with the
+/// form filled, POSTed through the balancer to whichever instance it picks.
+async fn answer_elicitation(client: &Client, sid: &str, request: &Value) {
+    let answer = json!({"jsonrpc": "2.0", "id": request["id"],
+        "result": {"action": "accept", "content": {"answer": "fleet"}}});
+    for _ in 0..20 {
+        match client.post(Some(sid), &answer).send().await {
+            Ok(r) if r.status().is_success() => return,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
 }

@@ -32,6 +32,8 @@ struct Counts {
     ambiguous: BTreeMap<String, u64>,
     hung: u64,
     by_tool: BTreeMap<String, u64>,
+    /// Calls that did not end well, by tool and outcome.
+    failed_by_tool: BTreeMap<String, BTreeMap<String, u64>>,
     gaps: u64,
     duplicates: u64,
     discontinuities: u64,
@@ -53,6 +55,19 @@ impl Tally {
     pub(crate) fn call(&self, tool: &str, outcome: Outcome) {
         let mut c = self.counts();
         *c.by_tool.entry(tool.to_owned()).or_default() += 1;
+        let kind = match &outcome {
+            Outcome::Ok => None,
+            Outcome::Loud(r) => Some(format!("loud: {r}")),
+            Outcome::Ambiguous(r) => Some(format!("ambiguous: {r}")),
+            Outcome::Hung => Some("hung".to_owned()),
+        };
+        if let Some(kind) = kind {
+            *c.failed_by_tool
+                .entry(tool.to_owned())
+                .or_default()
+                .entry(kind)
+                .or_default() += 1;
+        }
         match outcome {
             Outcome::Ok => c.ok += 1,
             Outcome::Loud(r) => *c.loud.entry(r).or_default() += 1,
@@ -163,6 +178,7 @@ impl Tally {
                 "ambiguous": c.ambiguous,
                 "hung": c.hung,
                 "by_tool": c.by_tool,
+                "failed_by_tool": c.failed_by_tool,
             },
             "notifications": {"promised": c.promised, "delivered": c.delivered,
                 "missing_reported": c.missing_reported},
