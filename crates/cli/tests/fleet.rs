@@ -386,3 +386,36 @@ fn the_fleet_command_starts_a_balanced_fleet_and_stops_it() {
         "the balancer still listens"
     );
 }
+
+/// Gateways through a kill -9 and a freeze past the lease: a call whose
+/// owner died or lost the lease ends loudly (`server-restarted`,
+/// `lease-lost`), never hangs; nothing is lost silently.
+#[test]
+fn gateways_behind_haproxy_through_a_kill_and_a_freeze_lose_nothing_silently() {
+    let python = common::gateway::python_server();
+    let r = chaos_fleet(
+        &[
+            "--sessions",
+            "6",
+            "--rolling-restarts",
+            "0",
+            "--kills",
+            "1",
+            "--freezes",
+            "1",
+            "--freeze-secs",
+            "11",
+        ],
+        &["--", &python[0], &python[1]],
+    );
+    for zero in ["gaps", "duplicates", "sessions_lost"] {
+        assert_eq!(r[zero], 0, "{zero}: {r}");
+    }
+    assert_eq!(r["calls"]["hung"], 0, "{r}");
+    for reason in r["calls"]["loud"].as_object().unwrap().keys() {
+        assert!(
+            ["lease-lost", "server-restarted", "503"].contains(&reason.as_str()),
+            "a failed call without a reason a client can act on: {reason} in {r}"
+        );
+    }
+}
