@@ -109,7 +109,10 @@ async def test_a_cut_journal_is_data_lost(websocket: bool, serve: ServeFactory, 
             partial += bool(served)
             # Every intact event before the loss, in order, then the loss named, never skipped.
             assert served == list(range(1, len(served) + 1))
-            assert (e.reason, e.lost_from, e.lost_to, e.head) == ("data-lost", len(served) + 1, 300, 300), e
+            assert (e.reason, e.lost_from, e.lost_to) == ("data-lost", len(served) + 1, 300), e
+            # 301 when the server also reported the emit's background work,
+            # whose end the cut took too, as lost with its instance (work-lost).
+            assert e.head in (300, 301), e
             assert e.cursor == len(served) and e.resume_cursor == 300
             assert seen[-1] is e
         else:

@@ -45,6 +45,12 @@ pub(crate) fn work_record(instance: &str) -> Bytes {
     Bytes::from(json!({"work": "background", "owner": instance}).to_string())
 }
 
+/// The event that closes a background work's note when the work ended: a
+/// response (to no call), so the sweep reads the note as answered.
+pub(crate) fn work_done() -> Bytes {
+    Bytes::from_static(br#"{"jsonrpc":"2.0","id":null,"result":{"work":"done"}}"#)
+}
+
 /// What the session's client is told when the instance running
 /// background work it was promised died before the work ended.
 fn work_lost(owner: &str) -> Bytes {

@@ -189,6 +189,13 @@ impl ToolContext {
                 _ = cancel.cancelled() => false,
             };
             if let (Some(r), false) = (note, cut) {
+                // Ended: said in the note itself (a log of one process keeps
+                // a retired stream until the session ends), then retired.
+                let done = crate::route::orphans::work_done();
+                let stream = mcp_resume_log::StreamKey::Request(r);
+                if let Err(e) = log.append(&session, stream, vec![done]).await {
+                    tracing::debug!(%session, error = %e, "could not mark a background task's note done");
+                }
                 if let Err(e) = log.retire_request_stream(&session, r).await {
                     tracing::debug!(%session, error = %e, "could not retire a background task's note");
                 }
