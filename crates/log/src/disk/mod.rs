@@ -28,7 +28,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use fjall::{Database, KeyspaceCreateOptions};
 use tokio::sync::oneshot;
 
 use crate::hub::{Cached, Hub};
@@ -43,12 +42,14 @@ mod commit;
 mod damage;
 mod heads;
 mod maintain;
+mod open;
 mod pins;
 mod store;
 
 pub use check::CheckReport;
 use commit::{Committer, Op, Reply, Sent};
 pub use damage::{Damage, DamageKind};
+use open::open_store;
 use store::{load, read_events, storage, Store};
 
 /// Events per stream kept in memory for readers near the head.
@@ -76,24 +77,6 @@ impl Drop for DiskLog {
         if let Some(handle) = self.committer.take() {
             let _ = handle.join();
         }
-    }
-}
-
-fn fjall_error(path: &Path, e: fjall::Error) -> LogError {
-    let locked = match &e {
-        fjall::Error::Locked => true,
-        fjall::Error::Io(io) => io.kind() == std::io::ErrorKind::WouldBlock,
-        _ => false,
-    };
-    if locked {
-        return storage(format!(
-            "{} is already open in another process",
-            path.display()
-        ));
-    }
-    match e {
-        fjall::Error::Io(io) => storage(format!("{}: {io}", path.display())),
-        other => LogError::Corrupt(format!("{}: {other:?}", path.display())),
     }
 }
 
@@ -241,31 +224,6 @@ impl DiskLog {
             .map_err(|_| LogError::Closed)?;
         rx.await.map_err(|_| LogError::Closed)?
     }
-}
-
-/// Opens fjall's database and keyspaces in `path`; a panic of the engine
-/// on damaged files is an error that names the log.
-fn open_store(path: &Path) -> Result<Store, LogError> {
-    std::panic::catch_unwind(|| -> Result<Store, fjall::Error> {
-        let db = Database::builder(path).cache_size(8 * 1024 * 1024).open()?;
-        let opts = KeyspaceCreateOptions::default;
-        Ok(Store {
-            sessions: db.keyspace("sessions", opts)?,
-            streams: db.keyspace("streams", opts)?,
-            events: db.keyspace("events", opts)?,
-            requests: db.keyspace("requests", opts)?,
-            meta: db.keyspace("meta", opts)?,
-            pins: db.keyspace("pins", opts)?,
-            db,
-        })
-    })
-    .map_err(|_| {
-        LogError::Corrupt(format!(
-            "{}: the storage engine could not read it",
-            path.display()
-        ))
-    })?
-    .map_err(|e| fjall_error(path, e))
 }
 
 #[async_trait]
