@@ -155,3 +155,70 @@ fn the_python_sdk_client_through_haproxy_across_a_rolling_restart() {
         root().join("interop/python/client.py").to_str().unwrap(),
     );
 }
+
+/// The Rust client (`mcp-resume tail`, over the cursor-safe WebSocket and
+/// over SSE) through the balancer while every instance restarts: every
+/// event of an `emit` once, in order.
+#[test]
+fn the_rust_client_through_haproxy_across_a_rolling_restart() {
+    let (_redis, _dir, mut instances, _lb, url) = fleet();
+    let bin = env!("CARGO_BIN_EXE_mcp-resume");
+    let sid = common::rt().block_on(common::initialize(&url));
+    let tail = |ws: bool| {
+        let mut c = Command::new(bin);
+        c.args([
+            "tail",
+            &url,
+            "--session",
+            &sid,
+            "--from",
+            "0",
+            "--max-events",
+            "80",
+        ]);
+        if ws {
+            c.arg("--ws");
+        }
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (over_ws, over_sse) = (tail(true), tail(false));
+    let emit = Command::new(bin)
+        .args([
+            "call",
+            &url,
+            "emit",
+            r#"{"count":80,"interval_ms":50}"#,
+            "--session",
+            &sid,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        emit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&emit.stderr)
+    );
+    for s in &mut instances {
+        assert!(s.term().success());
+        s.restart();
+        std::thread::sleep(Duration::from_millis(900));
+    }
+    for (name, mut child) in [("ws", over_ws), ("sse", over_sse)] {
+        // Bounded: a tail that never gets its 80 events fails, not hangs.
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > until {
+                let _ = child.kill();
+                panic!("tail over {name} did not get its 80 events in 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "tail over {name} failed");
+        let seqs = common::tail_seqs(&out.stdout);
+        assert_eq!(seqs, (1..=80).collect::<Vec<u64>>(), "tail over {name}");
+    }
+}
