@@ -76,6 +76,10 @@ pub struct SseParser {
     scratch: Vec<u8>,
     /// The last `: error CODE: WHY` comment seen and not yet taken.
     ending: Option<String>,
+    /// How much of `buf` is known to hold no line break: a line that
+    /// arrives in many small chunks is searched once, not again from its
+    /// start at every chunk (which made a long line cost its length squared).
+    searched: usize,
 }
 
 impl SseParser {
@@ -95,20 +99,23 @@ impl SseParser {
         self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
         let mut start = 0;
-        while let Some(nl) = self.buf[start..].iter().position(|b| *b == b'\n') {
-            let end = start + nl;
+        let mut from = self.searched.min(self.buf.len());
+        while let Some(nl) = memchr::memchr(b'\n', &self.buf[from..]) {
+            let end = from + nl;
             let line = std::mem::take(&mut self.scratch);
             let mut line = line;
             line.clear();
             let raw = &self.buf[start..end];
             line.extend_from_slice(raw.strip_suffix(b"\r").unwrap_or(raw));
             start = end + 1;
+            from = start;
             if let Some(ev) = self.line(&line) {
                 out.push(ev);
             }
             self.scratch = line;
         }
         self.buf.drain(..start);
+        self.searched = self.buf.len();
         out
     }
 
@@ -156,6 +163,24 @@ impl SseParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_line_in_small_chunks_costs_its_length_not_its_square() {
+        let mut p = SseParser::new();
+        let line = format!("data: {}\n\n", "x".repeat(1 << 20));
+        let started = std::time::Instant::now();
+        let mut got = Vec::new();
+        for chunk in line.as_bytes().chunks(16) {
+            got.extend(p.feed(chunk));
+        }
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].data.len(), 1 << 20);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 
     #[test]
     fn what_the_encoder_writes_the_parser_reads_back_whole() {
