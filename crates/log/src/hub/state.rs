@@ -94,7 +94,8 @@ pub(crate) struct SessionState {
     pub(super) pins: Vec<Pin>,
     /// The last keyed appends (`EventLog::append_once`): stream, key and the
     /// head they left, at most [`KEYED`]; boxed, and made only for a session
-    /// that used one.
+    /// that used one (the box keeps a session that never did at one word).
+    #[allow(clippy::box_collection)]
     keyed: Option<Box<VecDeque<(u64, u64, Seq)>>>,
 }
 

@@ -60,7 +60,7 @@ pub enum UpstreamError {
     /// The URL does not parse or is not `http`/`https`.
     #[error("invalid upstream URL {url}: {why}")]
     Url {
-        /// The URL's scheme, host and port ([`origin`]) when it parses:
+        /// The URL's scheme, host and port when it parses:
         /// nothing of its credentials, path or query, which may be secret.
         url: String,
         /// What is wrong with it.

@@ -320,7 +320,7 @@ impl Pool {
             None => Slot::take(&self.slots, self.max_children)
                 .or_else(|| lru_idle(list, |_| true).and_then(|i| list.remove(i).evict())),
         };
-        slot.ok_or_else(|| Refused::Full {
+        slot.ok_or(Refused::Full {
             max: self.max_children,
             pooled: list.len(),
         })
