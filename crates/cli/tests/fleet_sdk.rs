@@ -98,10 +98,17 @@ fn fleet() -> (RedisServer, tempfile::TempDir, Vec<Serve>, Haproxy, String) {
     (redis, dir, instances, lb, url)
 }
 
-/// One SDK client's tour through the balancer during a rolling restart.
+/// One SDK client's tour through the balancer during a rolling restart
+/// (`extra`: arguments after the URL).
 fn tour(program: &str, script: &str) {
+    tour_with(program, script, &[]);
+}
+
+fn tour_with(program: &str, script: &str, extra: &[&str]) {
     let (_redis, _dir, mut instances, _lb, url) = fleet();
-    let mut client = SdkClient::spawn(program, &[script.to_owned(), url]);
+    let mut args = vec![script.to_owned(), url];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut client = SdkClient::spawn(program, &args);
     client.wait_for("SESSION", |l| l.starts_with("SESSION "));
     assert_eq!(
         client.wait_for("ECHO", |l| l.starts_with("ECHO ")),
@@ -154,6 +161,21 @@ fn the_python_sdk_client_through_haproxy_across_a_rolling_restart() {
         python.to_str().unwrap(),
         root().join("interop/python/client.py").to_str().unwrap(),
     );
+}
+
+/// mcp-resume-client (clients/typescript, built by scripts/test) under the
+/// TypeScript SDK 1.x, over the cursor-safe WebSocket upgrade and over SSE,
+/// through the balancer across a rolling restart.
+#[test]
+fn mcp_resume_client_through_haproxy_across_a_rolling_restart() {
+    let script = root().join("interop/node/resumable.mjs");
+    assert!(
+        root().join("clients/typescript/dist/index.js").exists(),
+        "clients/typescript is not built: scripts/test builds it (npm ci && npm run build)"
+    );
+    for mode in ["ws", "sse"] {
+        tour_with("node", script.to_str().unwrap(), &[mode]);
+    }
 }
 
 /// The Rust client (`mcp-resume tail`, over the cursor-safe WebSocket and
