@@ -16,6 +16,7 @@ pub mod headers;
 pub mod meta;
 pub mod seqcheck;
 pub mod sse;
+pub mod task;
 pub mod upgrade;
 
 pub use cursor::{EventId, ParseCursorError, Seq};

@@ -55,7 +55,7 @@ pub async fn task_events(
         .map(|v| v.to_str().unwrap_or("?"));
     let after = match header.or_else(|| q.raw()) {
         None => None,
-        Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
+        Some(v) => Some(mcp_resume_proto::task::parse_wire_cursor(v).ok_or_else(|| {
             ApiError::bad(
                 "invalid-cursor",
                 "a task stream's cursor is the seq of its last event read (a non-negative integer)",
@@ -208,7 +208,7 @@ impl TaskSocket {
                         }
                         match ev.id.as_deref().map(str::parse::<u64>) {
                             Some(Ok(seq)) => {
-                                let Some(at) = tasks::stream::log_cursor(seq) else {
+                                let Some(at) = mcp_resume_proto::task::log_seq(seq) else {
                                     return Closing(close::CURSOR_MISMATCH, "an event past the last seq".into());
                                 };
                                 if let Err(c) = self.offer(at, encode_event(seq, &ev.data)).await {
@@ -270,7 +270,7 @@ impl TaskSocket {
     async fn ack(&mut self, cursor: u64) -> Result<(), Closing> {
         // A cursor no event can have (u64::MAX) is a wrong ack: 4409, never
         // a wrap (or, in a debug build, a panic of this socket's task).
-        let at = tasks::stream::log_cursor(cursor).ok_or_else(|| {
+        let at = mcp_resume_proto::task::log_seq(cursor).ok_or_else(|| {
             Closing(
                 close::CURSOR_MISMATCH,
                 format!("cursor-ack {cursor} is past every seq"),

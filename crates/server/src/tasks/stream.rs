@@ -16,6 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use mcp_resume_log::{Event, LogError, Seq, Subscription};
 use mcp_resume_proto::sse::{encode, KEEPALIVE};
+use mcp_resume_proto::task::{self, AfterAhead};
 use mcp_resume_proto::CursorDiscontinuity;
 
 use serde_json::{json, Value};
@@ -125,24 +126,21 @@ pub(crate) async fn open(
         Err(LogError::NoSession(_) | LogError::SessionEnded) => return Err(unknown()),
         Err(e) => return Err(unavailable(e)),
     };
-    let ahead = |after: u64| {
-        refuse(
-            jsonrpc::INVALID_PARAMS,
-            format!(
-                "after {after} is past the task's latest event {}",
-                bounds.head as i64 - 1
-            ),
-            Some(json!({"reason": "after-ahead", "latestSeq": bounds.head.checked_sub(1)})),
-        )
-    };
-    // The draft's seq is the log's less one: checked, so that `after` =
-    // u64::MAX is past the head, never a wrap to the stream's start.
-    let cursor = match after {
-        None => bounds.floor - 1,
-        Some(a) => match log_cursor(a) {
-            Some(c) if c <= bounds.head => c,
-            _ => return Err(ahead(a)),
-        },
+    // The draft's seq is the log's less one: checked (in the proto crate,
+    // where fuzz/ exercises it), so that `after` = u64::MAX is past the
+    // head, never a wrap to the stream's start.
+    let cursor = match task::start_cursor(after, bounds.head, bounds.floor) {
+        Ok(c) => c,
+        Err(AfterAhead { after, latest }) => {
+            return Err(refuse(
+                jsonrpc::INVALID_PARAMS,
+                format!(
+                    "after {after} is past the task's latest event {}",
+                    bounds.head as i64 - 1
+                ),
+                Some(json!({"reason": "after-ahead", "latestSeq": latest})),
+            ))
+        }
     };
 
     if let Err(d) = bounds.admit(cursor) {
@@ -202,13 +200,6 @@ pub(crate) fn events_gone(task: &str, d: &CursorDiscontinuity) -> Value {
         }
     };
     json!({"code": EVENTS_GONE, "message": message, "data": data})
-}
-
-/// The log seq of the task event a client names by its wire `seq` (the
-/// draft's, from 0): one more, or `None` for a `seq` no event can have
-/// (u64::MAX), which is past any head.
-pub(crate) fn log_cursor(wire: u64) -> Option<Seq> {
-    wire.checked_add(1)
 }
 
 /// Writes the stream of `o` into `tx` as SSE until its terminal event and
