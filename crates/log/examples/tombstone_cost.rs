@@ -61,6 +61,7 @@ async fn round(log: &DiskLog, tag: &str, n: usize) {
             .open_request_stream(
                 &id,
                 Bytes::from_static(br#"{"id":7,"owner":"0123456789abcdef"}"#),
+                u64::MAX,
             )
             .await
             .unwrap();

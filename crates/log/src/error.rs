@@ -64,6 +64,16 @@ pub enum LogError {
         /// The last seq this subscription delivered.
         cursor: Seq,
     },
+    /// The session opened its maximum of request streams already
+    /// ([`crate::EventLog::open_request_stream`]'s `max`; 429): nothing was
+    /// written.
+    #[error("session {session:?} opened its maximum of {max} request streams")]
+    TooManyStreams {
+        /// The session.
+        session: String,
+        /// The limit it reached.
+        max: u64,
+    },
     /// The session ended while a subscription was open.
     #[error("the session ended")]
     SessionEnded,

@@ -84,7 +84,12 @@ pub trait EventLog: Send + Sync + 'static {
     /// JSON-RPC request id and the instance that runs the handler), committed
     /// with the stream as durably as events, so that after a crash another
     /// process can find and end calls whose handler died.
-    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError>;
+    ///
+    /// A session that opened `max` request streams already is refused with
+    /// [`LogError::TooManyStreams`], checked in the same step as the open
+    /// and writing nothing: a client that keeps calling past its limit
+    /// grows neither the log nor the stream numbers.
+    async fn open_request_stream(&self, id: &str, meta: Bytes, max: u64) -> Result<u64, LogError>;
 
     /// The record request stream `r` was opened with. [`LogError::NoStream`]
     /// for an `r` never opened; [`LogError::Truncated`] once retention has
@@ -365,12 +370,14 @@ pub trait Leases: Send + Sync + 'static {
     /// [`Leases::release`], or another instance took it), and the forwarder
     /// finds the owner again. So a released lease never leaves a message
     /// forwarded to an instance that will not read it. A log of one process
-    /// forwards nothing: it opens the stream.
+    /// forwards nothing: it opens the stream. `max` as for
+    /// [`EventLog::open_request_stream`].
     async fn open_carrier(
         &self,
         id: &str,
         owner: &str,
         meta: Bytes,
+        max: u64,
     ) -> Result<Option<u64>, LogError>;
 }
 

@@ -96,9 +96,15 @@ fn age_floor<'a>(events: impl Iterator<Item = &'a Event>, head: Seq, cutoff_ms: 
 
 #[async_trait]
 impl EventLog for MemoryLog {
-    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
+    async fn open_request_stream(&self, id: &str, meta: Bytes, max: u64) -> Result<u64, LogError> {
         self.hub.with_live(id, |st| {
             let r = st.next_request;
+            if r > max {
+                return Err(LogError::TooManyStreams {
+                    session: id.to_owned(),
+                    max,
+                });
+            }
             st.next_request += 1;
             st.streams
                 .insert(r, Box::new(crate::hub::StreamState::opened(meta)));
@@ -258,8 +264,9 @@ impl Leases for MemoryLog {
         id: &str,
         _owner: &str,
         meta: Bytes,
+        max: u64,
     ) -> Result<Option<u64>, LogError> {
-        self.open_request_stream(id, meta).await.map(Some)
+        self.open_request_stream(id, meta, max).await.map(Some)
     }
 }
 

@@ -37,7 +37,12 @@ fn fill(path: &Path, salt: &str) -> Committed {
             log.create_session(id, Bytes::new()).await.unwrap();
             for r in 1..=3u64 {
                 let rec = Bytes::from(format!(r#"{{"id":{r},"owner":"{id}{salt}"}}"#));
-                assert_eq!(log.open_request_stream(id, rec.clone()).await.unwrap(), r);
+                assert_eq!(
+                    log.open_request_stream(id, rec.clone(), u64::MAX)
+                        .await
+                        .unwrap(),
+                    r
+                );
                 c.records.insert((id.into(), r), rec);
             }
             for (stream, n) in [

@@ -37,7 +37,7 @@ fn a_pass_over_young_sessions_reads_their_state_and_nothing_else() {
                 .await
                 .unwrap();
             let r = log
-                .open_request_stream(&id, bytes::Bytes::new())
+                .open_request_stream(&id, bytes::Bytes::new(), u64::MAX)
                 .await
                 .unwrap();
             log.append(&id, StreamKey::Request(r), vec![msg(1)])

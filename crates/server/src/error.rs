@@ -107,6 +107,9 @@ impl From<LogError> for ApiError {
                 format!("request stream {stream} does not exist in this session"),
             ),
             LogError::Unavailable(m) => Self::Unavailable(m),
+            LogError::TooManyStreams { max, .. } => Self::TooMany(format!(
+                "this session opened its maximum of {max} request streams; start a new session"
+            )),
             other => Self::Internal(other.to_string()),
         }
     }

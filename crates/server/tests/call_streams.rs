@@ -142,7 +142,10 @@ async fn the_orphan_sweep_goes_on_where_it_stopped_when_the_log_was_unavailable(
         inner.create_session(&sid, Bytes::new()).await.unwrap();
         let record =
             Bytes::from(json!({"id": 40 + i, "owner": "an-instance-long-gone"}).to_string());
-        let r = inner.open_request_stream(&sid, record).await.unwrap();
+        let r = inner
+            .open_request_stream(&sid, record, u64::MAX)
+            .await
+            .unwrap();
         calls.push((sid, r));
     }
     faults.refuse_stream_lists.store(4, Ordering::SeqCst);

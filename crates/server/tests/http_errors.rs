@@ -400,9 +400,13 @@ async fn caps_on_sessions_and_request_streams_answer_429() {
     // One request stream per session here: the second SSE-answered call is refused.
     let progress = json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"progress","arguments":{"steps":1}}});
     assert_eq!(s.post(Some(&c), progress.clone()).await.status(), 200);
-    let r = s.post(Some(&c), progress).await;
-    assert_eq!(r.status(), 429);
-    assert_error(&body(r).await, "limit-reached");
+    for _ in 0..20 {
+        let r = s.post(Some(&c), progress.clone()).await;
+        assert_eq!(r.status(), 429);
+        assert_error(&body(r).await, "limit-reached");
+    }
+    // The refusals wrote nothing: the session still opened one stream.
+    assert_eq!(s.log.request_streams(&c).await.unwrap(), 1);
 }
 
 /// A 2026-07-28 (stateless) request to a server that speaks only the session

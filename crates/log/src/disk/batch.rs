@@ -65,7 +65,7 @@ impl<'a> Batch<'a> {
                 id, meta, expect, ..
             } => self.set_meta(id, meta, expect.as_ref()),
             Op::End { id, .. } => return self.end(id),
-            Op::OpenRequest { id, meta, .. } => self.open_request(id, meta),
+            Op::OpenRequest { id, meta, max, .. } => self.open_request(id, meta, *max),
             Op::Append {
                 id,
                 stream,
@@ -178,10 +178,16 @@ impl<'a> Batch<'a> {
     }
 
     /// Opens the session's next request stream, with its call's record.
-    fn open_request(&mut self, id: &str, meta: &Bytes) -> Result<Effect, LogError> {
+    fn open_request(&mut self, id: &str, meta: &Bytes, max: u64) -> Result<Effect, LogError> {
         let mut rec = self.session(id)?;
         let st = self.st;
         let r = rec.next_request;
+        if r > max {
+            return Err(LogError::TooManyStreams {
+                session: id.to_owned(),
+                max,
+            });
+        }
         rec.next_request += 1;
         let b = Bounds::new(0, 1);
         self.wb.insert(&st.sessions, id.as_bytes(), rec.encode());

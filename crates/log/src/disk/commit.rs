@@ -40,6 +40,8 @@ pub(super) enum Op {
     OpenRequest {
         id: String,
         meta: Bytes,
+        /// `EventLog::open_request_stream`'s limit: past it, nothing is written.
+        max: u64,
         reply: Reply<u64>,
     },
     Append {

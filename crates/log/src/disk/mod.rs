@@ -228,10 +228,11 @@ impl DiskLog {
 
 #[async_trait]
 impl EventLog for DiskLog {
-    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
+    async fn open_request_stream(&self, id: &str, meta: Bytes, max: u64) -> Result<u64, LogError> {
         self.submit(|reply| Op::OpenRequest {
             id: id.to_owned(),
             meta,
+            max,
             reply,
         })
         .await
@@ -486,7 +487,8 @@ impl Leases for DiskLog {
         id: &str,
         _owner: &str,
         meta: Bytes,
+        max: u64,
     ) -> Result<Option<u64>, LogError> {
-        self.open_request_stream(id, meta).await.map(Some)
+        self.open_request_stream(id, meta, max).await.map(Some)
     }
 }

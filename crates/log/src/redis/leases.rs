@@ -93,7 +93,8 @@ impl Leases for RedisLog {
         id: &str,
         owner: &str,
         meta: Bytes,
+        max: u64,
     ) -> Result<Option<u64>, LogError> {
-        self.open_request(id, meta, Some(owner)).await
+        self.open_request(id, meta, Some(owner), max).await
     }
 }

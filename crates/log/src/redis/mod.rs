@@ -129,6 +129,7 @@ impl RedisLog {
         id: &str,
         meta: Bytes,
         owner: Option<&str>,
+        max: u64,
     ) -> Result<Option<u64>, LogError> {
         let p = prefix(id);
         let r: i64 = self
@@ -138,12 +139,17 @@ impl RedisLog {
             .arg(&p)
             .arg(meta.as_ref())
             .arg(owner.unwrap_or_default())
+            .arg(max)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
         match r {
             -1 => Err(LogError::NoSession(id.to_owned())),
             -2 => Ok(None),
+            -3 => Err(LogError::TooManyStreams {
+                session: id.to_owned(),
+                max,
+            }),
             r if r < 0 => Err(LogError::Corrupt(format!("unexpected open reply {r}"))),
             r => {
                 self.wait_replicas(id).await?;
@@ -219,8 +225,8 @@ impl RedisLog {
 
 #[async_trait]
 impl EventLog for RedisLog {
-    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
-        let r = self.open_request(id, meta, None).await?;
+    async fn open_request_stream(&self, id: &str, meta: Bytes, max: u64) -> Result<u64, LogError> {
+        let r = self.open_request(id, meta, None, max).await?;
         Ok(r.expect("an open with no owner to check is never refused for one"))
     }
 

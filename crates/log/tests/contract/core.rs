@@ -383,8 +383,18 @@ fn request_streams_are_numbered_and_separate() {
             log.create_session("a", Bytes::from_static(b"meta"))
                 .await
                 .unwrap();
-            assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 1);
-            assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 2);
+            assert_eq!(
+                log.open_request_stream("a", Bytes::new(), u64::MAX)
+                    .await
+                    .unwrap(),
+                1
+            );
+            assert_eq!(
+                log.open_request_stream("a", Bytes::new(), u64::MAX)
+                    .await
+                    .unwrap(),
+                2
+            );
             log.append("a", StreamKey::Request(2), vec![msg(1), msg(2)])
                 .await
                 .unwrap();
@@ -415,7 +425,12 @@ fn request_streams_are_numbered_and_separate() {
                         .len(),
                     2
                 );
-                assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 3);
+                assert_eq!(
+                    log.open_request_stream("a", Bytes::new(), u64::MAX)
+                        .await
+                        .unwrap(),
+                    3
+                );
                 assert_eq!(log.bounds("a", S).await.unwrap().head, 1);
             }
         }

@@ -28,7 +28,7 @@ async fn create_and_end(log: &dyn Log) {
             .await
             .unwrap();
         let r = log
-            .open_request_stream(&id(i), Bytes::from_static(b"call"))
+            .open_request_stream(&id(i), Bytes::from_static(b"call"), u64::MAX)
             .await
             .unwrap();
         log.append(&id(i), StreamKey::Session, vec![msg(1), msg(2)])
@@ -249,7 +249,7 @@ fn a_request_stream_retention_emptied_keeps_no_state_but_reads_loudly() {
             let log: Arc<dyn Log> = b.log().clone();
             log.create_session("a", Bytes::new()).await.unwrap();
             let r = log
-                .open_request_stream("a", Bytes::from_static(b"call"))
+                .open_request_stream("a", Bytes::from_static(b"call"), u64::MAX)
                 .await
                 .unwrap();
             let req = StreamKey::Request(r);
@@ -307,7 +307,10 @@ fn retired_request_streams_leave_only_the_session_stream_in_memory() {
         for (log, states) in logs {
             log.create_session("a", Bytes::new()).await.unwrap();
             for _ in 0..50 {
-                let r = log.open_request_stream("a", Bytes::new()).await.unwrap();
+                let r = log
+                    .open_request_stream("a", Bytes::new(), u64::MAX)
+                    .await
+                    .unwrap();
                 log.append("a", StreamKey::Request(r), vec![msg(1)])
                     .await
                     .unwrap();

@@ -27,7 +27,10 @@ fn live_request_streams_leave_out_retired_and_emptied_ones() {
             );
             for r in 1..=4 {
                 let meta = Bytes::from(format!(r#"{{"id":{r}}}"#));
-                assert_eq!(log.open_request_stream("a", meta).await.unwrap(), r);
+                assert_eq!(
+                    log.open_request_stream("a", meta, u64::MAX).await.unwrap(),
+                    r
+                );
             }
             assert_eq!(
                 log.live_request_streams("a").await.unwrap(),
@@ -58,7 +61,12 @@ fn live_request_streams_leave_out_retired_and_emptied_ones() {
                     Err(LogError::NoStream { .. })
                 ));
             }
-            assert_eq!(log.open_request_stream("a", Bytes::new()).await.unwrap(), 5);
+            assert_eq!(
+                log.open_request_stream("a", Bytes::new(), u64::MAX)
+                    .await
+                    .unwrap(),
+                5
+            );
             // Age retention empties stream 1 (its one event grew old): it
             // leaves the list, and still reads loudly as truncated.
             log.append("a", StreamKey::Request(1), vec![msg(1)])
@@ -135,7 +143,9 @@ fn redis_ends_a_session_by_its_index_and_leaves_no_stream_behind() {
                         .unwrap();
                 }
                 for r in 1..=50u64 {
-                    log.open_request_stream(id, Bytes::new()).await.unwrap();
+                    log.open_request_stream(id, Bytes::new(), u64::MAX)
+                        .await
+                        .unwrap();
                     log.append(id, StreamKey::Request(r), vec![msg(r)])
                         .await
                         .unwrap();

@@ -18,6 +18,66 @@ fn no_stream(r: u64) -> LogError {
     }
 }
 
+/// A session at its limit of request streams is refused, and the refusal
+/// writes nothing: the count stays, no record is kept, the next number is
+/// the one a raised limit opens (issue 58: 3,000 refused POSTs grew the disk
+/// log by 278 KiB).
+#[test]
+fn an_open_past_the_limit_is_refused_and_writes_nothing() {
+    rt().block_on(async {
+        for mut b in backends(Retention::default(), 1024).await {
+            let log = b.log().clone();
+            log.create_session("a", Bytes::new()).await.unwrap();
+            for r in 1..=2 {
+                assert_eq!(
+                    log.open_request_stream("a", Bytes::new(), 2).await.unwrap(),
+                    r
+                );
+            }
+            let refused = LogError::TooManyStreams {
+                session: "a".into(),
+                max: 2,
+            };
+            for _ in 0..100 {
+                let m = Bytes::from_static(b"refused");
+                assert_eq!(
+                    log.open_request_stream("a", m, 2).await,
+                    Err(refused.clone()),
+                    "{}",
+                    b.name
+                );
+            }
+            // A carrier to the lease holder counts as a stream too.
+            let owner = log.claim("a").await.unwrap();
+            let owner = owner.unwrap_or_else(|| log.instance().to_owned());
+            assert_eq!(
+                log.open_carrier("a", &owner, Bytes::new(), 2).await,
+                Err(refused.clone()),
+                "{}",
+                b.name
+            );
+            assert_eq!(log.request_streams("a").await.unwrap(), 2, "{}", b.name);
+            assert_eq!(
+                log.request_meta("a", 3).await,
+                Err(no_stream(3)),
+                "{}",
+                b.name
+            );
+            drop(log);
+            b.restart().await;
+            let log = b.log();
+            if b.durable() {
+                assert_eq!(log.request_streams("a").await.unwrap(), 2, "{}", b.name);
+                assert_eq!(log.request_meta("a", 3).await, Err(no_stream(3)));
+                assert_eq!(
+                    log.open_request_stream("a", Bytes::new(), 3).await.unwrap(),
+                    3
+                );
+            }
+        }
+    });
+}
+
 #[test]
 fn a_request_streams_record_is_kept_and_survives_a_restart() {
     rt().block_on(async {
@@ -27,8 +87,18 @@ fn a_request_streams_record_is_kept_and_survives_a_restart() {
             assert_eq!(log.request_streams("a").await.unwrap(), 0, "{}", b.name);
             let m1 = Bytes::from_static(br#"{"id":1,"owner":"x"}"#);
             let m2 = Bytes::from(vec![0u8, 255, 7]); // opaque: any bytes
-            assert_eq!(log.open_request_stream("a", m1.clone()).await.unwrap(), 1);
-            assert_eq!(log.open_request_stream("a", m2.clone()).await.unwrap(), 2);
+            assert_eq!(
+                log.open_request_stream("a", m1.clone(), u64::MAX)
+                    .await
+                    .unwrap(),
+                1
+            );
+            assert_eq!(
+                log.open_request_stream("a", m2.clone(), u64::MAX)
+                    .await
+                    .unwrap(),
+                2
+            );
             log.append("a", StreamKey::Request(1), vec![msg(1)])
                 .await
                 .unwrap();
@@ -52,7 +122,12 @@ fn a_request_streams_record_is_kept_and_survives_a_restart() {
                 assert_eq!(log.request_meta("a", 1).await.unwrap(), m1, "{}", b.name);
                 assert_eq!(log.request_meta("a", 2).await.unwrap(), m2);
                 assert_eq!(log.request_streams("a").await.unwrap(), 2);
-                assert_eq!(log.open_request_stream("a", m1.clone()).await.unwrap(), 3);
+                assert_eq!(
+                    log.open_request_stream("a", m1.clone(), u64::MAX)
+                        .await
+                        .unwrap(),
+                    3
+                );
                 assert_eq!(log.request_meta("a", 3).await.unwrap(), m1);
             }
             let log = b.log();

@@ -63,7 +63,11 @@ pub(crate) async fn forward(
 ) -> Result<(), LogError> {
     state
         .log
-        .open_request_stream(session, carrier(message, Some(to), None))
+        .open_request_stream(
+            session,
+            carrier(message, Some(to), None),
+            state.config.max_request_streams,
+        )
         .await?;
     ring(state, session, to).await
 }
@@ -80,7 +84,12 @@ pub(crate) async fn forward_to_owner(
 ) -> Result<bool, LogError> {
     let opened = state
         .log
-        .open_carrier(session, owner, carrier(message, Some(owner), None))
+        .open_carrier(
+            session,
+            owner,
+            carrier(message, Some(owner), None),
+            state.config.max_request_streams,
+        )
         .await?;
     if opened.is_none() {
         state.routes.forget_owner(session);
@@ -338,7 +347,14 @@ pub(crate) async fn hand_abandoned(state: AppState, session: String, ids: Vec<Va
             Ok(Some(holder)) if holder != me => {
                 let opened = state
                     .log
-                    .open_carrier(&session, &holder, abandoned_carrier(&ids, &holder))
+                    // The transport's own answers: never refused by the
+                    // client's limit on the streams it opens.
+                    .open_carrier(
+                        &session,
+                        &holder,
+                        abandoned_carrier(&ids, &holder),
+                        u64::MAX,
+                    )
                     .await;
                 if let Ok(Some(_)) = opened {
                     if ring(&state, &session, &holder).await.is_ok() {
@@ -377,7 +393,8 @@ pub(crate) async fn ask_to_end(
     let meta = Bytes::from(json!({"end": r, "owner": holder}).to_string());
     if state
         .log
-        .open_carrier(session, holder, meta)
+        // The transport's own request: never refused by the client's limit.
+        .open_carrier(session, holder, meta, u64::MAX)
         .await?
         .is_some()
     {

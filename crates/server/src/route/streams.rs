@@ -67,12 +67,19 @@ async fn open_for(
     meta: bytes::Bytes,
     deadline: Instant,
 ) -> Result<Option<(StreamKey, Seq, Subscription)>, ApiError> {
+    // Past it the log refuses the open and writes nothing (429).
+    let max = state.config.max_request_streams;
     let opened = retrying(state, Some(deadline), || async {
         match owner {
-            Some(owner) => state.log.open_carrier(session, owner, meta.clone()).await,
+            Some(owner) => {
+                state
+                    .log
+                    .open_carrier(session, owner, meta.clone(), max)
+                    .await
+            }
             None => state
                 .log
-                .open_request_stream(session, meta.clone())
+                .open_request_stream(session, meta.clone(), max)
                 .await
                 .map(Some),
         }
@@ -81,12 +88,6 @@ async fn open_for(
     let Some(r) = opened else {
         return Ok(None);
     };
-    if r > state.config.max_request_streams {
-        return Err(ApiError::TooMany(format!(
-            "this session opened its maximum of {} request streams; start a new session",
-            state.config.max_request_streams
-        )));
-    }
     let stream = StreamKey::Request(r);
     let (bounds, sub) = retrying(state, Some(deadline), || {
         state.log.subscribe(session, stream)

@@ -193,7 +193,7 @@ impl TaskStore {
         // Its events: request stream 1, opened with the task, seq 0 its start.
         let r = self
             .log
-            .open_request_stream(&id, events::stream_record())
+            .open_request_stream(&id, events::stream_record(), 1)
             .await?;
         debug_assert_eq!(StreamKey::Request(r), events::EVENTS);
         // Its last events follow the task's TTL, not the log's retention:

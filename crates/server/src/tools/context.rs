@@ -180,7 +180,13 @@ impl ToolContext {
             // tells the client (`route::orphans`), instead of the promise
             // vanishing without a word.
             let note = log
-                .open_request_stream(&session, crate::route::orphans::work_record(log.instance()))
+                .open_request_stream(
+                    &session,
+                    crate::route::orphans::work_record(log.instance()),
+                    // The transport's own record of work a call it
+                    // admitted started: never refused by the call limit.
+                    u64::MAX,
+                )
                 .await
                 .ok();
             let cut = tokio::select! {

@@ -78,7 +78,7 @@ impl FaultyLog {
 
 #[async_trait]
 impl EventLog for FaultyLog {
-    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
+    async fn open_request_stream(&self, id: &str, meta: Bytes, max: u64) -> Result<u64, LogError> {
         let refuse =
             self.faults
                 .refuse_opens
@@ -88,7 +88,7 @@ impl EventLog for FaultyLog {
                 "injected: the log is restarting".into(),
             ));
         }
-        self.inner.open_request_stream(id, meta).await
+        self.inner.open_request_stream(id, meta, max).await
     }
 
     async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
@@ -267,8 +267,9 @@ impl Leases for FaultyLog {
         id: &str,
         owner: &str,
         meta: Bytes,
+        max: u64,
     ) -> Result<Option<u64>, LogError> {
-        self.inner.open_carrier(id, owner, meta).await
+        self.inner.open_carrier(id, owner, meta, max).await
     }
 }
 

@@ -66,8 +66,8 @@ impl LeasedLog {
 
 #[async_trait]
 impl EventLog for LeasedLog {
-    async fn open_request_stream(&self, id: &str, meta: Bytes) -> Result<u64, LogError> {
-        self.inner.open_request_stream(id, meta).await
+    async fn open_request_stream(&self, id: &str, meta: Bytes, max: u64) -> Result<u64, LogError> {
+        self.inner.open_request_stream(id, meta, max).await
     }
     async fn request_meta(&self, id: &str, r: u64) -> Result<Bytes, LogError> {
         self.inner.request_meta(id, r).await
@@ -243,8 +243,9 @@ impl Leases for LeasedLog {
         id: &str,
         owner: &str,
         meta: Bytes,
+        max: u64,
     ) -> Result<Option<u64>, LogError> {
-        self.inner.open_carrier(id, owner, meta).await
+        self.inner.open_carrier(id, owner, meta, max).await
     }
 }
 

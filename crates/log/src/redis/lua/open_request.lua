@@ -2,13 +2,18 @@
 -- lists it in the session's index of request streams that hold something.
 -- With `owner` (a carrier of a message forwarded to the lease holder), only
 -- while that instance holds the session's lease (field `o`).
--- Returns the stream's number, or -1 no live session, -2 not the owner.
+-- A session that opened `max` streams already is refused, writing nothing.
+-- Returns the stream's number, or -1 no live session, -2 not the owner,
+-- -3 the maximum reached.
 local session = KEYS[1]
 local prefix = ARGV[1]
 local meta = ARGV[2]
 local owner = ARGV[3] or ''
-if redis.call('HGET', session, 'e') ~= '0' then return -1 end
-if owner ~= '' and redis.call('HGET', session, 'o') ~= owner then return -2 end
+local max = tonumber(ARGV[4])
+local state = redis.call('HMGET', session, 'e', 'o', 'r')
+if state[1] ~= '0' then return -1 end
+if owner ~= '' and state[2] ~= owner then return -2 end
+if tonumber(state[3] or '1') > max then return -3 end
 local r = redis.call('HINCRBY', session, 'r', 1) - 1
 redis.call('HSET', prefix .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0, 'm', meta)
 redis.call('SADD', prefix .. ':rs', r)
