@@ -131,10 +131,16 @@ fn serve_behind_haproxy_through_kills_freezes_and_redis_faults_loses_nothing_sil
     }
     assert_eq!(r["calls"]["hung"], 0, "{r}");
     assert_eq!(r["ops"].as_array().unwrap().len(), 4, "{r}");
-    // What the killed instance had promised and took with it was reported.
+    // What the killed instance had promised and took with it was reported:
+    // every missing notification is in a session told `work-lost` (the
+    // total can miss fewer than were reported, when a call that failed
+    // loudly had its notifications delivered in another session).
     let n = &r["notifications"];
-    let missing = n["promised"].as_u64().unwrap() - n["delivered"].as_u64().unwrap();
-    assert_eq!(n["missing_reported"].as_u64().unwrap(), missing, "{r}");
+    let missing = n["promised"]
+        .as_u64()
+        .unwrap()
+        .saturating_sub(n["delivered"].as_u64().unwrap());
+    assert!(n["missing_reported"].as_u64().unwrap() >= missing, "{r}");
 }
 
 #[test]
