@@ -233,6 +233,25 @@ impl RedisServer {
         calls_by_name(&self.cli(&["INFO", "commandstats"]))
     }
 
+    /// The microseconds Redis spent in each command so far, by name
+    /// (`INFO commandstats`' `usec`): where its time goes, not only how
+    /// often each command ran.
+    pub fn command_usec_by_name(&self) -> std::collections::BTreeMap<String, u64> {
+        stat_by_name(&self.cli(&["INFO", "commandstats"]), "usec")
+    }
+
+    /// Seconds of CPU the server has used (`INFO cpu`, user + system).
+    pub fn cpu_secs(&self) -> f64 {
+        self.cli(&["INFO", "cpu"])
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                matches!(k, "used_cpu_user" | "used_cpu_sys")
+                    .then(|| v.trim().parse::<f64>().ok())?
+            })
+            .sum()
+    }
+
     /// The commands it ran in each of the next `seconds` seconds, sorted:
     /// the median is a steady cost that a rare burst (a maintenance pass)
     /// does not move.
@@ -275,17 +294,22 @@ fn calls(commandstats: &str) -> u64 {
 /// The calls an `INFO commandstats` reply counts, per command
 /// (`cmdstat_evalsha:calls=12,...` -> `evalsha: 12`).
 fn calls_by_name(commandstats: &str) -> std::collections::BTreeMap<String, u64> {
+    stat_by_name(commandstats, "calls")
+}
+
+/// One field (`calls`, `usec`) of every `cmdstat_NAME:calls=..,usec=..` line.
+fn stat_by_name(commandstats: &str, field: &str) -> std::collections::BTreeMap<String, u64> {
     commandstats
         .lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
+            let value = rest
+                .trim()
                 .split(',')
-                .next()?
+                .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))?
                 .parse()
                 .ok()?;
-            Some((name.to_string(), calls))
+            Some((name.to_string(), value))
         })
         .collect()
 }
@@ -293,6 +317,20 @@ fn calls_by_name(commandstats: &str) -> std::collections::BTreeMap<String, u64> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Calls and time per command read from Redis 7's `INFO commandstats`.
+    #[test]
+    fn commandstats_lines_give_calls_and_usec_by_name() {
+        let info = "# Commandstats\r\n\
+            cmdstat_xread:calls=12,usec=3400,usec_per_call=283.33,rejected_calls=0,failed_calls=0\r\n\
+            cmdstat_evalsha:calls=7,usec=70,usec_per_call=10.00,rejected_calls=0,failed_calls=1\r\n";
+        let calls = stat_by_name(info, "calls");
+        let usec = stat_by_name(info, "usec");
+        assert_eq!(calls["xread"], 12);
+        assert_eq!(usec["xread"], 3400, "usec, not usec_per_call");
+        assert_eq!(usec["evalsha"], 70);
+        assert_eq!(calls.len(), 2);
+    }
 
     /// A port taken between the check and the bind is reported with what
     /// redis-server said, not waited on silently, and `start` moves on.

@@ -124,7 +124,8 @@ async fn scrape(url: &str, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The calls of each command between two `INFO commandstats` readings,
+/// The growth of each command's figure (calls, or microseconds) between
+/// two `INFO commandstats` readings,
 /// the most first.
 fn commands_ran(
     before: &BTreeMap<String, u64>,
@@ -250,6 +251,8 @@ pub async fn run(
     // Events at `rate`/s to random sessions.
     let cpu0: f64 = servers.iter().map(|s| cpu_secs(s.pid())).sum();
     let cmds0 = redis_server.as_ref().map(|r| r.commands_by_name());
+    let usec0 = redis_server.as_ref().map(|r| r.command_usec_by_name());
+    let redis_cpu0 = redis_server.as_ref().map(|r| r.cpu_secs());
     let sent = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
     let limit = Arc::new(tokio::sync::Semaphore::new(512));
@@ -326,6 +329,22 @@ pub async fn run(
         .as_ref()
         .map(|r| redis_memory(r) - redis_mem_before);
     let redis_top = redis_ran.map(|ran| busiest(&ran, load_secs));
+    // Where Redis's time went: its CPU, and the time in each command
+    // (`usec`), per 1,000 events sent.
+    let per_1k = 1000.0 / sent.max(1) as f64;
+    let redis_cpu = redis_server
+        .as_ref()
+        .zip(redis_cpu0)
+        .map(|(r, before)| (r.cpu_secs() - before) * 1000.0 * per_1k);
+    let redis_costliest = redis_server.as_ref().zip(usec0).map(|(r, before)| {
+        let spent = commands_ran(&before, &r.command_usec_by_name());
+        spent
+            .iter()
+            .take(6)
+            .map(|(us, name)| format!("{name} {:.1} ms", *us as f64 / 1000.0 * per_1k))
+            .collect::<Vec<_>>()
+            .join(", ")
+    });
     let received = delivered(&held);
     let duplicates: u64 = held
         .iter()
@@ -407,6 +426,14 @@ pub async fn run(
         line(format!("| Redis commands/s during the load | {c:.0} |"));
         line(format!("| Redis memory (used_memory growth from the start) | {:.1} MiB ({:.0} B per session) |", m as f64 / 1048576.0, m as f64 / sessions as f64));
     }
+    if let Some(c) = redis_cpu {
+        line(format!("| Redis CPU per 1,000 events | {c:.0} ms |"));
+    }
+    if let Some(top) = &redis_costliest {
+        line(format!(
+            "| Redis time in commands per 1,000 events (the costliest) | {top} |"
+        ));
+    }
     if let Some(top) = &redis_top {
         line(format!(
             "| Redis commands/s by command (the busiest) | {top} |"
@@ -431,6 +458,7 @@ pub async fn run(
         p99_ms: p(0.99),
         cpu_ms_per_1000: cpu * 1e3 / (sent.max(1) as f64 / 1000.0),
         commands_per_event: redis_cmds.map(|c| c * load_secs / sent.max(1) as f64),
+        redis_cpu_ms_per_1000: redis_cpu,
         redis_bytes_per_session: redis_mem.map(|m| m as f64 / sessions as f64),
         lost,
         duplicates,

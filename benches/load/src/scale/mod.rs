@@ -30,6 +30,8 @@ pub struct Figures {
     pub cpu_ms_per_1000: f64,
     /// Redis commands (scripts' own counted) per event sent.
     pub commands_per_event: Option<f64>,
+    /// Redis's own CPU (user + system) per 1,000 events.
+    pub redis_cpu_ms_per_1000: Option<f64>,
     /// Redis memory grown per session.
     pub redis_bytes_per_session: Option<f64>,
     /// Events sent and never delivered.
@@ -133,6 +135,9 @@ fn ratios(disk: &Figures, redis: &Figures, instances: usize) -> String {
     );
     if let Some(c) = redis.commands_per_event {
         t += &format!("| Redis commands per event | | {c:.2} | |\n");
+    }
+    if let Some(c) = redis.redis_cpu_ms_per_1000 {
+        t += &format!("| Redis CPU per 1,000 events | | {c:.0} ms | |\n");
     }
     if let Some(b) = redis.redis_bytes_per_session {
         t += &format!("| Redis memory per session | | {b:.0} B | |\n");
