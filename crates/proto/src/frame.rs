@@ -65,6 +65,11 @@ struct Flat {
 }
 
 fn flat(text: &str) -> Result<Flat, FrameError> {
+    // serde reads a struct from an array too (`["cursor-ack",5]` would be
+    // an ack of the seq in its fourth place): a frame is an object.
+    if !text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('{') {
+        return Err(FrameError::Malformed("a frame is a JSON object".into()));
+    }
     serde_json::from_str(text).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
@@ -159,6 +164,26 @@ pub fn encode_cursor(cursor: Seq) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by fuzz/fuzz_targets/frame.rs: serde reads a struct from a JSON
+    /// array, so `["cursor-ack",5,6,444]` parsed as an ack of 444.
+    #[test]
+    fn a_json_array_is_not_a_frame() {
+        for text in [
+            "[\t\"cursor-ack\",5,6,444,44]",
+            r#"["cursor-ack",null,null,7]"#,
+            r#"["message",null,null,null,{}]"#,
+        ] {
+            assert!(ClientFrame::parse(text).is_err(), "{text}");
+        }
+        for text in [r#"["event",1,null,null,{}]"#, r#"["heartbeat",null,3]"#] {
+            assert!(ServerFrame::parse(text).is_err(), "{text}");
+        }
+        assert!(matches!(
+            ClientFrame::parse(" \n{\"type\":\"cursor-ack\",\"cursor\":4}"),
+            Ok(ClientFrame::CursorAck { cursor: 4 })
+        ));
+    }
 
     #[test]
     fn event_frames_round_trip() {
