@@ -15,7 +15,13 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Ok(frame) = ClientFrame::parse(text) {
-        let json: Value = serde_json::from_str(text).expect("a frame that parses is JSON");
+        // serde_json's `Value` refuses some texts the frame reader need not
+        // judge: a number no f64 holds (`1E400`) inside a message, which
+        // keeps its bytes as they came (a `RawValue`); a lone surrogate
+        // escape in a field the reader skips. Those are read no further.
+        let Ok(json) = serde_json::from_str::<Value>(text) else {
+            return;
+        };
         match &frame {
             ClientFrame::CursorAck { cursor } => {
                 assert_eq!(json["type"], "cursor-ack");
