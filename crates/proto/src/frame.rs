@@ -65,9 +65,12 @@ struct Flat {
 }
 
 fn flat(text: &str) -> Result<Flat, FrameError> {
-    // serde reads a struct from an array too (`["cursor-ack",5]` would be
-    // an ack of the seq in its fourth place): a frame is an object.
-    if !text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('{') {
+    // serde reads a struct from an array too, by position
+    // (`["cursor-ack",1,2,3]` would be an ack of 3): a frame is an object.
+    if !text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
         return Err(FrameError::Malformed("a frame is a JSON object".into()));
     }
     serde_json::from_str(text).map_err(|e| FrameError::Malformed(e.to_string()))
