@@ -14,6 +14,7 @@ mod call_key;
 mod commit;
 pub(crate) mod dispatch;
 pub(crate) mod drain;
+mod hand;
 pub(crate) mod inbox;
 pub(crate) mod lease;
 pub(crate) mod orphans;
@@ -31,8 +32,8 @@ use serde_json::Value;
 
 use crate::backend::{BackendError, BackendSession, DeliverError, Outbox, Pending, Shortcut};
 use crate::route::state::AppState;
-pub(crate) use commit::answer;
 use commit::{commit_loop, Committer};
+pub(crate) use hand::answer;
 use table::{Dest, Table};
 
 /// How the wire ids of server requests start (then the instance of the
