@@ -60,13 +60,10 @@ impl Handed {
     /// Hands `m` over in the answer's place.
     pub(super) fn send(self, m: Message) {
         match self {
-            Handed::Json(tx, _) => {
-                let _ = tx.send(m);
-            }
-            Handed::Lazy(tx, _) => {
-                let _ = tx.send(Answer::Json(m));
-            }
+            Handed::Json(tx, _) => Handed::Json(tx, m),
+            Handed::Lazy(tx, _) => Handed::Lazy(tx, m),
         }
+        .send_answer()
     }
 }
 
