@@ -396,6 +396,18 @@ pub trait Maintenance: Send + Sync + 'static {
     /// covers only the [`BUCKETS`] this instance holds the lease of.
     async fn maintain(&self, idle: Duration, tombstone_ttl: Duration) -> Result<Pass, LogError>;
 
+    /// The sessions to sweep for orphaned calls since the last look
+    /// ([`Pass::sweep`]), without a pass's housekeeping: on a log shared by
+    /// instances it takes this instance's share of the [`BUCKETS`] as
+    /// [`Maintenance::maintain`] does, and costs nothing per session unless
+    /// a bucket changed hands or an instance went away. A server runs it
+    /// every couple of seconds, so the calls and work a dead instance left
+    /// end within its heartbeat's lifetime and a tick, not a maintenance
+    /// interval later. A log of one process has no peers to lose: nothing.
+    async fn watch(&self) -> Result<Vec<String>, LogError> {
+        Ok(Vec::new())
+    }
+
     /// Ends every subscription and makes committed state durable; for shutdown.
     async fn close(&self) -> Result<(), LogError>;
 }

@@ -136,3 +136,55 @@ fn an_old_session_is_walked_again_only_when_its_oldest_event_can_be_old() {
         }
     });
 }
+
+/// Between passes, `watch` moves buckets to a new instance and hands it
+/// their sessions, hands a dead instance's sessions to the survivor, and
+/// otherwise costs a few commands whatever the number of sessions: the
+/// server runs it every 2 s, so what a dead instance left is swept within
+/// its heartbeat's lifetime, not a maintenance interval later.
+#[test]
+fn watch_hands_over_a_new_or_dead_instances_buckets_and_costs_nothing_per_session() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let a = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        const N: usize = 200;
+        for s in 0..N {
+            a.create_session(&format!("s{s}"), bytes::Bytes::new())
+                .await
+                .unwrap();
+        }
+        let (idle, tombstones) = (Duration::from_secs(600), Duration::from_secs(3600));
+        assert_eq!(a.maintain(idle, tombstones).await.unwrap().buckets, 64);
+        let b = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        // b's share is still a's: b takes nothing; a gives it up at its
+        // next look, b takes it and its sessions at its own.
+        assert!(b.watch().await.unwrap().is_empty());
+        assert!(a.watch().await.unwrap().is_empty());
+        let moved = b.watch().await.unwrap();
+        assert!(
+            !moved.is_empty() && moved.len() < N,
+            "b took its share of the buckets and their sessions: {}",
+            moved.len()
+        );
+        // Steady: nothing handed over, nothing read per session.
+        let before = redis.commands_by_name();
+        assert!(a.watch().await.unwrap().is_empty());
+        assert!(b.watch().await.unwrap().is_empty());
+        let ran = ran(&before, &redis.commands_by_name());
+        let total: u64 = ran.values().sum();
+        assert!(total <= 8, "a steady look ran {total} commands: {ran:?}");
+        // a goes away: b takes every bucket and sweeps every session.
+        a.close().await.unwrap();
+        let swept = b.watch().await.unwrap();
+        assert_eq!(
+            swept.len(),
+            N,
+            "every session is swept once an instance is gone"
+        );
+        assert!(b.watch().await.unwrap().is_empty(), "and only once");
+    });
+}

@@ -4,7 +4,9 @@
 //! sessions the pass handed over ([`mcp_resume_log::Pass::sweep`]: every
 //! session at start-up on a log of one process; on Redis those of the
 //! buckets this instance maintains, when it takes them or when another
-//! instance went away).
+//! instance went away). On a shared log it also looks every
+//! [`WATCH_EVERY`] for a change of hands between passes, and a pass that
+//! failed is tried again at the next look, not an interval later.
 
 use std::time::Instant;
 
@@ -16,39 +18,82 @@ use crate::route::{self, state::AppState};
 /// OS ([`give_back_freed_memory`]): a few sessions' worth is kept for reuse.
 const GIVE_BACK_AFTER: usize = 64;
 
+/// How often a server on a log shared by instances looks for a change of
+/// hands between passes ([`mcp_resume_log::Maintenance::watch`]): an
+/// instance that died has its calls and background work ended within its
+/// heartbeat's lifetime and this, and a bucket moves to a new instance
+/// within this of its start.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs until the server stops.
 pub(crate) async fn run(state: AppState) {
     let mut shutdown = state.shutdown.clone();
     // The first pass waits out an unavailable log: calls whose handler died
     // with an earlier process must not wait for a client to resume them.
-    let mut outcome = route::reply::retrying(&state, None, || pass(&state)).await;
+    let mut outcome = Some(route::reply::retrying(&state, None, || pass(&state)).await);
+    let mut next_pass = tokio::time::Instant::now() + interval(&state);
     // Routes parked or closed since memory was last given back, and whether
     // to give it back again on the next pass: their handlers' memory is freed
     // as their tasks end, after the pass that released them.
     let mut released = 0;
     let mut again = false;
     loop {
-        released += match outcome {
-            Ok(pass) => after(&state, pass).await,
-            Err(e) => {
-                tracing::warn!(error = %e, "maintenance failed");
-                0
+        if let Some(outcome) = outcome.take() {
+            released += match outcome {
+                Ok(pass) => after(&state, pass).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "maintenance failed; trying again at the next look");
+                    // Not a whole interval later: at the next tick.
+                    next_pass = tokio::time::Instant::now();
+                    0
+                }
+            };
+            let due = released >= GIVE_BACK_AFTER;
+            if due || again {
+                // It walks the whole heap: not on a worker thread.
+                tokio::task::spawn_blocking(give_back_freed_memory);
             }
+            again = due;
+            if due {
+                released = 0;
+            }
+        }
+        let tick = if state.log.shared() {
+            WATCH_EVERY.min(interval(&state))
+        } else {
+            interval(&state)
         };
-        let due = released >= GIVE_BACK_AFTER;
-        if due || again {
-            // It walks the whole heap: not on a worker thread.
-            tokio::task::spawn_blocking(give_back_freed_memory);
-        }
-        again = due;
-        if due {
-            released = 0;
-        }
         tokio::select! {
-            _ = tokio::time::sleep(interval(&state)) => {}
+            _ = tokio::time::sleep(tick) => {}
             _ = crate::route::state::stopped(&mut shutdown) => return,
         }
-        outcome = pass(&state).await;
+        if tokio::time::Instant::now() >= next_pass {
+            next_pass = tokio::time::Instant::now() + interval(&state);
+            outcome = Some(pass(&state).await);
+        } else {
+            watch(&state).await;
+        }
+    }
+}
+
+/// Between passes on a shared log: the sessions a change of hands (a
+/// bucket taken over, an instance gone) handed this instance, swept for
+/// orphaned calls and lost work.
+async fn watch(state: &AppState) {
+    let sessions = match state.log.watch().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not look for instances gone; trying again at the next look");
+            return;
+        }
+    };
+    if sessions.is_empty() {
+        return;
+    }
+    match route::orphans::sweep(state, &sessions).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(count = n, "ended calls whose handler died with its process"),
+        Err(e) => tracing::warn!(error = %e, "could not sweep for orphaned calls"),
     }
 }
 
@@ -63,6 +108,13 @@ async fn pass(state: &AppState) -> Result<Pass, LogError> {
     state
         .metrics
         .maintained(pass.buckets, pass.ended.len(), started.elapsed());
+    tracing::debug!(
+        buckets = pass.buckets,
+        ended = pass.ended.len(),
+        sweep = pass.sweep.len(),
+        took = ?started.elapsed(),
+        "maintenance pass"
+    );
     Ok(pass)
 }
 

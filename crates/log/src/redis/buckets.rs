@@ -47,6 +47,10 @@ struct Last {
     held: Mask,
     epoch: u64,
     peers: Vec<String>,
+    /// Buckets a pass was to sweep whose sessions it never handed over (it
+    /// failed after [`RedisLog::share`]): swept by the next pass that
+    /// still holds them, so a peer's death noticed once is never forgotten.
+    owed: Mask,
 }
 
 /// The buckets one pass maintains, and those whose sessions it must sweep
@@ -146,13 +150,19 @@ impl RedisLog {
         let mut last = self.held.0.lock().unwrap_or_else(|e| e.into_inner());
         let before = if last.epoch == epoch { last.held } else { 0 };
         let gone = !dead.is_empty() || last.peers.iter().any(|p| !live.contains(p));
-        let sweep = if gone { held } else { held & !before };
+        let sweep = (if gone { held } else { held & !before }) | (last.owed & held);
         *last = Last {
             held,
             epoch,
             peers: live,
+            owed: sweep,
         };
         Ok(Share { held, sweep, epoch })
+    }
+
+    /// The sessions of a pass's sweep were handed over: nothing is owed.
+    pub(super) fn swept(&self) {
+        self.held.0.lock().unwrap_or_else(|e| e.into_inner()).owed = 0;
     }
 
     /// Whether a pass begun under `share` may go on: its leases are still

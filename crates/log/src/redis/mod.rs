@@ -429,6 +429,7 @@ impl Maintenance for RedisLog {
         let ended = self.trim_and_end_idle(&share, idle).await?;
         self.forget_tombstones(&share, tombstone_ttl).await?;
         let sweep = self.live_ids_in(share.sweep).await?;
+        self.swept();
         // Ended, reconciled and forgotten sessions: counted afresh.
         self.live_count.forget();
         Ok(Pass {
@@ -436,6 +437,13 @@ impl Maintenance for RedisLog {
             sweep,
             buckets: share.held.count_ones() as u16,
         })
+    }
+
+    async fn watch(&self) -> Result<Vec<String>, LogError> {
+        let share = self.share().await?;
+        let sweep = self.live_ids_in(share.sweep).await?;
+        self.swept();
+        Ok(sweep)
     }
 
     async fn close(&self) -> Result<(), LogError> {

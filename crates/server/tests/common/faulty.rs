@@ -282,7 +282,9 @@ impl Maintenance for FaultyLog {
     ) -> Result<mcp_resume_log::Pass, LogError> {
         self.inner.maintain(idle, tombstone_ttl).await
     }
-
+    async fn watch(&self) -> Result<Vec<String>, LogError> {
+        self.inner.watch().await
+    }
     async fn close(&self) -> Result<(), LogError> {
         self.inner.close().await
     }

@@ -254,6 +254,9 @@ impl Maintenance for LeasedLog {
     async fn maintain(&self, idle: Duration, tombstone_ttl: Duration) -> Result<Pass, LogError> {
         self.inner.maintain(idle, tombstone_ttl).await
     }
+    async fn watch(&self) -> Result<Vec<String>, LogError> {
+        self.inner.watch().await
+    }
     async fn close(&self) -> Result<(), LogError> {
         self.inner.close().await
     }
