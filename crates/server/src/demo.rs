@@ -93,15 +93,16 @@ pub fn demo_tools() -> ToolRegistry {
                 // The first batch is committed before the call answers, so a
                 // log that refuses it fails the call (loudly) instead of
                 // breaking a promise already made. The rest runs in the
-                // background; its slot is taken first, so a call refused for
-                // the background budget has committed nothing.
+                // background; its slot and its note in the log are taken
+                // first, so a call refused for either has committed nothing,
+                // and a promise made ends kept or reported (`work-lost`).
                 let first = if interval == 0 { EMIT_BATCH.min(count) } else { count.min(1) };
                 let (go, started) = tokio::sync::oneshot::channel::<()>();
                 if count > first {
                     let worker = ctx.clone();
                     ctx.spawn(async move {
                         if started.await.is_err() {
-                            return; // the first batch was refused
+                            return Ok(()); // the first batch was refused: nothing promised
                         }
                         let mut k = first + 1;
                         while k <= count {
@@ -115,11 +116,13 @@ pub fn demo_tools() -> ToolRegistry {
                                     error = %e,
                                     "emit stopped: notifications {k}..={count} were promised but not committed"
                                 );
-                                return;
+                                return Err(e);
                             }
                             k += n;
                         }
-                    })?;
+                        Ok(())
+                    })
+                    .await?;
                 }
                 if first > 0 {
                     ctx.notify_session_encoded((1..=first).map(|i| emit_message(i, count)).collect())

@@ -23,6 +23,7 @@ mod session_route;
 pub(crate) mod state;
 pub(crate) mod streams;
 pub(crate) mod table;
+pub(crate) mod work_note;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

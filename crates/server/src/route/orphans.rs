@@ -11,11 +11,10 @@
 //! or not (`lease-lost`): it can no longer answer it (its commits are
 //! fenced), nor read one forwarded to it after the lease moved.
 //!
-//! Background work a built-in tool started after its call answered (`emit`
-//! sending what it promised) is noted the same way, by a request stream
-//! whose record names the instance (`work_record`), retired when the work
-//! ends; one left by an instance that died is reported on the session
-//! stream (`notifications/message`, `logger: mcp-resume`, `data.reason:
+//! Background work a built-in tool started for its call (`emit` sending
+//! what it promised) is noted the same way (`route::work_note`); a note
+//! left open by an instance that died is reported on the session stream
+//! (`notifications/message`, `logger: mcp-resume`, `data.reason:
 //! work-lost`), so a client knows the promise was broken instead of waiting
 //! for what will never come. Orphans are ended
 //! by the maintenance sweep (at start-up every stream of a disk log left from
@@ -35,34 +34,6 @@ use crate::route::state::{AppState, ORPHAN_SLOTS};
 /// The record stored with a request stream.
 pub(crate) fn record(rpc_id: &Value, instance: &str) -> Bytes {
     Bytes::from(json!({"id": rpc_id, "owner": instance}).to_string())
-}
-
-/// The record of a request stream that notes background work `instance`
-/// runs for a session (a built-in tool's `ToolContext::spawn`): retired
-/// when the work ends; found by the sweep when `instance` died first, and
-/// then reported to the session's client ([`end_if_orphaned`]).
-pub(crate) fn work_record(instance: &str) -> Bytes {
-    Bytes::from(json!({"work": "background", "owner": instance}).to_string())
-}
-
-/// The event that closes a background work's note when the work ended: a
-/// response (to no call), so the sweep reads the note as answered.
-pub(crate) fn work_done() -> Bytes {
-    Bytes::from_static(br#"{"jsonrpc":"2.0","id":null,"result":{"work":"done"}}"#)
-}
-
-/// What the session's client is told when the instance running
-/// background work it was promised died before the work ended.
-fn work_lost(owner: &str) -> Bytes {
-    Bytes::from(
-        json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {
-            "level": "error", "logger": "mcp-resume", "data": {
-                "reason": "work-lost",
-                "instance": owner,
-                "message": "the server instance running a tool's background work for this session stopped before it finished (killed, or cut off past its shutdown grace): what that work had promised may be incomplete",
-            }}})
-        .to_string(),
-    )
 }
 
 /// Ends request stream `r` of `session` with an error response if its handler
@@ -151,7 +122,10 @@ async fn end_lost_work(
         .commit_once(
             session,
             StreamKey::Session,
-            vec![work_lost(owner)],
+            vec![crate::route::work_note::lost_event(
+                owner,
+                crate::route::work_note::DIED,
+            )],
             orphan_key(session, r),
             false,
         )
@@ -248,7 +222,7 @@ async fn end_if_lease_lost(
 /// committed: the same on every instance ([`mcp_resume_log::EventLog::append_once`]),
 /// so instances (or a resume and the start-up sweep) that end one orphan at
 /// once commit one error. FNV-1a, stable across processes and releases.
-fn orphan_key(session: &str, r: u64) -> u64 {
+pub(crate) fn orphan_key(session: &str, r: u64) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in b"orphan\0"
         .iter()

@@ -153,7 +153,18 @@ impl ToolContext {
     /// [`ServerConfig::max_background_per_session`](crate::ServerConfig) such
     /// tasks at once; past that this refuses (`InvalidParams`, so the caller
     /// sees why) instead of letting one session grow without bound.
-    pub fn spawn<F: Future<Output = ()> + Send + 'static>(&self, work: F) -> Result<(), ToolError> {
+    ///
+    /// The work is noted in the log before it starts, so call this before
+    /// promising what it will do: a promise then ends kept or said broken.
+    /// The session's client is told (`notifications/message`, `data.reason:
+    /// work-lost`) when `work` returns an error, and, by another instance's
+    /// sweep, when this process dies (kill -9, or cut off past the shutdown
+    /// grace) before the work ends. A log that refuses the note fails this,
+    /// and the call with it, with nothing promised.
+    pub async fn spawn<F>(&self, work: F) -> Result<(), ToolError>
+    where
+        F: Future<Output = Result<(), ToolError>> + Send + 'static,
+    {
         let max = self.of.shared.config.max_background_per_session;
         {
             let mut running = self.of.shared.background();
@@ -169,41 +180,27 @@ impl ToolContext {
             shared: self.of.shared.clone(),
             session: self.of.session.clone(),
         };
-        let mut shutdown = self.of.shared.shutdown.clone();
+        let note =
+            crate::route::work_note::WorkNote::open(self.of.shared.log.clone(), &self.of.session)
+                .await?;
+        let shutdown = self.of.shared.shutdown.clone();
         let cancel = self.of.cancel.clone();
-        let log = self.of.shared.log.clone();
-        let session = self.of.session.clone();
         self.of.shared.tasks.spawn(async move {
-            // A durable note that this instance runs work the session's
-            // client was promised: if the process dies before the work ends
-            // (kill -9, or cut off past the shutdown grace), the orphan sweep
-            // tells the client (`route::orphans`), instead of the promise
-            // vanishing without a word.
-            let note = log
-                .open_request_stream(
-                    &session,
-                    crate::route::orphans::work_record(log.instance()),
-                    // The transport's own record of work a call it
-                    // admitted started: never refused by the call limit.
-                    u64::MAX,
-                )
-                .await
-                .ok();
-            let cut = tokio::select! {
-                _ = work => false,
-                _ = crate::route::state::stopped(&mut shutdown) => true,
-                _ = cancel.cancelled() => false,
-            };
-            if let (Some(r), false) = (note, cut) {
-                // Ended: said in the note itself (a log of one process keeps
-                // a retired stream until the session ends), then retired.
-                let done = crate::route::orphans::work_done();
-                let stream = mcp_resume_log::StreamKey::Request(r);
-                if let Err(e) = log.append(&session, stream, vec![done]).await {
-                    tracing::debug!(%session, error = %e, "could not mark a background task's note done");
-                }
-                if let Err(e) = log.retire_request_stream(&session, r).await {
-                    tracing::debug!(%session, error = %e, "could not retire a background task's note");
+            let mut stop = shutdown.clone();
+            tokio::select! {
+                ended = work => match ended {
+                    Ok(()) => note.done(&shutdown).await,
+                    Err(e) => note.lost(&e.to_string(), &shutdown).await,
+                },
+                // Cut off past the grace: the note stays, and is reported
+                // by the sweep once this instance is gone.
+                _ = crate::route::state::stopped(&mut stop) => {}
+                // The session ended (its route closed): nobody to tell. A
+                // route closed by the server stopping is a cut, as above.
+                _ = cancel.cancelled() => {
+                    if !*shutdown.borrow() {
+                        note.done(&shutdown).await;
+                    }
                 }
             }
             drop(slot);
