@@ -87,7 +87,12 @@ pub(crate) fn start(launch: &Launch, port: u16, dir: &Path) -> Result<Child, Str
             cmd
         }
     };
-    let log = std::fs::File::create(dir.join(format!("instance-{port}.log")))
+    // Appended to: an instance started again on its slot's port keeps what
+    // the one before it (killed, say) wrote.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("instance-{port}.log")))
         .map_err(|e| format!("creating an instance's log: {e}"))?;
     let mut child = cmd
         .env(

@@ -104,7 +104,17 @@ const RISE: Duration = Duration::from_millis(900);
 impl Fleet {
     /// Starts Redis (unless the plan names one), the instances and the balancer.
     pub(crate) fn start(plan: Plan) -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        // MCPR_FLEET_KEEP keeps it (the instances' and the balancer's logs)
+        // for a look after the run (docs/fleet.md).
+        let keep = std::env::var_os("MCPR_FLEET_KEEP").is_some();
+        let dir = tempfile::Builder::new()
+            .prefix("mcp-resume-fleet")
+            .disable_cleanup(keep)
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        if keep {
+            eprintln!("mcp-resume: the fleet's logs are kept in {}", dir.path().display());
+        }
         // A private copy: a restart runs the binary the fleet started with,
         // even when the file has been rebuilt since (a shared target dir).
         let exe = dir.path().join("mcp-resume-fleet");

@@ -154,7 +154,8 @@ pub async fn run(flags: &FleetFlags, cx: &Context<'_>) -> Result<bool, String> {
         let _ = (&mut s.1).await;
     }
     // (Lost work is reported once another instance sweeps the dead one's
-    // sessions: its heartbeat expires in 10 s, then a maintenance pass.)
+    // sessions: its heartbeat expires in 10 s, and the survivors look for
+    // an instance gone every 2 s.)
     let until = Instant::now() + Duration::from_secs(30);
     while Instant::now() < until {
         let behind = sessions.iter().any(|(_, _, _, seen, promised)| {
