@@ -56,8 +56,8 @@ fn three_hundred_readers_share_a_handful_of_connections() {
         // All 300 readers are open and following.
         let n = clients(&redis.url).await;
         assert!(
-            n <= 2 + 16 + 1,
-            "two managers, at most 16 tail shards and the reader of session end notices, not one per reader: {n} connections"
+            n <= 2 + 64 + 1,
+            "two managers, at most 64 tail shards and the reader of session end notices, not one per reader: {n} connections"
         );
         for (id, head, mut sub) in subs {
             for want in head + 1..=20 {

