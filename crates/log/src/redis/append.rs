@@ -1,7 +1,8 @@
 //! The append step of the Redis backend, the commit point: one script that
 //! assigns seqs, appends, trims and moves the heads (`scripts::APPEND`),
 //! then `WAIT` for the replicas and the move of the committed head `c`
-//! that readers see, then the wake-up of followers on a cluster. The age
+//! that readers see, then the wake-up of followers (inside the script on
+//! one server without replicas). The age
 //! trim of maintenance runs the same script with no events.
 
 use bytes::Bytes;
@@ -35,13 +36,15 @@ impl RedisLog {
             .key(format!("{p}:pin"))
             .key(format!("{p}:once"))
             .key(format!("{p}:rs"))
+            .key(tail::followers_key(&p))
             .arg(n)
             .arg(now_ms())
             .arg(self.retention.max_events)
             .arg(floor)
             .arg(self.commit_at_ack())
             .arg(key.map(|k| k.to_string()).unwrap_or_default())
-            .arg(owner.unwrap_or_default());
+            .arg(owner.unwrap_or_default())
+            .arg(if self.rings_in_script() { "1" } else { "" });
         for m in messages {
             inv.arg(m.as_ref());
         }
@@ -93,9 +96,10 @@ impl RedisLog {
                 .await
                 .map_err(unavailable)?;
         }
-        if self.cluster() {
+        if !self.rings_in_script() {
             // Committed: wake the instances that follow it (a hint; their
-            // safety reads cover a lost one).
+            // safety reads cover a lost one). On one server without
+            // replicas the append script did, in the commit's own step.
             tokio::spawn(tail::ring(
                 self.conn.clone(),
                 p.clone(),
@@ -103,6 +107,13 @@ impl RedisLog {
             ));
         }
         Ok(h as u64)
+    }
+
+    /// Whether the append script itself wakes a stream's followers: on one
+    /// server (a script may not touch a cluster's other slots) whose commit
+    /// is the script (no `WAIT` for replicas before the committed head moves).
+    fn rings_in_script(&self) -> bool {
+        !self.cluster() && self.replicas == 0
     }
 
     /// Trims stream `stream` of `id` to `floor` (age retention), never past

@@ -265,6 +265,7 @@ impl EventLog for RedisLog {
             .key(format!("{p}:st:{r}"))
             .key(format!("{p}:ev:{r}"))
             .key(format!("{p}:rs"))
+            .key(tail::followers_key(&p))
             .arg(r)
             .invoke_async(&mut self.conn.clone())
             .await
@@ -448,6 +449,7 @@ impl Maintenance for RedisLog {
 
     async fn close(&self) -> Result<(), LogError> {
         self.closed.store(true, Ordering::Relaxed);
+        self.tails.close();
         self.heartbeat.stop(&mut self.conn.clone()).await
     }
 }

@@ -1,24 +1,25 @@
-//! Following Redis streams for this instance's readers: one blocking `XREAD`
-//! per shard of streams, fanned out to every local subscriber, instead of a
-//! Redis connection per reader.
+//! Following Redis streams for this instance's readers: a few shards of
+//! streams read for every local subscriber, instead of a Redis connection
+//! per reader, woken by the commits of the streams they follow.
 //!
 //! Each followed stream has a [`Fanout`] whose `last` is the seq it has read
 //! up to. A subscriber joins with the commit point `C = max(head, last)`
 //! (both committed) and receives only events after its own cursor, so it
 //! cannot miss what the shard read before it joined nor see anything twice.
-//! The shard's task reads every stream from its `last`, so nothing appended
-//! between two reads is missed either. A new stream interrupts the blocking
-//! read through the shard's wake stream.
+//! The shard reads every stream from its `last`, so nothing appended
+//! between two reads is missed either.
 //!
-//! On a cluster a blocking `XREAD` cannot span slots (`CROSSSLOT`, even on
-//! one node), and sessions are spread over all 16384 of them, so a shard
-//! reads with non-blocking single-key reads instead ([`poll`]): the streams
-//! a commit woke ([`bell`]: the committing instance adds the stream's key to
-//! the wake stream of each instance registered as its follower), and every
-//! followed stream once per safety period (growing while wake-ups arrive
-//! in order), sent concurrently (the cluster connection pipelines those
-//! bound for one node). Session ends are pushed to every instance
-//! ([`endings`]), with a check every [`END_BACKSTOP`] behind them.
+//! A shard reads with non-blocking single-key reads ([`poll`]): the streams
+//! a commit woke ([`bell`]: the commit adds the stream's key to the wake
+//! stream of each instance registered as its follower, inside the append
+//! script on one server), new streams, and every followed stream once per
+//! safety period (growing while wake-ups arrive in order), sent
+//! concurrently (pipelined per node). So an event costs Redis a read of its
+//! own stream per following instance, not a re-sent blocking read of every
+//! stream a shard follows (which grew with the sessions: 94 % of Redis's
+//! time at 20,000 sessions, benches/results/redis-path.md). Session ends
+//! are pushed to every instance ([`endings`]), with a check every
+//! [`END_BACKSTOP`] behind them.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -32,26 +33,21 @@ use crate::subscription::{EndReason, Feed};
 use crate::{Event, Seq, Subscription};
 
 mod bell;
-mod block;
+mod blocking;
 mod endings;
 mod poll;
 
-pub(super) use bell::ring;
+pub(super) use bell::{followers_key, ring};
 pub(super) use endings::{notice as end_notice, ENDINGS};
 
-/// Shards per instance: each is one blocking connection when in use. A
-/// wake-up re-sends its shard's `XREAD` with every stream the shard follows,
-/// which Redis parses and registers again: an event costs Redis work in
-/// proportion to the streams per shard, so more shards make each event
-/// cheaper (16 to 64: Redis's time in `XREAD` per 1,000 events at 20,000
-/// sessions 1,879 to 774 ms, benches/results/redis-path.md), for more idle
-/// connections (at most 64 per instance).
-const SHARDS: usize = 64;
-/// How long one `XREAD` blocks; also the bound on noticing `close`.
-const BLOCK_MS: u64 = 500;
+/// Shards per instance: each a lock over the streams it follows and a task
+/// that reads them, so delivering to many readers spreads over tasks and
+/// no one lock is held by every commit. No shard holds a connection of its
+/// own: reads go over the shared, pipelined one.
+const SHARDS: usize = 16;
 
-/// `XREAD COUNT 512 BLOCK block_ms STREAMS`: how every blocking read of the
-/// tail begins (its keys, then their ids, follow).
+/// `XREAD COUNT 512 BLOCK block_ms STREAMS`: how a blocking read (of
+/// session end notices) begins (its keys, then their ids, follow).
 fn xread_blocking(block_ms: u64) -> redis::Cmd {
     let mut cmd = redis::cmd("XREAD");
     cmd.arg("COUNT")
@@ -63,8 +59,6 @@ fn xread_blocking(block_ms: u64) -> redis::Cmd {
 }
 /// The longest pause between looks at a stream whose newest events are not committed yet.
 const MAX_HOLD_POLL: Duration = Duration::from_millis(100);
-/// How long a wake stream outlives its last use.
-const WAKE_TTL_MS: u64 = 600_000;
 /// How often the sessions of followed streams are checked for having
 /// ended, a backstop: ends are pushed ([`endings`]), this finds a lost notice.
 const END_BACKSTOP: Duration = Duration::from_secs(30);
@@ -131,18 +125,14 @@ struct ShardState {
 }
 
 struct Shard {
-    /// For the blocking connection on one server; `None` on a cluster (polled).
-    client: Option<redis::Client>,
     conn: Conn,
-    /// Wakes a polling shard for a new stream (a cluster).
+    /// Wakes the shard's task: a stream to read at once (woken, new).
     notify: tokio::sync::Notify,
-    /// This shard's wake stream (unique per instance).
-    wake: String,
     capacity: usize,
     closed: Arc<AtomicBool>,
     /// Appends are committed only after `WAIT` (replicas): deliver up to `c`, not to what is in the stream.
     strict: bool,
-    /// The longest interval between safety reads on a cluster ([`poll`]), in ms.
+    /// The longest interval between safety reads ([`poll`]), in ms.
     safety_max_ms: Arc<AtomicU64>,
     state: Mutex<ShardState>,
 }
@@ -150,8 +140,8 @@ struct Shard {
 /// Every stream this instance follows for its readers.
 pub(super) struct Tails {
     shards: Vec<Arc<Shard>>,
-    /// On a cluster: this instance's wake stream.
-    bell: Option<Arc<bell::Bell>>,
+    /// This instance's wake stream.
+    bell: Arc<bell::Bell>,
     /// The reader of session end notices.
     endings: endings::Endings,
     conn: Conn,
@@ -161,9 +151,7 @@ pub(super) struct Tails {
 
 impl Drop for Tails {
     fn drop(&mut self) {
-        if let Some(b) = &self.bell {
-            b.stop();
-        }
+        self.bell.stop();
         self.endings.stop();
     }
 }
@@ -176,8 +164,8 @@ fn shard_index(session: &str, shards: usize) -> usize {
 }
 
 impl Tails {
-    /// `client` for the blocking reads on one server, or `cluster` for the
-    /// wake-ups of the polled tail on a cluster.
+    /// `client` on one server, or `cluster`: where the blocking reads of
+    /// wake-ups and session end notices connect.
     pub fn new(
         client: Option<redis::Client>,
         cluster: Option<redis::cluster::ClusterClient>,
@@ -191,19 +179,17 @@ impl Tails {
         let _ = getrandom::fill(&mut nonce);
         let nonce = u64::from_le_bytes(nonce);
         let source = match (&client, &cluster) {
-            (_, Some(c)) => endings::Source::Cluster(c.clone()),
-            (Some(c), None) => endings::Source::Server(c.clone()),
+            (_, Some(c)) => blocking::Source::Cluster(c.clone()),
+            (Some(c), None) => blocking::Source::Server(c.clone()),
             (None, None) => unreachable!("a tail reads one server or a cluster"),
         };
-        let bell = cluster.map(|c| Arc::new(bell::Bell::new(c, nonce)));
+        let bell = Arc::new(bell::Bell::new(source.clone(), nonce));
         let safety_max_ms = Arc::new(AtomicU64::new(poll::SAFETY_MAX.as_millis() as u64));
         let shards = (0..SHARDS)
-            .map(|i| {
+            .map(|_| {
                 Arc::new(Shard {
-                    client: client.clone(),
                     conn: conn.clone(),
                     notify: tokio::sync::Notify::new(),
-                    wake: format!("mcpr:wake:{nonce:016x}:{i}"),
                     capacity,
                     closed: closed.clone(),
                     strict,
@@ -219,6 +205,14 @@ impl Tails {
             conn,
             closed,
             safety_max_ms,
+        }
+    }
+
+    /// The log closes: every shard's task wakes at once, finds it closed
+    /// and ends its readers (`Closed`).
+    pub fn close(&self) {
+        for s in &self.shards {
+            s.notify.notify_one();
         }
     }
 
@@ -249,12 +243,11 @@ impl Tails {
         let shard = &self.shards[shard_index(session, self.shards.len())];
         // Before the first read: an end after it is not missed.
         self.endings.start(&self.shards, &self.closed).await;
-        if let Some(bell) = &self.bell {
-            // Registered before the first read: no wake-up after it is missed.
-            if !shard.lock().streams.contains_key(&key) {
-                bell.follow(&self.conn, &key, &self.shards, &self.closed)
-                    .await;
-            }
+        // Registered before the first read: no wake-up after it is missed.
+        if !shard.lock().streams.contains_key(&key) {
+            self.bell
+                .follow(&self.conn, &key, &self.shards, &self.closed)
+                .await;
         }
         let (c, start, new_stream, sub) = {
             let mut st = shard.lock();
@@ -276,9 +269,9 @@ impl Tails {
             (c, start, new_stream, sub)
         };
         if start {
-            tokio::spawn(shard.clone().run());
+            tokio::spawn(shard.clone().poll());
         } else if new_stream {
-            shard.wake().await;
+            shard.notify.notify_one();
         }
         (c, sub)
     }
@@ -301,27 +294,14 @@ impl Shard {
         true
     }
 
-    /// Interrupts the blocking read so that it picks up a new stream. If this
-    /// fails, Redis is away and the read fails too; the new stream is read
-    /// at the latest when the block times out.
-    /// The key expires when unused, so instances that die leave nothing behind.
-    async fn wake(&self) {
-        if self.client.is_none() {
-            return self.notify.notify_one();
-        }
-        let _: Result<redis::Value, _> = redis::pipe()
-            .cmd("XADD")
-            .arg(&self.wake)
-            .arg("MAXLEN")
-            .arg(1)
-            .arg("*")
-            .arg("w")
-            .arg(1)
-            .cmd("PEXPIRE")
-            .arg(&self.wake)
-            .arg(WAKE_TTL_MS)
-            .query_async(&mut self.conn.clone())
-            .await;
+    /// Marks every followed stream for an immediate read: wake-ups may have
+    /// been lost (the wake stream was unreadable).
+    fn mark_all(&self) {
+        let mut st = self.lock();
+        let keys: Vec<String> = st.streams.keys().cloned().collect();
+        st.dirty.extend(keys);
+        drop(st);
+        self.notify.notify_one();
     }
 
     /// Ends the readers of every stream of `session` (it ended) and stops

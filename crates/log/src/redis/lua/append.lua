@@ -9,6 +9,10 @@
 -- `owner`, nothing is appended unless that instance holds the session's
 -- lease (field `o`): `{-4}`, the fence of a stalled owner; `owner` `-`
 -- appends only while no instance holds it.
+-- With `ring` (one server, no replicas: the commit is this script), each
+-- instance that follows the stream (the follower set, `WAKE|STREAM`
+-- members) gets the stream's key on its wake stream, in the commit's own
+-- step; a wake stream gone with its instance drops the registration.
 -- Returns `{head, floor}`, or `{-1}` no live session, `{-2}` no stream,
 -- `{head, -3}` already appended under `once`, `{-4}` not the owner.
 local session = KEYS[1]
@@ -17,6 +21,7 @@ local events = KEYS[3]
 local pins_key = KEYS[4]
 local once_keys = KEYS[5]
 local index = KEYS[6]
+local followers = KEYS[7]
 local stream = ARGV[1]
 local now_ms = ARGV[2]
 local max_events = ARGV[3]
@@ -24,7 +29,8 @@ local floor = ARGV[4]
 local commit_at_ack = ARGV[5]
 local once = ARGV[6] or ''
 local owner = ARGV[7] or ''
--- ARGV[8..]: the messages, in order
+local ring = ARGV[8] or ''
+-- ARGV[9..]: the messages, in order
 -- The session's state and the stream's, one read each.
 local s = redis.call('HMGET', session, 'e', 'o')
 if s[1] ~= '0' then return {-1} end
@@ -42,12 +48,12 @@ local h = tonumber(st[1])
 if not h then return {-2} end
 local f = tonumber(st[2])
 local emptied = false
-if stream ~= '0' and #ARGV >= 8 and h > 0 and f > h then
+if stream ~= '0' and #ARGV >= 9 and h > 0 and f > h then
   -- Events again on a stream retention emptied: it holds something again.
   redis.call('PERSIST', stream_state)
   redis.call('SADD', index, stream)
 end
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   h = h + 1
   redis.call('XADD', events, h .. '-0', 't', now_ms, 'm', ARGV[i])
 end
@@ -91,5 +97,18 @@ if once ~= '' then
   if old then redis.call('HDEL', once_keys, old) end
   redis.call('HSET', once_keys, slot, once, once, h)
   redis.call('PEXPIRE', once_keys, 600000)
+end
+if ring == '1' and #ARGV >= 9 then
+  -- The wake streams are not declared keys: one server only (`ring` is
+  -- never set on a cluster, whose instances ring after the commit).
+  local members = redis.call('SMEMBERS', followers)
+  for _, m in ipairs(members) do
+    local bar = string.find(m, '|', 1, true)
+    if bar and string.sub(m, bar + 1) == events then
+      local added = redis.call('XADD', string.sub(m, 1, bar - 1), 'NOMKSTREAM',
+        'MAXLEN', '~', 4096, '*', 'k', events)
+      if not added then redis.call('SREM', followers, m) end
+    end
+  end
 end
 return {h, f}

@@ -1,12 +1,20 @@
 -- Retires request stream `n` of a live session: its state, record and
 -- events go and it leaves the index; its number is not handed out again.
+-- The instances registered as its followers (`WAKE|STREAM` members of the
+-- follower set) are forgotten with it, so the set does not grow with every
+-- call a long-lived session makes.
 -- Returns 0, or -1 for no live session.
 local session = KEYS[1]
 local stream_state = KEYS[2]
 local events = KEYS[3]
 local index = KEYS[4]
+local followers = KEYS[5]
 local n = ARGV[1]
 if redis.call('HGET', session, 'e') ~= '0' then return -1 end
 redis.call('DEL', stream_state, events)
 redis.call('SREM', index, n)
+local suffix = '|' .. events
+for _, m in ipairs(redis.call('SMEMBERS', followers)) do
+  if string.sub(m, -#suffix) == suffix then redis.call('SREM', followers, m) end
+end
 return 0

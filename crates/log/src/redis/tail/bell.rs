@@ -1,29 +1,33 @@
-//! Wake-ups for the polling tail on a cluster, so that an idle followed
-//! stream costs a safety read per safety interval ([`super::poll`], 1 s
-//! growing to 30 s) instead of a read per round.
+//! Wake-ups for the tail, so that an event costs its readers' instances a
+//! read of the one stream it was appended to, whatever the number of
+//! streams they follow, and an idle followed stream a safety read per
+//! safety interval ([`super::poll`], 1 s growing to 30 s).
 //!
 //! Each instance has one wake stream, `mcpr:wake:{NONCE}`. A shard that
 //! starts following a stream registers `WAKE|STREAM` in the session's
-//! follower set `mcpr:{SESSION}:f` (the session's slot). After an append is
-//! committed, the appending instance reads that set and adds the stream's key
-//! to each follower's wake stream (`XADD NOMKSTREAM`: a wake stream that
-//! expired with its instance is not recreated, and its registration is
-//! dropped). Each instance blocks on its own wake stream on a connection of
-//! its own and marks the named streams for an immediate read.
+//! follower set `mcpr:{SESSION}:f` (the session's slot). Once an append is
+//! committed, each follower's wake stream gets the stream's key (`XADD
+//! NOMKSTREAM`: a wake stream that expired with its instance is not
+//! recreated, and its registration is dropped): on one server without
+//! replicas inside the append script itself, in the commit's own round trip
+//! (`append.lua`); on a cluster, where the wake streams live in other
+//! slots, and after a `WAIT` for replicas, by the appending instance right
+//! after ([`ring`]). Each instance blocks on its own wake stream on a
+//! connection of its own and marks the named streams for an immediate read.
 //!
 //! Wake-ups only shorten the wait: every read is from the stream's own last
 //! seq, so a lost wake-up (an instance dying between its commit and the
-//! `XADD`, a failover) delays events until the next safety read, never
-//! skips them.
+//! `XADD`, a failover, a wake stream trimmed before it was read) delays
+//! events until the next safety read, never skips them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::cluster::ClusterClient;
 use redis::Value;
 
 use super::super::conn::Conn;
+use super::blocking::Source;
 use super::Shard;
 
 /// How long a wake stream outlives its instance's last refresh.
@@ -44,7 +48,7 @@ pub(in crate::redis) fn followers_key(prefix: &str) -> String {
 pub(super) struct Bell {
     /// `mcpr:wake:{NONCE}`.
     pub key: String,
-    client: ClusterClient,
+    source: Source,
     /// Set once the wake stream exists and its reading task runs. A
     /// registration must never be visible before its wake stream exists: a
     /// commit in between would find no stream, take the instance for dead
@@ -55,10 +59,10 @@ pub(super) struct Bell {
 }
 
 impl Bell {
-    pub fn new(client: ClusterClient, nonce: u64) -> Self {
+    pub fn new(source: Source, nonce: u64) -> Self {
         Self {
             key: format!("mcpr:wake:{{{nonce:016x}}}"),
-            client,
+            source,
             started: tokio::sync::OnceCell::new(),
             stopped: AtomicBool::new(false),
         }
@@ -157,28 +161,32 @@ impl Bell {
                 }
             }
             if blocking.is_none() {
-                blocking = self.client.get_async_connection().await.ok();
+                blocking = self.source.connect(BLOCK_MS).await.ok();
             }
             let Some(c) = blocking.as_mut() else {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             };
-            let reply: Result<Value, _> = redis::cmd("XREAD")
-                .arg("COUNT")
+            let mut read = redis::cmd("XREAD");
+            read.arg("COUNT")
                 .arg(MAXLEN)
                 .arg("BLOCK")
                 .arg(BLOCK_MS)
                 .arg("STREAMS")
                 .arg(&self.key)
-                .arg(&last)
-                .query_async(c)
-                .await;
+                .arg(&last);
+            let reply: Result<Value, _> = c.query(&read).await;
             let reply = match reply {
                 Ok(v) => v,
                 Err(e) => {
-                    // A failover of the wake stream's master: the safety
-                    // reads carry on meanwhile.
+                    // Redis restarted or stalled, or the wake stream's master
+                    // failed over: wake-ups may be lost meanwhile, so every
+                    // followed stream is read once now (from its own last
+                    // seq), and the safety reads carry on.
                     tracing::debug!(error = %e, "wake stream unreadable");
+                    for shard in &shards {
+                        shard.mark_all();
+                    }
                     blocking = None;
                     refreshed = None;
                     // Re-read from the new stream's first entry (the safety

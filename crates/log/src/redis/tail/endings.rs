@@ -22,6 +22,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::super::reply;
+use super::blocking::{Blocking, Source};
 use super::Shard;
 
 /// The stream of ended session ids (field `s`).
@@ -43,45 +44,6 @@ pub(in crate::redis) fn notice(id: &str) -> redis::Cmd {
         .arg("s")
         .arg(id);
     c
-}
-
-/// Where the blocking connection of the reader of notices comes from.
-#[derive(Clone)]
-pub(super) enum Source {
-    Server(redis::Client),
-    Cluster(redis::cluster::ClusterClient),
-}
-
-/// A blocking connection of either kind.
-enum Blocking {
-    Server(redis::aio::MultiplexedConnection),
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl Source {
-    async fn connect(&self) -> redis::RedisResult<Blocking> {
-        match self {
-            Source::Server(c) => {
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(super::super::CONNECT_TIMEOUT)
-                    .set_response_timeout(Duration::from_millis(BLOCK_MS + 5000));
-                Ok(Blocking::Server(
-                    c.get_multiplexed_async_connection_with_config(&config)
-                        .await?,
-                ))
-            }
-            Source::Cluster(c) => Ok(Blocking::Cluster(c.get_async_connection().await?)),
-        }
-    }
-}
-
-impl Blocking {
-    async fn query(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<Value> {
-        match self {
-            Blocking::Server(c) => cmd.query_async(c).await,
-            Blocking::Cluster(c) => cmd.query_async(c).await,
-        }
-    }
 }
 
 /// This instance's reader of notices: started with the first followed stream.
@@ -108,7 +70,7 @@ impl Endings {
     pub async fn start(&self, shards: &[Arc<Shard>], closed: &Arc<AtomicBool>) {
         self.started
             .get_or_init(|| async {
-                let mut conn = self.source.connect().await.ok();
+                let mut conn = self.source.connect(BLOCK_MS).await.ok();
                 let last = match conn.as_mut() {
                     Some(c) => newest(c).await,
                     None => None,
@@ -151,7 +113,7 @@ async fn run(
 ) {
     while !closed.load(Ordering::Relaxed) && !stopped.load(Ordering::Relaxed) {
         if conn.is_none() {
-            conn = source.connect().await.ok();
+            conn = source.connect(BLOCK_MS).await.ok();
         }
         let Some(c) = conn.as_mut() else {
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -1,6 +1,9 @@
-//! The tail on a cluster: non-blocking reads of the streams that were woken
-//! ([`bell`](super::bell)), plus a safety read of every followed stream,
-//! instead of one blocking `XREAD`, which cannot span slots.
+//! How a shard reads, on one server and on a cluster alike: non-blocking
+//! reads of the streams that were woken ([`bell`](super::bell)), plus a
+//! safety read of every followed stream. (Not one blocking `XREAD` over
+//! every followed stream: that cannot span a cluster's slots, and on one
+//! server it was re-sent with every stream after each wake-up, so an event
+//! cost Redis work in proportion to the sessions followed.)
 //!
 //! The safety read adapts: its interval starts at [`SAFETY_MIN`] and
 //! doubles after each safety read that found nothing the wake-ups had not
@@ -9,9 +12,9 @@
 //! announced (one was lost) starts it again from [`SAFETY_MIN`].
 //!
 //! A read is one `XRANGE key (last+1)-0 + COUNT 512` per stream, all sent at
-//! once; the cluster connection routes each to its slot's master (following
-//! `MOVED`/`ASK`) and pipelines those bound for one node, so a round costs
-//! one round trip per node, not per stream. A stream is read again at once
+//! once, pipelined (the cluster connection routes each to its slot's
+//! master, following `MOVED`/`ASK`, and pipelines those bound for one
+//! node), so a round costs one round trip per node, not per stream. A stream is read again at once
 //! when it was woken (an append was committed), is new, or filled its
 //! `COUNT`. The cost: an idle followed stream is one cheap command per
 //! safety interval per instance following it (docs/capacity.md); a lost
