@@ -113,7 +113,10 @@ impl Fleet {
             .tempdir()
             .map_err(|e| e.to_string())?;
         if keep {
-            eprintln!("mcp-resume: the fleet's logs are kept in {}", dir.path().display());
+            eprintln!(
+                "mcp-resume: the fleet's logs are kept in {}",
+                dir.path().display()
+            );
         }
         // A private copy: a restart runs the binary the fleet started with,
         // even when the file has been rebuilt since (a shared target dir).
