@@ -352,6 +352,30 @@ impl Shard {
         )
     }
 
+    /// The streams marked for an immediate read, from where, dropping those
+    /// nobody reads any more; `None` when the shard stops (closed).
+    fn marked(&self) -> Option<Vec<(String, Seq)>> {
+        if self.closed.load(Ordering::Relaxed) {
+            self.end_everything(EndReason::Closed);
+            return None;
+        }
+        let mut st = self.lock();
+        let dirty = std::mem::take(&mut st.dirty);
+        let mut out = Vec::with_capacity(dirty.len());
+        for k in dirty {
+            let Some(f) = st.streams.get_mut(&k) else {
+                continue;
+            };
+            f.subs.retain(|s| !s.feed.is_closed());
+            if f.subs.is_empty() {
+                st.streams.remove(&k);
+            } else {
+                out.push((k, f.last));
+            }
+        }
+        Some(out)
+    }
+
     /// [`Self::hand_on`] for the read loops: while something read waits for
     /// the replicas, sleeps `held_for` (doubling up to [`MAX_HOLD_POLL`])
     /// instead of spinning on Redis. `None` when Redis was lost: every

@@ -19,8 +19,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
-
 use super::super::reply;
 use super::blocking::{Blocking, Source};
 use super::Shard;

@@ -40,6 +40,10 @@ pub(super) const SAFETY_MIN: Duration = Duration::from_millis(1000);
 /// The longest interval by default: the bound on the delay a lost wake-up
 /// causes on a stream whose wake-ups have kept arriving.
 pub(super) const SAFETY_MAX: Duration = Duration::from_secs(30);
+/// How long after its commit an event's wake-up may still be on its way:
+/// an event a safety read finds unannounced is a lost wake-up only once
+/// older than this.
+const WAKE_GRACE: Duration = Duration::from_secs(2);
 /// Entries read per stream per round.
 const COUNT: usize = 512;
 
@@ -51,18 +55,17 @@ impl Shard {
         let mut safety = SAFETY_MIN;
         let mut held_for = Duration::from_millis(1);
         loop {
-            let Some(all) = self.followed() else { return };
             // A full round: every stream, and which of them a wake-up named.
+            // Otherwise only the streams marked (woken, new): a round costs
+            // what it reads, not the number of streams the shard follows.
             let mut woken = None;
-            let keys: Vec<(String, Seq)> = {
-                let mut st = self.lock();
-                let dirty = std::mem::take(&mut st.dirty);
-                if Instant::now() >= next_full {
-                    woken = Some(dirty);
-                    all
-                } else {
-                    all.into_iter().filter(|(k, _)| dirty.contains(k)).collect()
-                }
+            let keys: Vec<(String, Seq)> = if Instant::now() >= next_full {
+                let Some(all) = self.followed() else { return };
+                woken = Some(std::mem::take(&mut self.lock().dirty));
+                all
+            } else {
+                let Some(marked) = self.marked() else { return };
+                marked
             };
             if keys.is_empty() {
                 tokio::select! {
@@ -118,9 +121,15 @@ impl Shard {
             }
             let read: Vec<String> = batches.iter().map(|(k, _)| k.clone()).collect();
             if let Some(woken) = &woken {
-                // Events on a stream nobody woke: a wake-up was lost (or the
-                // stream is new); keep the safety reads close until they stop.
-                let lost = read.iter().any(|k| !woken.contains(k));
+                // Events on a stream nobody woke that were committed a while
+                // ago: a wake-up was lost; keep the safety reads close until
+                // they stop. (A recent one's wake-up may just be on its way:
+                // under load a full round always meets some, and taking
+                // those for lost kept the safety reads at their shortest.)
+                let late = crate::types::now_ms().saturating_sub(WAKE_GRACE.as_millis() as u64);
+                let lost = batches.iter().any(|(k, events)| {
+                    !woken.contains(k) && events.first().is_some_and(|e| e.at_ms < late)
+                });
                 let max = Duration::from_millis(self.safety_max_ms.load(Ordering::Relaxed));
                 safety = if lost {
                     SAFETY_MIN
