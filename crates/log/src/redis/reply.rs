@@ -119,3 +119,60 @@ pub(super) fn field_values(entries: &Value, field: &[u8]) -> Vec<String> {
     out.dedup();
     out
 }
+
+/// A stream entry id (`MS-SEQ`) as a pair that orders as Redis orders them;
+/// `None` for anything else (`$`, a malformed id).
+pub(super) fn stream_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The `max-deleted-entry-id` of an `XINFO STREAM` reply (a flat array of
+/// names and values, or a map under RESP3): the newest entry a trim or a
+/// delete removed (`0-0` when none was).
+pub(super) fn max_deleted(info: &Value) -> Option<(u64, u64)> {
+    let pairs: Vec<(&Value, &Value)> = match info {
+        Value::Map(m) => m.iter().map(|(k, v)| (k, v)).collect(),
+        Value::Array(flat) => flat
+            .chunks(2)
+            .filter_map(|kv| Some((kv.first()?, kv.get(1)?)))
+            .collect(),
+        _ => return None,
+    };
+    pairs.into_iter().find_map(|(k, v)| match (k, v) {
+        (Value::BulkString(k), Value::BulkString(v)) if k == b"max-deleted-entry-id" => {
+            stream_id(std::str::from_utf8(v).ok()?)
+        }
+        (Value::SimpleString(k), Value::SimpleString(v)) if k == "max-deleted-entry-id" => {
+            stream_id(v)
+        }
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_ids_order_as_redis_orders_them() {
+        assert!(stream_id("10-2") < stream_id("10-10"));
+        assert!(stream_id("9-99") < stream_id("10-0"));
+        assert_eq!(stream_id("$"), None);
+    }
+
+    #[test]
+    fn max_deleted_is_read_from_a_flat_or_a_map_reply() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let flat = Value::Array(vec![
+            b("length"),
+            Value::Int(3),
+            b("max-deleted-entry-id"),
+            b("17-4"),
+        ]);
+        assert_eq!(max_deleted(&flat), Some((17, 4)));
+        let map = Value::Map(vec![(b("max-deleted-entry-id"), b("0-0"))]);
+        assert_eq!(max_deleted(&map), Some((0, 0)));
+        assert_eq!(max_deleted(&Value::Nil), None);
+    }
+}

@@ -134,6 +134,15 @@ struct Shard {
     strict: bool,
     /// The longest interval between safety reads ([`poll`]), in ms.
     safety_max_ms: Arc<AtomicU64>,
+    /// Commits are pushed to this instance in their own step (one server
+    /// without replicas: the append script rings): no safety reads, no
+    /// periodic check for ended sessions; a doubt is resolved when it
+    /// arises instead ([`bell`], [`endings`]).
+    pushed: bool,
+    /// Set when end notices may have been missed (their reader reconnected,
+    /// or found the stream trimmed past what it read): the shard checks its
+    /// sessions once.
+    ends_doubt: AtomicBool,
     state: Mutex<ShardState>,
 }
 
@@ -183,7 +192,10 @@ impl Tails {
             (Some(c), None) => blocking::Source::Server(c.clone()),
             (None, None) => unreachable!("a tail reads one server or a cluster"),
         };
-        let bell = Arc::new(bell::Bell::new(source.clone(), nonce));
+        // One server whose commit is the append script: the script rings,
+        // so wake-ups are lost only with their stream, which is watched.
+        let pushed = cluster.is_none() && !strict;
+        let bell = Arc::new(bell::Bell::new(source.clone(), nonce, pushed));
         let safety_max_ms = Arc::new(AtomicU64::new(poll::SAFETY_MAX.as_millis() as u64));
         let shards = (0..SHARDS)
             .map(|_| {
@@ -194,6 +206,8 @@ impl Tails {
                     closed: closed.clone(),
                     strict,
                     safety_max_ms: safety_max_ms.clone(),
+                    pushed,
+                    ends_doubt: AtomicBool::new(false),
                     state: Mutex::new(ShardState::default()),
                 })
             })
@@ -292,6 +306,18 @@ impl Shard {
         drop(st);
         self.notify.notify_one();
         true
+    }
+
+    /// The keys of the streams this shard follows.
+    fn keys(&self) -> Vec<String> {
+        self.lock().streams.keys().cloned().collect()
+    }
+
+    /// End notices may have been missed: the shard checks its sessions at
+    /// its next round.
+    fn doubt_ends(&self) {
+        self.ends_doubt.store(true, Ordering::Relaxed);
+        self.notify.notify_one();
     }
 
     /// Marks every followed stream for an immediate read: wake-ups may have

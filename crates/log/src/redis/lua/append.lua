@@ -106,7 +106,7 @@ if ring == '1' and #ARGV >= 9 then
     local bar = string.find(m, '|', 1, true)
     if bar and string.sub(m, bar + 1) == events then
       local added = redis.call('XADD', string.sub(m, 1, bar - 1), 'NOMKSTREAM',
-        'MAXLEN', '~', 4096, '*', 'k', events)
+        'MAXLEN', '~', 16384, '*', 'k', events)
       if not added then redis.call('SREM', followers, m) end
     end
   end

@@ -36,8 +36,14 @@ const TTL_MS: u64 = 600_000;
 const REFRESH: Duration = Duration::from_secs(60);
 /// How long one blocking read of the wake stream waits.
 const BLOCK_MS: u64 = 1000;
-/// Entries a wake stream keeps (enough for a burst between two reads).
-const MAXLEN: usize = 4096;
+/// Entries a wake stream keeps at most (the commits' `XADD`s cap it at about
+/// this; its reader trims what it has read): past it, unread wake-ups would
+/// be lost, which the reader notices ([`Bell::sound`]).
+pub(in crate::redis) const MAXLEN: usize = 16_384;
+/// How often a reader whose wake-ups are its only news (one server, the
+/// commit's own script rings: no safety reads) makes sure none was lost:
+/// its wake stream still exists and nothing unread was trimmed from it.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// The follower set of the session whose keys start with `prefix` (`mcpr:{id}`).
 pub(in crate::redis) fn followers_key(prefix: &str) -> String {
@@ -56,15 +62,25 @@ pub(super) struct Bell {
     started: tokio::sync::OnceCell<()>,
     /// Set when the log's tails are dropped: the reading task ends.
     stopped: AtomicBool,
+    /// Wake-ups are this instance's only news of commits (one server
+    /// without replicas: no safety reads), so a doubt about them is
+    /// resolved at once ([`Bell::resync`]).
+    pushed: bool,
+    /// A doubt to resolve: a registration failed, the wake stream was
+    /// unreadable, gone, or trimmed past what was read.
+    resync: AtomicBool,
 }
 
 impl Bell {
-    pub fn new(source: Source, nonce: u64) -> Self {
+    /// `pushed`: wake-ups are the only news of commits (no safety reads).
+    pub fn new(source: Source, nonce: u64, pushed: bool) -> Self {
         Self {
             key: format!("mcpr:wake:{{{nonce:016x}}}"),
             source,
             started: tokio::sync::OnceCell::new(),
             stopped: AtomicBool::new(false),
+            pushed,
+            resync: AtomicBool::new(false),
         }
     }
 
@@ -98,11 +114,76 @@ impl Bell {
         let Some(prefix) = prefix_of(stream) else {
             return;
         };
-        let _: Result<i64, _> = redis::cmd("SADD")
+        let added: Result<i64, _> = redis::cmd("SADD")
             .arg(followers_key(&prefix))
             .arg(self.member(stream))
             .query_async(&mut conn.clone())
             .await;
+        if added.is_err() {
+            // Not registered: no commit would wake this instance for it.
+            self.resync.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the wake stream is sound: it exists and nothing this reader
+    /// has not read (after `last`) was trimmed from it. Trims what it has
+    /// read, so the stream stays small.
+    async fn sound(&self, conn: &Conn, last: &str) -> bool {
+        let mut info = redis::cmd("XINFO");
+        info.arg("STREAM").arg(&self.key);
+        let Ok(v) = info.query_async::<Value>(&mut conn.clone()).await else {
+            return false; // gone (expired, Redis lost it) or unreachable
+        };
+        let (Some(deleted), Some(read)) =
+            (super::reply::max_deleted(&v), super::reply::stream_id(last))
+        else {
+            return false;
+        };
+        if deleted > read {
+            return false;
+        }
+        let _: Result<i64, _> = redis::cmd("XTRIM")
+            .arg(&self.key)
+            .arg("MINID")
+            .arg(last)
+            .query_async(&mut conn.clone())
+            .await;
+        true
+    }
+
+    /// Resolves a doubt about wake-ups: the wake stream made sure of (read
+    /// from its newest entry on), every followed stream registered again,
+    /// then each read once from its own last seq, so nothing committed
+    /// meanwhile waits for a wake-up that never comes. `false` when Redis
+    /// did not answer (to be tried again).
+    async fn resync(&self, conn: &Conn, shards: &[Arc<Shard>], last: &mut String) -> bool {
+        let Some(id) = self.create(conn).await else {
+            return false;
+        };
+        let keys: Vec<String> = shards.iter().flat_map(|s| s.keys()).collect();
+        let cmds = keys
+            .iter()
+            .filter_map(|k| {
+                let prefix = prefix_of(k)?;
+                let mut c = redis::Cmd::new();
+                c.arg("SADD")
+                    .arg(followers_key(&prefix))
+                    .arg(self.member(k));
+                Some(c)
+            })
+            .collect();
+        if conn.each::<i64>(cmds).await.is_err() {
+            return false;
+        }
+        *last = id;
+        for shard in shards {
+            shard.mark_all();
+        }
+        tracing::info!(
+            streams = keys.len(),
+            "wake-ups were in doubt: every followed stream registered again and read"
+        );
+        true
     }
 
     /// Drops this instance's registration for `stream` (best effort: a stale
@@ -151,7 +232,23 @@ impl Bell {
     ) {
         let mut refreshed = (last != "$").then(Instant::now);
         let mut blocking = None;
+        let mut checked = Instant::now();
         while !closed.load(Ordering::Relaxed) && !self.stopped.load(Ordering::Relaxed) {
+            if self.pushed
+                && (self.resync.load(Ordering::Relaxed) || checked.elapsed() >= CHECK_EVERY)
+            {
+                checked = Instant::now();
+                let doubt =
+                    self.resync.swap(false, Ordering::Relaxed) || !self.sound(&conn, &last).await;
+                if doubt && !self.resync(&conn, &shards, &mut last).await {
+                    self.resync.store(true, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                if doubt {
+                    refreshed = Some(Instant::now());
+                }
+            }
             if refreshed.is_none_or(|t| t.elapsed() >= REFRESH) {
                 if let Some(id) = self.create(&conn).await {
                     refreshed = Some(Instant::now());
@@ -190,8 +287,10 @@ impl Bell {
                     blocking = None;
                     refreshed = None;
                     // Re-read from the new stream's first entry (the safety
-                    // reads cover what a failover lost meanwhile).
+                    // reads, or on one server the resync, cover what was
+                    // lost meanwhile).
                     last = "$".to_owned();
+                    self.resync.store(true, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }

@@ -12,7 +12,10 @@
 //! A lost notice (an instance that died between the end and the notice on a
 //! cluster, a notice trimmed from the stream before a partitioned instance
 //! read it) only delays the end of those readers until the tail's backstop
-//! check ([`super::END_BACKSTOP`]); an id that ended is never re-created
+//! check ([`super::END_BACKSTOP`]); on one server, where the end script
+//! writes the notice, the shards check their sessions once when the reader
+//! reconnects or finds notices it had not read trimmed away, instead of
+//! every [`super::END_BACKSTOP`]; an id that ended is never re-created
 //! while its tombstone lives, so a late notice cannot end a newer session.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -100,6 +103,19 @@ async fn newest(conn: &mut Blocking) -> Option<String> {
     Some(reply::last_id(&v).unwrap_or_else(|| "0-0".to_owned()))
 }
 
+/// Whether notices after `from` (not read yet) were trimmed from the stream.
+async fn trimmed_past(conn: &mut Blocking, from: &str) -> bool {
+    let mut info = redis::cmd("XINFO");
+    info.arg("STREAM").arg(ENDINGS);
+    let Ok(v) = conn.query(&info).await else {
+        return false; // no end yet (no stream), or Redis away: the reconnect doubts
+    };
+    matches!(
+        (reply::max_deleted(&v), reply::stream_id(from)),
+        (Some(deleted), Some(read)) if deleted > read
+    )
+}
+
 async fn run(
     source: Source,
     mut conn: Option<Blocking>,
@@ -109,9 +125,19 @@ async fn run(
     stopped: Arc<AtomicBool>,
     touched: Arc<crate::redis::touched::Touched>,
 ) {
+    let doubt = |shards: &[Arc<Shard>]| {
+        for s in shards {
+            s.doubt_ends();
+        }
+    };
+    let mut checked = std::time::Instant::now();
     while !closed.load(Ordering::Relaxed) && !stopped.load(Ordering::Relaxed) {
         if conn.is_none() {
             conn = source.connect(BLOCK_MS).await.ok();
+            if conn.is_some() {
+                // Notices may have been trimmed away while this was cut off.
+                doubt(&shards);
+            }
         }
         let Some(c) = conn.as_mut() else {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -123,9 +149,19 @@ async fn run(
             last = newest(c).await;
             if last.is_none() {
                 conn = None;
+            } else {
+                doubt(&shards);
             }
             continue;
         };
+        if checked.elapsed() >= Duration::from_millis(BLOCK_MS) {
+            checked = std::time::Instant::now();
+            if trimmed_past(c, &from).await {
+                // Ends this reader never saw were trimmed (more than the
+                // stream keeps came while it was slow): check them all.
+                doubt(&shards);
+            }
+        }
         let mut cmd = super::xread_blocking(BLOCK_MS);
         cmd.arg(ENDINGS).arg(&from);
         let reply = match c.query(&cmd).await {

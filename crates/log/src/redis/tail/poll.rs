@@ -44,6 +44,8 @@ pub(super) const SAFETY_MAX: Duration = Duration::from_secs(30);
 /// an event a safety read finds unannounced is a lost wake-up only once
 /// older than this.
 const WAKE_GRACE: Duration = Duration::from_secs(2);
+/// "Not until a doubt": the next full round of a pushed tail.
+const NEVER: Duration = Duration::from_secs(86_400);
 /// Entries read per stream per round.
 const COUNT: usize = 512;
 
@@ -51,10 +53,24 @@ impl Shard {
     /// Follows this shard's streams until none is left or the log closes.
     pub(super) async fn poll(self: Arc<Self>) {
         let mut checked = Instant::now();
+        let mut pruned = Instant::now();
         let mut next_full = Instant::now();
         let mut safety = SAFETY_MIN;
         let mut held_for = Duration::from_millis(1);
         loop {
+            let doubt = self.ends_doubt.swap(false, Ordering::Relaxed);
+            if doubt || (!self.pushed && checked.elapsed() >= END_BACKSTOP) {
+                checked = Instant::now();
+                self.end_ended_sessions().await;
+            }
+            if self.pushed && pruned.elapsed() >= END_BACKSTOP {
+                // Without full rounds, streams nobody reads any more are
+                // let go here (in this process: no Redis command).
+                pruned = Instant::now();
+                if self.followed().is_none() {
+                    return;
+                }
+            }
             // A full round: every stream, and which of them a wake-up named.
             // Otherwise only the streams marked (woken, new): a round costs
             // what it reads, not the number of streams the shard follows.
@@ -68,8 +84,13 @@ impl Shard {
                 marked
             };
             if keys.is_empty() {
+                let until = if self.pushed {
+                    next_full.min(pruned + END_BACKSTOP)
+                } else {
+                    next_full
+                };
                 tokio::select! {
-                    _ = tokio::time::sleep_until(next_full.into()) => {}
+                    _ = tokio::time::sleep_until(until.into()) => {}
                     _ = self.notify.notified() => {}
                 }
                 continue;
@@ -137,6 +158,12 @@ impl Shard {
                     (safety * 2).min(max)
                 };
                 next_full = Instant::now() + safety;
+                if self.pushed {
+                    // Every commit wakes this instance in its own step, and
+                    // a doubt about that is resolved when it arises: no
+                    // safety reads (`bell`).
+                    next_full = Instant::now() + NEVER;
+                }
             }
             // As for one server: not acknowledged by the replicas yet; the
             // commit wakes them, this is the backstop.
@@ -147,10 +174,6 @@ impl Shard {
             }
             if !again.is_empty() {
                 self.lock().dirty.extend(again);
-            }
-            if checked.elapsed() >= END_BACKSTOP {
-                checked = Instant::now();
-                self.end_ended_sessions().await;
             }
         }
     }
