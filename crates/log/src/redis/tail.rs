@@ -12,9 +12,12 @@
 //! A shard reads with non-blocking single-key reads ([`poll`]): the streams
 //! a commit woke ([`bell`]: the commit adds the stream's key to the wake
 //! stream of each instance registered as its follower, inside the append
-//! script on one server), new streams, and every followed stream once per
-//! safety period (growing while wake-ups arrive in order), sent
-//! concurrently (pipelined per node). So an event costs Redis a read of its
+//! script on one server) and new streams, sent concurrently (pipelined per
+//! node); on a cluster, or with replicas, where the ring comes after the
+//! commit, also every followed stream once per safety period (growing
+//! while wake-ups arrive in order). On one server without replicas a
+//! wake-up is lost only with its wake stream, which [`bell`] watches, so
+//! an idle followed stream costs nothing there. So an event costs Redis a read of its
 //! own stream per following instance, not a re-sent blocking read of every
 //! stream a shard follows (which grew with the sessions: 94 % of Redis's
 //! time at 20,000 sessions, benches/results/redis-path.md). Session ends

@@ -1,6 +1,7 @@
 //! How a shard reads, on one server and on a cluster alike: non-blocking
-//! reads of the streams that were woken ([`bell`](super::bell)), plus a
-//! safety read of every followed stream. (Not one blocking `XREAD` over
+//! reads of the streams that were woken ([`bell`](super::bell)), plus, where
+//! the ring comes after the commit (a cluster, or replicas), a safety read
+//! of every followed stream. (Not one blocking `XREAD` over
 //! every followed stream: that cannot span a cluster's slots, and on one
 //! server it was re-sent with every stream after each wake-up, so an event
 //! cost Redis work in proportion to the sessions followed.)
