@@ -126,9 +126,11 @@ pub struct ServeArgs {
     )]
     pub(super) redis_replicas: usize,
 
-    /// With a redis-cluster:// store: the longest interval, in seconds,
-    /// between the safety reads of the streams this instance follows. Reads
-    /// are pushed by wake-ups; the safety read finds a lost one. It starts at
+    /// With a redis-cluster:// store, or redis:// with --redis-replicas: the
+    /// longest interval, in seconds, between the safety reads of the streams
+    /// this instance follows. Reads are pushed by wake-ups; the safety read
+    /// finds a lost one (on one server without replicas the commit itself
+    /// rings, and there are none). It starts at
     /// 1 s and doubles while wake-ups keep arriving, so an idle followed
     /// stream costs one Redis command per this interval, and a lost wake-up
     /// delays events by at most this long.

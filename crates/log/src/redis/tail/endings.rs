@@ -31,7 +31,9 @@ pub(in crate::redis) const ENDINGS: &str = "mcpr:endings";
 /// Notices the stream keeps: enough for a burst of ends between two reads.
 const MAXLEN: usize = 10_000;
 /// How long one blocking read waits; also the bound on noticing a close.
-const BLOCK_MS: u64 = 5000;
+/// Under the cluster connection's response timeout (5 s), or every read
+/// would time out and reconnect.
+const BLOCK_MS: u64 = 4000;
 
 /// The command that announces the end of session `id` (a cluster; the end
 /// script does it on one server).
