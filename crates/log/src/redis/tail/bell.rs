@@ -304,7 +304,14 @@ impl Bell {
                         continue;
                     };
                     let shard = &shards[super::shard_index(session, shards.len())];
-                    if !shard.mark(&stream) {
+                    // A stream no shard follows: on a polled tail its
+                    // registration is dropped. On a pushed tail it is kept
+                    // (it goes with the stream's retirement or the session's
+                    // end): a subscriber registers before its stream joins
+                    // the shard, so a wake-up in between would drop the new
+                    // registration, and with no safety read behind it the
+                    // reader would wait for wake-ups that never come.
+                    if !shard.mark(&stream) && !self.pushed {
                         self.unfollow(&conn, &stream).await;
                     }
                 }
