@@ -6,22 +6,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{msg, RedisServer};
+use common::{msg, ran, RedisServer};
 use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
 use mcp_resume_log::{RedisLog, Retention, StreamKey};
 
 const SESSIONS: usize = 1_000;
-
-fn ran(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
-        .filter(|(_, v)| *v > 0)
-        .collect()
-}
 
 #[test]
 fn a_pass_over_young_sessions_reads_their_state_and_nothing_else() {

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{msg, RedisServer};
+use common::{msg, ran, RedisServer};
 use mcp_resume_log::{EventLog, SessionRecords};
 use mcp_resume_log::{RedisLog, Retention, StreamKey};
 
@@ -73,19 +73,6 @@ fn three_hundred_readers_share_a_handful_of_connections() {
     });
 }
 
-/// The commands `redis` ran between `before` and now, by name.
-fn ran(
-    before: &std::collections::BTreeMap<String, u64>,
-    redis: &RedisServer,
-) -> std::collections::BTreeMap<String, u64> {
-    redis
-        .commands_by_name()
-        .into_iter()
-        .map(|(k, v)| (k.clone(), v - before.get(&k).copied().unwrap_or(0)))
-        .filter(|(_, v)| *v > 0)
-        .collect()
-}
-
 /// On one server the commit's own script wakes the followers: a followed
 /// stream nobody appends to costs no read at all (before, each was read
 /// again 1 s, 2 s, 4 s ... up to 30 s apart, and checked for an end every
@@ -106,7 +93,7 @@ fn idle_followed_streams_cost_no_reads_on_one_server() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let before = redis.commands_by_name();
         tokio::time::sleep(Duration::from_millis(4000)).await;
-        let ran = ran(&before, &redis);
+        let ran = ran(&before, &redis.commands_by_name());
         let reads: u64 = ["xrange", "hget", "hmget"]
             .iter()
             .map(|c| ran.get(*c).copied().unwrap_or(0))

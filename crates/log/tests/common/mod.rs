@@ -174,3 +174,16 @@ pub fn msg(i: u64) -> bytes::Bytes {
         r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"i":{i}}}}}"#
     ))
 }
+
+/// The commands Redis ran between two `commands_by_name` readings, by name
+/// (those that ran at all).
+pub fn ran(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
