@@ -87,10 +87,15 @@ async fn watch(state: &AppState) {
             return;
         }
     };
+    sweep_orphans(state, &sessions).await;
+}
+
+/// The orphan sweep of `sessions` (a pass's or a look's), logged.
+async fn sweep_orphans(state: &AppState, sessions: &[String]) {
     if sessions.is_empty() {
         return;
     }
-    match route::orphans::sweep(state, &sessions).await {
+    match route::orphans::sweep(state, sessions).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(count = n, "ended calls whose handler died with its process"),
         Err(e) => tracing::warn!(error = %e, "could not sweep for orphaned calls"),
@@ -137,11 +142,7 @@ async fn after(state: &AppState, pass: Pass) -> usize {
         tracing::info!(count = pass.ended.len(), "idle sessions ended");
     }
     let released = state.routes.sweep(state, &pass.ended).await;
-    match route::orphans::sweep(state, &pass.sweep).await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(count = n, "ended calls whose handler died with its process"),
-        Err(e) => tracing::warn!(error = %e, "could not sweep for orphaned calls"),
-    }
+    sweep_orphans(state, &pass.sweep).await;
     released
 }
 

@@ -316,27 +316,11 @@ impl Shard {
         self.lock().streams.keys().cloned().collect()
     }
 
-    /// End notices may have been missed: the shard checks its sessions at
-    /// its next round. Only where that is the sole check (a pushed tail): a
-    /// polled one checks every [`END_BACKSTOP`] anyway, and on a cluster
-    /// the notice reader's connection comes and goes with its blocking
-    /// reads, which made every reconnect a check of every session (0.071
-    /// to 0.238 commands/s per idle followed stream, idle_followed).
-    fn doubt_ends(&self) {
-        if !self.pushed {
-            return;
-        }
-        self.ends_doubt.store(true, Ordering::Relaxed);
-        self.notify.notify_one();
-    }
-
     /// Marks every followed stream for an immediate read: wake-ups may have
     /// been lost (the wake stream was unreadable).
     fn mark_all(&self) {
-        let mut st = self.lock();
-        let keys: Vec<String> = st.streams.keys().cloned().collect();
-        st.dirty.extend(keys);
-        drop(st);
+        let keys = self.keys();
+        self.lock().dirty.extend(keys);
         self.notify.notify_one();
     }
 
@@ -480,47 +464,5 @@ impl Shard {
             .collect();
         let c: Vec<Option<Seq>> = self.conn.each(cmds).await?;
         Ok(c.into_iter().map(|c| c.unwrap_or(0)).collect())
-    }
-
-    /// Ends the readers of sessions that ended (on any instance).
-    async fn end_ended_sessions(&self) {
-        let sessions: Vec<String> = {
-            let st = self.lock();
-            let mut s: Vec<String> = st.streams.values().map(|f| f.session.clone()).collect();
-            s.sort();
-            s.dedup();
-            s
-        };
-        let cmds = sessions
-            .iter()
-            .map(|id| {
-                let mut c = redis::Cmd::new();
-                c.arg("HGET")
-                    .arg(format!("{}:s", super::prefix(id)))
-                    .arg("e");
-                c
-            })
-            .collect();
-        let Ok(flags) = self.conn.each::<Option<String>>(cmds).await else {
-            return; // Redis trouble shows in the blocking read.
-        };
-        let ended: Vec<&String> = sessions
-            .iter()
-            .zip(flags)
-            .filter(|(_, e)| e.as_deref() != Some("0"))
-            .map(|(id, _)| id)
-            .collect();
-        if ended.is_empty() {
-            return;
-        }
-        let mut st = self.lock();
-        st.streams.retain(|_, f| {
-            if ended.contains(&&f.session) {
-                f.end_all(EndReason::SessionEnded);
-                false
-            } else {
-                true
-            }
-        });
     }
 }

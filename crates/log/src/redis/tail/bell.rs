@@ -93,6 +93,15 @@ impl Bell {
         format!("{}|{stream}", self.key)
     }
 
+    /// The `SADD` that registers this instance as a follower of `stream`
+    /// (`None` for a key that is not a session's stream).
+    fn register(&self, stream: &str) -> Option<redis::Cmd> {
+        let mut c = redis::cmd("SADD");
+        c.arg(followers_key(&prefix_of(stream)?))
+            .arg(self.member(stream));
+        Some(c)
+    }
+
     /// Registers this instance as a follower of `stream`, and starts
     /// reading wake-ups if not yet.
     pub async fn follow(
@@ -111,14 +120,10 @@ impl Bell {
                 );
             })
             .await;
-        let Some(prefix) = prefix_of(stream) else {
+        let Some(register) = self.register(stream) else {
             return;
         };
-        let added: Result<i64, _> = redis::cmd("SADD")
-            .arg(followers_key(&prefix))
-            .arg(self.member(stream))
-            .query_async(&mut conn.clone())
-            .await;
+        let added: Result<i64, _> = register.query_async(&mut conn.clone()).await;
         if added.is_err() {
             // Not registered: no commit would wake this instance for it.
             self.resync.store(true, Ordering::Relaxed);
@@ -161,17 +166,7 @@ impl Bell {
             return false;
         };
         let keys: Vec<String> = shards.iter().flat_map(|s| s.keys()).collect();
-        let cmds = keys
-            .iter()
-            .filter_map(|k| {
-                let prefix = prefix_of(k)?;
-                let mut c = redis::Cmd::new();
-                c.arg("SADD")
-                    .arg(followers_key(&prefix))
-                    .arg(self.member(k));
-                Some(c)
-            })
-            .collect();
+        let cmds = keys.iter().filter_map(|k| self.register(k)).collect();
         if conn.each::<i64>(cmds).await.is_err() {
             return false;
         }
