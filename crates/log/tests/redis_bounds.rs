@@ -281,6 +281,53 @@ fn touches_are_coalesced_and_an_end_elsewhere_still_reaches_them_at_once() {
     });
 }
 
+/// On one server the end script writes the end notice in the end's own
+/// step, so while an instance reads the notices a busy session's touch is
+/// answered from memory for the whole touch interval (set from the session
+/// TTL), not for one second: one touch script over 2.5 s of requests. An
+/// end on another instance still stops them at once.
+#[test]
+fn on_one_server_a_touch_is_answered_from_memory_for_the_interval() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let a = open(&redis).await;
+        let b = open(&redis).await;
+        a.set_touch_interval(Duration::from_secs(60));
+        a.create_session("busy", bytes::Bytes::new()).await.unwrap();
+        a.touch("busy").await.unwrap();
+        // The notice reader starts with the first touch; let it read.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        a.touch("busy").await.unwrap();
+        let before = redis.commands_by_name();
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(2500) {
+            a.touch("busy").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let after = redis.commands_by_name();
+        let evals = after.get("evalsha").copied().unwrap_or(0)
+            - before.get("evalsha").copied().unwrap_or(0);
+        assert_eq!(
+            evals, 0,
+            "{evals} touch scripts in 2.5 s with a 60 s touch interval"
+        );
+        b.end_session("busy").await.unwrap();
+        let ended = std::time::Instant::now();
+        loop {
+            match a.touch("busy").await {
+                Err(mcp_resume_log::LogError::NoSession(_)) => break,
+                Ok(()) => {}
+                Err(e) => panic!("{e}"),
+            }
+            assert!(
+                ended.elapsed() < Duration::from_millis(300),
+                "an end on another instance was not noticed: touches still pass"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+}
+
 /// Checking the limit on live sessions at each `initialize` counts them in
 /// Redis at most every 250 ms (a `SCARD` per bucket set: 64 on a cluster),
 /// and the count stays exact for the sessions this handle creates and ends.

@@ -31,6 +31,9 @@ async fn open_log(
                 .await
                 .map_err(|e| format!("connecting to {s}: {e}"))?;
             log.set_safety_read_max(Duration::from_secs(args.redis_safety_read_secs));
+            // A session's use reaches Redis at most this late: an eighth of
+            // its TTL, so idle expiry never ends a session in use.
+            log.set_touch_interval(touch_interval(args.session_ttl_secs));
             match log.durability().await {
                 (_, Some(warning)) => {
                     tracing::warn!("{s}: {warning} (docs/operator.md, Redis)")
@@ -73,6 +76,12 @@ async fn open_log(
 }
 
 /// Opens the disk log at `path`, counting its damaged streams.
+/// How long a touch is answered from memory on Redis (`RedisLog::
+/// set_touch_interval`): an eighth of the session TTL, between 1 s and 60 s.
+fn touch_interval(session_ttl_secs: u64) -> Duration {
+    Duration::from_secs((session_ttl_secs / 8).clamp(1, 60))
+}
+
 fn open_disk(path: &Path, retention: Retention) -> Result<(Arc<dyn Log>, String, u64), String> {
     let log = DiskLog::open(path, retention).map_err(|e| {
         format!(

@@ -21,6 +21,17 @@ impl RedisLog {
         self.tails.set_safety_read_max(max);
     }
 
+    /// Sets how long a session's touch (its mark of use, and the request's
+    /// check that it lives) is answered from memory while this handle
+    /// trusts the end notices it reads (one server without replicas; at
+    /// least 1 s, the default, and always 1 s elsewhere): a busy session
+    /// costs one touch per this interval. Idle expiry sees a session's use
+    /// at most this late, so keep it a small part of the session TTL
+    /// (`serve` takes an eighth of it, at most 60 s).
+    pub fn set_touch_interval(&self, every: std::time::Duration) {
+        self.touched.set_interval(every);
+    }
+
     /// Connects to `url`: `redis://HOST:PORT/DB` (one server) or
     /// `redis-cluster://HOST:PORT[,HOST:PORT...]` (a Redis Cluster, any of
     /// its nodes as seeds). `replicas` is how many replicas must acknowledge

@@ -218,7 +218,7 @@ impl Tails {
         Self {
             shards,
             bell,
-            endings: endings::Endings::new(source, touched),
+            endings: endings::Endings::new(source, touched, pushed),
             conn,
             closed,
             safety_max_ms,

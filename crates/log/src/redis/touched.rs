@@ -1,58 +1,131 @@
 //! Touches coalesced per session: a session used again and again by one
-//! instance is marked as used in Redis at most once per [`COALESCE`], not
-//! once per request (a touch is a script round trip, three commands, as much
-//! as the append it precedes).
+//! instance is marked as used in Redis once per window, not once per
+//! request (a touch is a script round trip, three commands, as much as the
+//! append it follows).
 //!
 //! A touch is also the request's check that the session still lives. An
 //! end on another instance reaches this one by push (`tail::endings`, the
 //! stream of end notices every instance follows): the notice forgets the
-//! session here, so the next touch asks Redis and finds it ended. Until the
-//! notice arrives (a millisecond on one server; on a cluster, where the
-//! notice follows the end, at most until the tail's backstop) a request may
-//! still pass; never for longer than [`COALESCE`], after which every touch
-//! asks Redis again. Idle expiry, which reads the last use, sees it at most
-//! [`COALESCE`] late: nothing next to a session TTL of minutes.
+//! session here, so the next touch asks Redis and finds it ended. How long
+//! a touch is answered from memory depends on how far those notices are
+//! trusted:
+//!
+//! - [`COALESCE`] (1 s) by default: on a cluster the notice follows the end
+//!   as a second command (an instance dying in between loses it), and while
+//!   the notice reader is cut off nothing is noticed; a request may then
+//!   pass an end elsewhere for at most this long.
+//! - The touch interval (`RedisLog::set_touch_interval`, a fraction of the
+//!   session TTL) on one server without replicas while its notice reader
+//!   reads: there the end script writes the notice in the end's own step,
+//!   so a notice is lost only with the stream, which the reader watches
+//!   ([`Touched::doubt`] on a reconnect or a trim forgets every session).
+//!   A busy session then costs Redis one touch per interval instead of one
+//!   per second: at 20,000 sessions and 1,000 events/s, one request in
+//!   three instead of every one (benches/results/redis-path.md).
+//!
+//! Idle expiry, which reads the last use, sees it at most one window late;
+//! the interval is set well under the session TTL.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The longest a touch is answered from memory.
+/// The longest a touch is answered from memory while end notices are not
+/// trusted (and the least it is while they are).
 pub(super) const COALESCE: Duration = Duration::from_secs(1);
 
-/// Most sessions remembered: past it the stale ones are dropped.
+/// Sessions remembered before the stale ones are dropped: the threshold
+/// doubles with the sessions kept, so pruning costs O(1) a touch.
 const PRUNE_AT: usize = 4096;
 
-/// The sessions this handle touched in Redis within [`COALESCE`].
+/// The sessions this handle touched in Redis, and how far its end notices
+/// are trusted.
+pub(super) struct Touched {
+    map: Mutex<Map>,
+    /// The touch interval, in ms, while notices are trusted.
+    interval_ms: AtomicU64,
+    /// Whether end notices are pushed in the end's own step (one server
+    /// without replicas) and the reader is reading them now.
+    trusted: AtomicBool,
+}
+
 #[derive(Default)]
-pub(super) struct Touched(Mutex<HashMap<String, Instant>>);
+struct Map {
+    at: HashMap<String, Instant>,
+    prune_at: usize,
+}
+
+impl Default for Touched {
+    fn default() -> Self {
+        Self {
+            map: Mutex::new(Map {
+                at: HashMap::new(),
+                prune_at: PRUNE_AT,
+            }),
+            interval_ms: AtomicU64::new(COALESCE.as_millis() as u64),
+            trusted: AtomicBool::new(false),
+        }
+    }
+}
 
 impl Touched {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Map> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether `id` was touched in Redis within [`COALESCE`] and no end of
+    /// How long a touch is answered from memory now.
+    fn window(&self) -> Duration {
+        if self.trusted.load(Ordering::Acquire) {
+            Duration::from_millis(self.interval_ms.load(Ordering::Relaxed)).max(COALESCE)
+        } else {
+            COALESCE
+        }
+    }
+
+    /// Sets the touch interval used while end notices are trusted.
+    pub(super) fn set_interval(&self, every: Duration) {
+        self.interval_ms
+            .store(every.max(COALESCE).as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The notice reader reads (`true`) or is cut off (`false`). Only a
+    /// pushed tail's reader ever says `true`.
+    pub(super) fn set_trusted(&self, reading: bool) {
+        self.trusted.store(reading, Ordering::Release);
+    }
+
+    /// Notices may have been missed (the reader reconnected, or notices it
+    /// had not read were trimmed): every session's next touch asks Redis.
+    pub(super) fn doubt(&self) {
+        self.lock().at.clear();
+    }
+
+    /// Whether `id` was touched in Redis within the window and no end of
     /// it was noticed since.
     pub(super) fn fresh(&self, id: &str) -> bool {
+        let window = self.window();
         self.lock()
+            .at
             .get(id)
-            .is_some_and(|at| at.elapsed() < COALESCE)
+            .is_some_and(|at| at.elapsed() < window)
     }
 
     /// `id` was touched in Redis just now (it was live).
     pub(super) fn touched(&self, id: &str) {
+        let window = self.window();
         let mut m = self.lock();
-        if m.len() >= PRUNE_AT {
-            m.retain(|_, at| at.elapsed() < COALESCE);
+        if m.at.len() >= m.prune_at {
+            m.at.retain(|_, at| at.elapsed() < window);
+            m.prune_at = (m.at.len() * 2).max(PRUNE_AT);
         }
-        m.insert(id.to_owned(), Instant::now());
+        m.at.insert(id.to_owned(), Instant::now());
     }
 
     /// `id` ended (here, or on another instance: a notice): its next touch
     /// asks Redis.
     pub(super) fn forget(&self, id: &str) {
-        self.lock().remove(id);
+        self.lock().at.remove(id);
     }
 }
 
@@ -74,13 +147,39 @@ mod tests {
     }
 
     #[test]
-    fn the_map_is_pruned_of_stale_sessions() {
+    fn the_interval_applies_only_while_notices_are_trusted_and_a_doubt_forgets_all() {
+        let t = Touched::default();
+        t.set_interval(Duration::from_secs(60));
+        t.lock()
+            .at
+            .insert("s".into(), Instant::now() - COALESCE * 2);
+        assert!(!t.fresh("s"), "untrusted: the coalescing time");
+        t.set_trusted(true);
+        assert!(t.fresh("s"), "trusted: the interval");
+        t.doubt();
+        assert!(!t.fresh("s"), "a doubt forgets every session");
+        t.touched("s");
+        t.set_trusted(false);
+        assert!(t.fresh("s"));
+    }
+
+    #[test]
+    fn the_map_is_pruned_of_stale_sessions_and_pruning_stays_linear() {
         let t = Touched::default();
         for i in 0..PRUNE_AT {
             t.lock()
+                .at
                 .insert(format!("old{i}"), Instant::now() - COALESCE * 2);
         }
         t.touched("new");
-        assert_eq!(t.lock().len(), 1);
+        assert_eq!(t.lock().at.len(), 1);
+        // Fresh sessions past the threshold: kept, and the threshold grows,
+        // so the next touch does not walk them all again.
+        for i in 0..PRUNE_AT * 2 {
+            t.touched(&format!("live{i}"));
+        }
+        let m = t.lock();
+        assert_eq!(m.at.len(), PRUNE_AT * 2 + 1);
+        assert!(m.prune_at > m.at.len() / 2 && m.prune_at >= PRUNE_AT);
     }
 }

@@ -57,15 +57,19 @@ pub(super) struct Endings {
     stopped: Arc<AtomicBool>,
     /// The handle's coalesced touches, which a notice makes ask Redis again.
     touched: Arc<crate::redis::touched::Touched>,
+    /// Whether the end script writes the notice in the end's own step (one
+    /// server without replicas): only then do the touches trust the reader.
+    pushed: bool,
 }
 
 impl Endings {
-    pub fn new(source: Source, touched: Arc<crate::redis::touched::Touched>) -> Self {
+    pub fn new(source: Source, touched: Arc<crate::redis::touched::Touched>, pushed: bool) -> Self {
         Self {
             source,
             started: tokio::sync::OnceCell::new(),
             stopped: Arc::new(AtomicBool::new(false)),
             touched,
+            pushed,
         }
     }
 
@@ -79,14 +83,15 @@ impl Endings {
                     Some(c) => newest(c).await,
                     None => None,
                 };
-                let (source, shards, closed, stopped, touched) = (
-                    self.source.clone(),
-                    shards.to_vec(),
-                    closed.clone(),
-                    self.stopped.clone(),
-                    self.touched.clone(),
-                );
-                tokio::spawn(run(source, conn, last, shards, closed, stopped, touched));
+                let reader = Reader {
+                    source: self.source.clone(),
+                    shards: shards.to_vec(),
+                    closed: closed.clone(),
+                    stopped: self.stopped.clone(),
+                    touched: self.touched.clone(),
+                    pushed: self.pushed,
+                };
+                tokio::spawn(reader.run(conn, last));
             })
             .await;
     }
@@ -94,7 +99,18 @@ impl Endings {
     /// Ends the reading task (within one blocking read).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
+        self.touched.set_trusted(false);
     }
+}
+
+/// The reading task's parts.
+struct Reader {
+    source: Source,
+    shards: Vec<Arc<Shard>>,
+    closed: Arc<AtomicBool>,
+    stopped: Arc<AtomicBool>,
+    touched: Arc<crate::redis::touched::Touched>,
+    pushed: bool,
 }
 
 /// The id of the newest notice (`0-0` when there is none), or `None` when
@@ -119,72 +135,84 @@ async fn trimmed_past(conn: &mut Blocking, from: &str) -> bool {
     )
 }
 
-async fn run(
-    source: Source,
-    mut conn: Option<Blocking>,
-    mut last: Option<String>,
-    shards: Vec<Arc<Shard>>,
-    closed: Arc<AtomicBool>,
-    stopped: Arc<AtomicBool>,
-    touched: Arc<crate::redis::touched::Touched>,
-) {
-    let doubt = |shards: &[Arc<Shard>]| {
-        for s in shards {
+impl Reader {
+    /// Notices may have been missed: the shards check their sessions, and
+    /// every session's next touch asks Redis.
+    fn doubt(&self) {
+        self.touched.doubt();
+        for s in &self.shards {
             s.doubt_ends();
         }
-    };
-    let mut checked = std::time::Instant::now();
-    while !closed.load(Ordering::Relaxed) && !stopped.load(Ordering::Relaxed) {
-        if conn.is_none() {
-            conn = source.connect(BLOCK_MS).await.ok();
-            if conn.is_some() {
-                // Notices may have been trimmed away while this was cut off.
-                doubt(&shards);
+    }
+
+    /// Connected and reading, or not: touches trust the notices only while this
+    /// reads them (and only on a pushed tail).
+    fn reading(&self, connected: bool) {
+        self.touched.set_trusted(self.pushed && connected);
+    }
+
+    async fn run(self, mut conn: Option<Blocking>, mut last: Option<String>) {
+        let mut checked = std::time::Instant::now();
+        while !self.closed.load(Ordering::Relaxed) && !self.stopped.load(Ordering::Relaxed) {
+            if conn.is_none() {
+                conn = self.source.connect(BLOCK_MS).await.ok();
+                if conn.is_some() {
+                    // Notices may have been trimmed away while this was cut off.
+                    self.doubt();
+                }
             }
-        }
-        let Some(c) = conn.as_mut() else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        let Some(from) = last.clone() else {
-            // Redis was away when this began: from what is newest now (the
-            // backstop check finds the ends in between).
-            last = newest(c).await;
-            if last.is_none() {
-                conn = None;
-            } else {
-                doubt(&shards);
-            }
-            continue;
-        };
-        if checked.elapsed() >= Duration::from_millis(BLOCK_MS) {
-            checked = std::time::Instant::now();
-            if trimmed_past(c, &from).await {
-                // Ends this reader never saw were trimmed (more than the
-                // stream keeps came while it was slow): check them all.
-                doubt(&shards);
-            }
-        }
-        let mut cmd = super::xread_blocking(BLOCK_MS);
-        cmd.arg(ENDINGS).arg(&from);
-        let reply = match c.query(&cmd).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::debug!(error = %e, "session end notices unreadable; reconnecting");
-                conn = None;
+            let Some(c) = conn.as_mut() else {
+                self.reading(false);
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
+            };
+            let Some(from) = last.clone() else {
+                // Redis was away when this began: from what is newest now (the
+                // backstop check finds the ends in between).
+                last = newest(c).await;
+                if last.is_none() {
+                    conn = None;
+                    self.reading(false);
+                } else {
+                    self.doubt();
+                }
+                continue;
+            };
+            if checked.elapsed() >= Duration::from_millis(BLOCK_MS) {
+                checked = std::time::Instant::now();
+                if trimmed_past(c, &from).await {
+                    // Ends this reader never saw were trimmed (more than the
+                    // stream keeps came while it was slow): check them all.
+                    self.doubt();
+                }
             }
-        };
-        for (_, entries) in reply::by_key(&reply) {
-            if let Some(id) = reply::last_id(entries) {
-                last = Some(id);
-            }
-            for session in reply::field_values(entries, b"s") {
-                touched.forget(&session);
-                shards[super::shard_index(&session, shards.len())].end_session(&session);
+            // Every notice after `from` comes with this read: touches may
+            // trust them from here.
+            self.reading(true);
+            let mut cmd = super::xread_blocking(BLOCK_MS);
+            cmd.arg(ENDINGS).arg(&from);
+            let reply = match c.query(&cmd).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::debug!(error = %e, "session end notices unreadable; reconnecting");
+                    conn = None;
+                    self.reading(false);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            for (_, entries) in reply::by_key(&reply) {
+                if let Some(id) = reply::last_id(entries) {
+                    last = Some(id);
+                }
+                for session in reply::field_values(entries, b"s") {
+                    self.touched.forget(&session);
+                    let shard = super::shard_index(&session, self.shards.len());
+                    self.shards[shard].end_session(&session);
+                }
             }
         }
+        self.touched.set_trusted(false);
     }
 }
 
