@@ -158,3 +158,74 @@ fn a_lost_wake_stream_is_noticed_and_nothing_waits() {
         assert!(started.elapsed() < Duration::from_millis(900));
     });
 }
+
+/// On one server a small commit carries its events in the wake-up, so its
+/// readers' instance hands them on without reading the stream; a large one
+/// (over 4 KiB) only wakes, and its stream is read. Mixed, the readers get
+/// every event once, in order: a carried event that does not follow what
+/// was read makes the stream be read from its last seq instead.
+#[test]
+fn small_commits_reach_other_instances_without_a_read_and_in_order() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let writer = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        let reader = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        writer.create_session("w", Bytes::new()).await.unwrap();
+        let (_, mut sub) = reader.subscribe("w", S).await.unwrap();
+        writer.append("w", S, vec![msg(1)]).await.unwrap();
+        let ev = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
+        assert_eq!(ev.unwrap().unwrap().seq, 1);
+        let before = redis.commands_by_name();
+        for k in 2..=51 {
+            writer.append("w", S, vec![msg(k)]).await.unwrap();
+            let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
+                .await
+                .expect("delivered")
+                .unwrap();
+            assert_eq!(ev.seq, k);
+            assert_eq!(ev.message, msg(k));
+        }
+        let counts = ran(&before, &redis.commands_by_name());
+        let xranges = counts.get("xrange").copied().unwrap_or(0);
+        assert_eq!(xranges, 0, "50 small commits read their stream: {counts:?}");
+
+        // Large, small, large, small, appended back to back: each reader
+        // event once, in order.
+        let big = |k: u64| {
+            Bytes::from(format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/message","params":{{"k":{k},"pad":"{}"}}}}"#,
+                "x".repeat(6000)
+            ))
+        };
+        let before = redis.commands_by_name();
+        let mut want = Vec::new();
+        for k in 52..=91u64 {
+            let m = if k % 2 == 0 { big(k) } else { msg(k) };
+            want.push(m.clone());
+            writer.append("w", S, vec![m]).await.unwrap();
+        }
+        for (k, m) in (52..=91u64).zip(want) {
+            let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
+                .await
+                .expect("delivered")
+                .unwrap();
+            assert_eq!(ev.seq, k);
+            assert_eq!(ev.message, m);
+        }
+        let counts = ran(&before, &redis.commands_by_name());
+        assert!(
+            counts.get("xrange").copied().unwrap_or(0) >= 1,
+            "large commits are read from their stream: {counts:?}"
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), sub.next())
+                .await
+                .is_err(),
+            "nothing after the last event"
+        );
+    });
+}

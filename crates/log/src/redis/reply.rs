@@ -120,6 +120,54 @@ pub(super) fn field_values(entries: &Value, field: &[u8]) -> Vec<String> {
     out
 }
 
+/// One wake-up read from a wake stream: the stream a commit woke and, when
+/// the commit was small enough to carry (one server, `append.lua`), its
+/// events: the first one's seq, their time and messages, in order.
+pub(super) struct Wake {
+    pub stream: String,
+    pub first: Option<u64>,
+    pub at_ms: u64,
+    pub messages: Vec<Bytes>,
+}
+
+/// The wake-ups of wake stream entries (fields `k`, and with a payload `s`,
+/// `t` and one `m` per message), in the order they were added; entries
+/// with no stream (the reader's own marks) are skipped.
+pub(super) fn wakes(entries: &Value) -> Vec<Wake> {
+    let Value::Array(items) = entries else {
+        return Vec::new();
+    };
+    let num = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|s| s.parse().ok());
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Array(pair) = item else { continue };
+        let Some(Value::Array(fields)) = pair.get(1) else {
+            continue;
+        };
+        let mut w = Wake {
+            stream: String::new(),
+            first: None,
+            at_ms: 0,
+            messages: Vec::new(),
+        };
+        for kv in fields.chunks(2) {
+            if let [Value::BulkString(k), Value::BulkString(v)] = kv {
+                match k.as_slice() {
+                    b"k" => w.stream = String::from_utf8_lossy(v).into_owned(),
+                    b"s" => w.first = num(v),
+                    b"t" => w.at_ms = num(v).unwrap_or(0),
+                    b"m" => w.messages.push(Bytes::copy_from_slice(v)),
+                    _ => {}
+                }
+            }
+        }
+        if !w.stream.is_empty() {
+            out.push(w);
+        }
+    }
+    out
+}
+
 /// A stream entry id (`MS-SEQ`) as a pair that orders as Redis orders them;
 /// `None` for anything else (`$`, a malformed id).
 pub(super) fn stream_id(id: &str) -> Option<(u64, u64)> {

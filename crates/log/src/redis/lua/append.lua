@@ -12,7 +12,10 @@
 -- With `ring` (one server, no replicas: the commit is this script), each
 -- instance that follows the stream (the follower set, `WAKE|STREAM`
 -- members) gets the stream's key on its wake stream, in the commit's own
--- step; a wake stream gone with its instance drops the registration.
+-- step; a wake stream gone with its instance drops the registration. A
+-- batch of at most 4 KiB (and 64 messages) rides along (`s` its first seq, `t` its
+-- time, one `m` per message), so the follower hands it on without reading
+-- the stream (`tail/bell.rs`).
 -- Returns `{head, floor}`, or `{-1}` no live session, `{-2}` no stream,
 -- `{head, -3}` already appended under `once`, `{-4}` not the owner.
 local session = KEYS[1]
@@ -53,6 +56,7 @@ if stream ~= '0' and #ARGV >= 9 and h > 0 and f > h then
   redis.call('PERSIST', stream_state)
   redis.call('SADD', index, stream)
 end
+local first = h + 1
 for i = 9, #ARGV do
   h = h + 1
   redis.call('XADD', events, h .. '-0', 't', now_ms, 'm', ARGV[i])
@@ -102,11 +106,23 @@ if ring == '1' and #ARGV >= 9 then
   -- The wake streams are not declared keys: one server only (`ring` is
   -- never set on a cluster, whose instances ring after the commit).
   local members = redis.call('SMEMBERS', followers)
+  local wake
   for _, m in ipairs(members) do
     local bar = string.find(m, '|', 1, true)
     if bar and string.sub(m, bar + 1) == events then
-      local added = redis.call('XADD', string.sub(m, 1, bar - 1), 'NOMKSTREAM',
-        'MAXLEN', '~', 16384, '*', 'k', events)
+      if not wake then
+        wake = {'NOMKSTREAM', 'MAXLEN', '~', 16384, '*', 'k', events}
+        local bytes = 0
+        for i = 9, #ARGV do bytes = bytes + #ARGV[i] end
+        if bytes <= 4096 and #ARGV - 8 <= 64 then
+          table.insert(wake, 's'); table.insert(wake, first)
+          table.insert(wake, 't'); table.insert(wake, now_ms)
+          for i = 9, #ARGV do
+            table.insert(wake, 'm'); table.insert(wake, ARGV[i])
+          end
+        end
+      end
+      local added = redis.call('XADD', string.sub(m, 1, bar - 1), unpack(wake))
       if not added then redis.call('SREM', followers, m) end
     end
   end

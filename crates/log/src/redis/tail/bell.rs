@@ -15,6 +15,14 @@
 //! after ([`ring`]). Each instance blocks on its own wake stream on a
 //! connection of its own and marks the named streams for an immediate read.
 //!
+//! On one server without replicas a small commit (at most 4 KiB, 64
+//! messages) carries its events in the wake-up (`s` the first seq, `t` the
+//! time, one `m` per message): the follower hands them on at once, with no
+//! read of the stream, when they follow what it has read, and reads the
+//! stream from its last seq otherwise ([`Shard::offer`]). So an event costs
+//! its readers' instance no command beyond the blocking read of its wake
+//! stream, which brings many events at a time under load.
+//!
 //! Wake-ups only shorten the wait: every read is from the stream's own last
 //! seq, so a lost wake-up (an instance dying between its commit and the
 //! `XADD`, a failover, a wake stream trimmed before it was read) delays
@@ -24,11 +32,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use redis::Value;
 
 use super::super::conn::Conn;
 use super::blocking::Source;
 use super::Shard;
+use crate::{Event, Seq};
 
 /// How long a wake stream outlives its instance's last refresh.
 const TTL_MS: u64 = 600_000;
@@ -294,11 +304,21 @@ impl Bell {
                 if let Some(id) = super::reply::last_id(entries) {
                     last = id;
                 }
-                for stream in super::reply::field_values(entries, b"k") {
-                    let Some(session) = session_of(&stream) else {
+                let mut unfollowed = std::collections::HashSet::new();
+                for wake in super::reply::wakes(entries) {
+                    let Some(session) = session_of(&wake.stream) else {
                         continue;
                     };
                     let shard = &shards[super::shard_index(session, shards.len())];
+                    // A commit that carried its events is handed on from
+                    // here, without a read of its stream (one server);
+                    // otherwise the stream is marked for a read.
+                    let followed = match wake.first {
+                        Some(first) if !wake.messages.is_empty() => {
+                            shard.offer(&wake.stream, first, wake.at_ms, wake.messages)
+                        }
+                        _ => shard.mark(&wake.stream),
+                    };
                     // A stream no shard follows: on a polled tail its
                     // registration is dropped. On a pushed tail it is kept
                     // (it goes with the stream's retirement or the session's
@@ -306,12 +326,46 @@ impl Bell {
                     // the shard, so a wake-up in between would drop the new
                     // registration, and with no safety read behind it the
                     // reader would wait for wake-ups that never come.
-                    if !shard.mark(&stream) && !self.pushed {
-                        self.unfollow(&conn, &stream).await;
+                    if !followed && !self.pushed && unfollowed.insert(wake.stream.clone()) {
+                        self.unfollow(&conn, &wake.stream).await;
                     }
                 }
             }
         }
+    }
+}
+
+/// What the shards do with a wake-up that carries its events.
+impl Shard {
+    /// Hands on the events a wake-up carried (`first` and on, committed:
+    /// one server, whose commit is the script that rang), unless they do
+    /// not follow what the shard has read: then the stream is marked for a
+    /// read from its last seq, which brings them and anything before them.
+    /// `false` if this shard does not follow the stream.
+    fn offer(&self, key: &str, first: Seq, at_ms: u64, messages: Vec<Bytes>) -> bool {
+        let mut st = self.lock();
+        let Some(f) = st.streams.get_mut(key) else {
+            return false;
+        };
+        if first > f.last.saturating_add(1) {
+            st.dirty.insert(key.to_owned());
+            drop(st);
+            self.notify.notify_one();
+            return true;
+        }
+        let events = messages
+            .into_iter()
+            .zip(first..)
+            .map(|(message, seq)| Event {
+                seq,
+                at_ms,
+                message,
+            })
+            .collect();
+        if !f.deliver(events, Seq::MAX) {
+            st.streams.remove(key);
+        }
+        true
     }
 }
 
