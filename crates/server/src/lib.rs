@@ -139,6 +139,7 @@ impl McpServer {
             routes: Default::default(),
             task_store: None,
             drain: Default::default(),
+            heads: Default::default(),
         });
         Self { state, stop }
     }

@@ -13,7 +13,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -166,18 +165,13 @@ fn redis_memory(redis: &mcp_resume_testkit::RedisServer) -> u64 {
 /// One run: on the disk log (one instance), or with `instances` on one
 /// Redis of its own; the report goes to stdout (and appended to `out`), the
 /// figures back to the caller.
-pub async fn run(
-    sessions: usize,
-    duration: u64,
-    rate: u64,
-    redis: bool,
-    instances: usize,
-    out: Option<&PathBuf>,
-    serve_args: &[String],
-) -> Figures {
-    let duration = Duration::from_secs(duration);
+pub async fn run(args: &super::Args, redis: bool) -> Figures {
+    let (sessions, rate, instances) = (args.sessions, args.rate, args.instances);
+    let (out, serve_args) = (args.out.as_ref(), &args.serve_args);
+    let duration = Duration::from_secs(args.duration);
     let bin = servers::our_binary();
-    let redis_server = redis.then(mcp_resume_testkit::RedisServer::start);
+    let redis_args: Vec<&str> = args.redis_args.iter().map(String::as_str).collect();
+    let redis_server = redis.then(|| mcp_resume_testkit::RedisServer::start_with(&redis_args));
     let store: Vec<String> = match &redis_server {
         Some(r) => vec!["--store".into(), r.url.clone()],
         None => Vec::new(),
@@ -189,11 +183,13 @@ pub async fn run(
         Some(_) => format!("{n} instances on one Redis"),
         None => "one instance, disk log".to_owned(),
     };
-    let settings = if serve_args.is_empty() {
-        String::new()
-    } else {
-        format!("; serve {}", serve_args.join(" "))
-    };
+    let mut settings = String::new();
+    if !serve_args.is_empty() {
+        settings += &format!("; serve {}", serve_args.join(" "));
+    }
+    if redis && !redis_args.is_empty() {
+        settings += &format!("; redis-server {}", redis_args.join(" "));
+    }
     println!("scale: {sessions} sessions, {where_}, HTTP/2 (100 streams per connection){settings}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before: Vec<u64> = servers.iter().map(Server::rss_kib).collect();

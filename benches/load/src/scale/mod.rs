@@ -70,21 +70,15 @@ pub struct Args {
     /// `--serve-arg=--session-ttl-secs=60` to compare a setting in one build.
     #[arg(long = "serve-arg", allow_hyphen_values = true)]
     serve_args: Vec<String>,
+    /// An argument for the Redis it starts (repeat it), e.g.
+    /// `--redis-arg=--stream-node-max-bytes --redis-arg=1024`.
+    #[arg(long = "redis-arg", allow_hyphen_values = true)]
+    redis_args: Vec<String>,
 }
 
 /// Runs `scale`.
 pub async fn run(args: Args) {
-    let one = |redis: bool| {
-        measure::run(
-            args.sessions,
-            args.duration,
-            args.rate,
-            redis,
-            args.instances,
-            args.out.as_ref(),
-            &args.serve_args,
-        )
-    };
+    let one = |redis: bool| measure::run(&args, redis);
     if !args.compare {
         one(args.redis).await;
         return;

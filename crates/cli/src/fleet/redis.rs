@@ -60,6 +60,11 @@ impl OwnRedis {
                 "yes",
                 "--appendfsync",
                 "always",
+                // A session stream's first node is allocated at this size:
+                // 4096 by default, most of a session's memory
+                // (docs/operator.md, Redis).
+                "--stream-node-max-bytes",
+                "1024",
             ])
             .stdout(Stdio::null())
             .spawn()

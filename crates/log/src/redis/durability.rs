@@ -10,6 +10,9 @@ impl RedisLog {
     /// work (fewer replicas than `WAIT` asks for). `CONFIG` may be disabled on
     /// managed Redis; then the words say "unknown".
     ///
+    /// The words also give `stream-node-max-bytes`, what a session stream
+    /// holding events costs Redis at least.
+    ///
     /// On a cluster every master is asked; the words give the weakest.
     pub async fn durability(&self) -> (String, Option<String>) {
         let config = |name: &'static str| async move {
@@ -46,12 +49,18 @@ impl RedisLog {
             })
             .min()
             .unwrap_or(0);
+        // Not durability, but what a session costs Redis: a stream holding
+        // events takes at least this much (its first node is preallocated
+        // to it), most of a session's memory (docs/operator.md, Redis).
+        let node = config("stream-node-max-bytes").await;
         let synced = aof.as_deref() == Some("yes") && fsync.as_deref() == Some("always");
         let words = format!(
-            "appendonly {}, appendfsync {}, {replicas} replicas connected, WAIT for {}",
+            "appendonly {}, appendfsync {}, {replicas} replicas connected, WAIT for {}, \
+             stream-node-max-bytes {}",
             aof.as_deref().unwrap_or("unknown"),
             fsync.as_deref().unwrap_or("unknown"),
-            self.replicas
+            self.replicas,
+            node.as_deref().unwrap_or("unknown"),
         );
         let warning = if replicas < self.replicas {
             Some(format!(

@@ -196,7 +196,10 @@ pub(crate) async fn live_session(
     principal: &Principal,
     want: Want,
 ) -> Result<Live, ApiError> {
-    state.log.touch(id).await?;
+    if let Err(e) = state.log.touch(id).await {
+        state.heads.forget(id);
+        return Err(e.into());
+    }
     let version = headers.get(PROTOCOL_VERSION).and_then(|v| v.to_str().ok());
     if want != Want::Record && version.is_none() && principal.is_none() {
         return Ok(Live::default());
@@ -223,7 +226,15 @@ pub(crate) async fn live_session(
                 route: route.filter(|_| want == Want::Route),
             });
         }
-        let head = crate::session::SessionHead::decode(&state.log.session(id).await?.meta);
+        let head = match state.heads.get(id) {
+            Some(head) => head,
+            None => {
+                let meta = state.log.session(id).await?.meta;
+                let head = Arc::new(crate::session::SessionHead::decode(&meta));
+                state.heads.put(id, head.clone());
+                head
+            }
+        };
         fits(
             id,
             principal,

@@ -3,6 +3,7 @@
 
 mod forward;
 mod guard;
+pub(crate) mod heads;
 pub(crate) mod ops;
 mod pin_guard;
 mod post;

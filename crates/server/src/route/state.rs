@@ -75,6 +75,9 @@ pub(crate) struct ServerState {
     /// Whether the server is stopping, and the requests its stop waits for
     /// ([`crate::route::drain`]).
     pub(crate) drain: Arc<crate::route::drain::Drain>,
+    /// The heads of sessions whose requests came here without their route
+    /// ([`crate::http::heads`]).
+    pub(crate) heads: Arc<crate::http::heads::Heads>,
 }
 
 impl AppState {
