@@ -74,7 +74,11 @@ async def test_5000_notifications_exactly_once_through_cuts_and_a_kill(
         assert transport.cursor == N
     expected = list(range(1, HALF + 1)) * 2
     assert got == expected, f"{len(got)} received; first wrong at {first_difference(got, expected)}"
-    assert proxy.cuts >= N // CUT_EVERY - 1
+    # A cut finds no stream to cut while the reader is still reconnecting
+    # from the previous cut or from the kill: on a loaded machine two of the
+    # ten can miss (8 of 10 seen once in 2026-12), and 8 cuts still cut the
+    # stream under the reader throughout.
+    assert proxy.cuts >= N // CUT_EVERY - 2
     assert stats.reconnects >= N // CUT_EVERY
     if websocket:
         assert stats.upgrades >= N // CUT_EVERY and stats.fallbacks == 0, stats

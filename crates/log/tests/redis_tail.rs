@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{msg, ran, RedisServer};
-use mcp_resume_log::{EventLog, SessionRecords};
+use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
 use mcp_resume_log::{RedisLog, Retention, StreamKey};
 
 const S: StreamKey = StreamKey::Session;
@@ -226,6 +226,37 @@ fn small_commits_reach_other_instances_without_a_read_and_in_order() {
                 .await
                 .is_err(),
             "nothing after the last event"
+        );
+    });
+}
+
+/// A clean stop deletes the instance's wake stream: otherwise every commit
+/// to a stream it followed would keep adding wake-ups (with small commits'
+/// events) to it until it expired, ten minutes later.
+#[test]
+fn a_closed_instance_leaves_no_wake_stream() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let writer = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        let reader = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        writer.create_session("w", Bytes::new()).await.unwrap();
+        let (_, mut sub) = reader.subscribe("w", S).await.unwrap();
+        writer.append("w", S, vec![msg(1)]).await.unwrap();
+        let ev = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
+        assert_eq!(ev.unwrap().unwrap().seq, 1);
+        let wakes = || redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
+        assert_eq!(wakes().lines().count(), 1, "the reader's wake stream");
+        reader.close().await.unwrap();
+        drop(sub);
+        writer.append("w", S, vec![msg(2)]).await.unwrap();
+        assert_eq!(
+            wakes().trim(),
+            "",
+            "a wake stream outlived its closed instance"
         );
     });
 }

@@ -450,6 +450,13 @@ impl Maintenance for RedisLog {
     async fn close(&self) -> Result<(), LogError> {
         self.closed.store(true, Ordering::Relaxed);
         self.tails.close();
+        // Its wake stream goes now, not at its expiry: until then every
+        // commit to a stream it followed would still add to it (best
+        // effort; the next commit drops each registration it finds gone).
+        let _: Result<i64, _> = redis::cmd("DEL")
+            .arg(self.tails.wake_key())
+            .query_async(&mut self.conn.clone())
+            .await;
         self.heartbeat.stop(&mut self.conn.clone()).await
     }
 }

@@ -95,8 +95,9 @@ impl SessionRecords for RedisLog {
         // An end on another instance must reach this one before a touch is
         // answered from memory ([`touched`]).
         self.tails.follow_endings().await;
+        let since = self.touched.generation();
         self.hset_if_live(id, "a", now_ms()).await?;
-        self.touched.touched(id);
+        self.touched.touched(id, since);
         Ok(())
     }
 

@@ -225,6 +225,11 @@ impl Tails {
         }
     }
 
+    /// This instance's wake stream (`mcpr:wake:{NONCE}`).
+    pub fn wake_key(&self) -> &str {
+        &self.bell.key
+    }
+
     /// The log closes: every shard's task wakes at once, finds it closed
     /// and ends its readers (`Closed`).
     pub fn close(&self) {

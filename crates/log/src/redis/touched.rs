@@ -48,6 +48,10 @@ pub(super) struct Touched {
     /// Whether end notices are pushed in the end's own step (one server
     /// without replicas) and the reader is reading them now.
     trusted: AtomicBool,
+    /// Counts the ends noticed and the doubts, under the map's lock: a
+    /// touch whose answer from Redis may predate one of them is not
+    /// remembered ([`Touched::touched`]).
+    generation: AtomicU64,
 }
 
 #[derive(Default)]
@@ -65,6 +69,7 @@ impl Default for Touched {
             }),
             interval_ms: AtomicU64::new(COALESCE.as_millis() as u64),
             trusted: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
         }
     }
 }
@@ -98,7 +103,14 @@ impl Touched {
     /// Notices may have been missed (the reader reconnected, or notices it
     /// had not read were trimmed): every session's next touch asks Redis.
     pub(super) fn doubt(&self) {
-        self.lock().at.clear();
+        let mut m = self.lock();
+        m.at.clear();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Taken before a touch asks Redis, and handed to [`Touched::touched`].
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Whether `id` was touched in Redis within the window and no end of
@@ -111,10 +123,18 @@ impl Touched {
             .is_some_and(|at| at.elapsed() < window)
     }
 
-    /// `id` was touched in Redis just now (it was live).
-    pub(super) fn touched(&self, id: &str) {
+    /// `id` was touched in Redis just now (it was live), by a touch that
+    /// took `since` ([`Touched::generation`]) before it asked. Not
+    /// remembered if an end was noticed or a doubt arose meanwhile: the
+    /// notice of an end right after Redis answered may have come first, and
+    /// remembering the touch after it would let the ended session's requests
+    /// pass for a whole interval.
+    pub(super) fn touched(&self, id: &str, since: u64) {
         let window = self.window();
         let mut m = self.lock();
+        if self.generation.load(Ordering::Acquire) != since {
+            return;
+        }
         if m.at.len() >= m.prune_at {
             m.at.retain(|_, at| at.elapsed() < window);
             m.prune_at = (m.at.len() * 2).max(PRUNE_AT);
@@ -125,7 +145,9 @@ impl Touched {
     /// `id` ended (here, or on another instance: a notice): its next touch
     /// asks Redis.
     pub(super) fn forget(&self, id: &str) {
-        self.lock().at.remove(id);
+        let mut m = self.lock();
+        m.at.remove(id);
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -137,7 +159,7 @@ mod tests {
     fn a_touch_is_fresh_for_the_coalescing_time_until_an_end_is_noticed() {
         let t = Touched::default();
         assert!(!t.fresh("s"));
-        t.touched("s");
+        t.touched("s", t.generation());
         assert!(t.fresh("s"));
         t.forget("s");
         assert!(
@@ -158,8 +180,27 @@ mod tests {
         assert!(t.fresh("s"), "trusted: the interval");
         t.doubt();
         assert!(!t.fresh("s"), "a doubt forgets every session");
-        t.touched("s");
+        t.touched("s", t.generation());
         t.set_trusted(false);
+        assert!(t.fresh("s"));
+    }
+
+    #[test]
+    fn a_touch_answered_before_an_end_was_noticed_is_not_remembered() {
+        let t = Touched::default();
+        let since = t.generation();
+        // Redis answered "live"; then the notice of its end came first.
+        t.forget("s");
+        t.touched("s", since);
+        assert!(
+            !t.fresh("s"),
+            "the ended session would pass for an interval"
+        );
+        let since = t.generation();
+        t.doubt();
+        t.touched("s", since);
+        assert!(!t.fresh("s"), "a touch racing a doubt is not remembered");
+        t.touched("s", t.generation());
         assert!(t.fresh("s"));
     }
 
@@ -171,12 +212,12 @@ mod tests {
                 .at
                 .insert(format!("old{i}"), Instant::now() - COALESCE * 2);
         }
-        t.touched("new");
+        t.touched("new", t.generation());
         assert_eq!(t.lock().at.len(), 1);
         // Fresh sessions past the threshold: kept, and the threshold grows,
         // so the next touch does not walk them all again.
         for i in 0..PRUNE_AT * 2 {
-            t.touched(&format!("live{i}"));
+            t.touched(&format!("live{i}"), t.generation());
         }
         let m = t.lock();
         assert_eq!(m.at.len(), PRUNE_AT * 2 + 1);

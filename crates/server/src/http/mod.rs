@@ -3,7 +3,6 @@
 
 mod forward;
 mod guard;
-pub(crate) mod heads;
 pub(crate) mod ops;
 mod pin_guard;
 mod post;

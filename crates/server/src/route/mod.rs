@@ -15,6 +15,7 @@ mod commit;
 pub(crate) mod dispatch;
 pub(crate) mod drain;
 mod hand;
+pub(crate) mod heads;
 pub(crate) mod inbox;
 pub(crate) mod lease;
 pub(crate) mod orphans;

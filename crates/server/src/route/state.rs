@@ -76,8 +76,8 @@ pub(crate) struct ServerState {
     /// ([`crate::route::drain`]).
     pub(crate) drain: Arc<crate::route::drain::Drain>,
     /// The heads of sessions whose requests came here without their route
-    /// ([`crate::http::heads`]).
-    pub(crate) heads: Arc<crate::http::heads::Heads>,
+    /// ([`crate::route::heads`]).
+    pub(crate) heads: Arc<crate::route::heads::Heads>,
 }
 
 impl AppState {

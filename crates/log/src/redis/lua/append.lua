@@ -13,7 +13,7 @@
 -- instance that follows the stream (the follower set, `WAKE|STREAM`
 -- members) gets the stream's key on its wake stream, in the commit's own
 -- step; a wake stream gone with its instance drops the registration. A
--- batch of at most 4 KiB (and 64 messages) rides along (`s` its first seq, `t` its
+-- batch of at most 1 KiB (and 16 messages) rides along (`s` its first seq, `t` its
 -- time, one `m` per message), so the follower hands it on without reading
 -- the stream (`tail/bell.rs`).
 -- Returns `{head, floor}`, or `{-1}` no live session, `{-2}` no stream,
@@ -114,7 +114,7 @@ if ring == '1' and #ARGV >= 9 then
         wake = {'NOMKSTREAM', 'MAXLEN', '~', 16384, '*', 'k', events}
         local bytes = 0
         for i = 9, #ARGV do bytes = bytes + #ARGV[i] end
-        if bytes <= 4096 and #ARGV - 8 <= 64 then
+        if bytes <= 1024 and #ARGV - 8 <= 16 then
           table.insert(wake, 's'); table.insert(wake, first)
           table.insert(wake, 't'); table.insert(wake, now_ms)
           for i = 9, #ARGV do

@@ -15,9 +15,11 @@
 //! after ([`ring`]). Each instance blocks on its own wake stream on a
 //! connection of its own and marks the named streams for an immediate read.
 //!
-//! On one server without replicas a small commit (at most 4 KiB, 64
-//! messages) carries its events in the wake-up (`s` the first seq, `t` the
-//! time, one `m` per message): the follower hands them on at once, with no
+//! On one server without replicas a small commit (at most 1 KiB, 16
+//! messages: a wake stream nobody reads any more, its instance gone,
+//! holds at most 16,384 of them until it expires) carries its events in
+//! the wake-up (`s` the first seq, `t` the time, one `m` per message): the
+//! follower hands them on at once, with no
 //! read of the stream, when they follow what it has read, and reads the
 //! stream from its last seq otherwise ([`Shard::offer`]). So an event costs
 //! its readers' instance no command beyond the blocking read of its wake
