@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{msg, RedisServer};
+use common::{msg, ran, RedisServer};
 use mcp_resume_log::{EventLog, Leases, Maintenance, SessionRecords};
 use mcp_resume_log::{RedisLog, Retention, StreamKey};
 
@@ -241,6 +241,30 @@ fn idle_expiry_never_ends_a_session_a_client_used_after_it_decided() {
     });
 }
 
+/// The scripts (`EVALSHA`) Redis ran since the reading `before`.
+fn scripts_since(redis: &RedisServer, before: &std::collections::BTreeMap<String, u64>) -> u64 {
+    let ran = ran(before, &redis.commands_by_name());
+    ran.get("evalsha").copied().unwrap_or(0)
+}
+
+/// `log`'s touches of `id` fail (`NoSession`) within 300 ms of its end on
+/// another instance.
+async fn touches_stop_soon(log: &RedisLog, id: &str) {
+    let ended = std::time::Instant::now();
+    loop {
+        match log.touch(id).await {
+            Err(mcp_resume_log::LogError::NoSession(_)) => break,
+            Ok(()) => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            ended.elapsed() < Duration::from_millis(300),
+            "an end on another instance was not noticed: touches still pass"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A session used again and again by one instance costs one touch in
 /// Redis per second, not one per request; an end on another instance still
 /// reaches it at once (the end notices every instance follows): the next
@@ -257,27 +281,13 @@ fn touches_are_coalesced_and_an_end_elsewhere_still_reaches_them_at_once() {
         for _ in 0..100 {
             a.touch("busy").await.unwrap();
         }
-        let after = redis.commands_by_name();
-        let evals = after.get("evalsha").copied().unwrap_or(0)
-            - before.get("evalsha").copied().unwrap_or(0);
+        let evals = scripts_since(&redis, &before);
         assert!(
             evals <= 1,
             "{evals} touch scripts for 100 touches within a second"
         );
         b.end_session("busy").await.unwrap();
-        let ended = std::time::Instant::now();
-        loop {
-            match a.touch("busy").await {
-                Err(mcp_resume_log::LogError::NoSession(_)) => break,
-                Ok(()) => {}
-                Err(e) => panic!("{e}"),
-            }
-            assert!(
-                ended.elapsed() < Duration::from_millis(300),
-                "an end on another instance was not noticed: touches still pass"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        touches_stop_soon(&a, "busy").await;
     });
 }
 
@@ -304,27 +314,13 @@ fn on_one_server_a_touch_is_answered_from_memory_for_the_interval() {
             a.touch("busy").await.unwrap();
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let after = redis.commands_by_name();
-        let evals = after.get("evalsha").copied().unwrap_or(0)
-            - before.get("evalsha").copied().unwrap_or(0);
+        let evals = scripts_since(&redis, &before);
         assert_eq!(
             evals, 0,
             "{evals} touch scripts in 2.5 s with a 60 s touch interval"
         );
         b.end_session("busy").await.unwrap();
-        let ended = std::time::Instant::now();
-        loop {
-            match a.touch("busy").await {
-                Err(mcp_resume_log::LogError::NoSession(_)) => break,
-                Ok(()) => {}
-                Err(e) => panic!("{e}"),
-            }
-            assert!(
-                ended.elapsed() < Duration::from_millis(300),
-                "an end on another instance was not noticed: touches still pass"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        touches_stop_soon(&a, "busy").await;
     });
 }
 

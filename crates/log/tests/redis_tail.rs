@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{msg, ran, RedisServer};
 use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
-use mcp_resume_log::{RedisLog, Retention, StreamKey};
+use mcp_resume_log::{RedisLog, Retention, StreamKey, Subscription};
 
 const S: StreamKey = StreamKey::Session;
 
@@ -24,6 +24,20 @@ async fn clients(url: &str) -> usize {
         .await
         .unwrap();
     list.lines().count() - 1 // not this one
+}
+
+/// Two instances on `redis`: one that writes session `w`, one whose reader
+/// follows its session stream and has its first event (so the reader's
+/// wake stream exists and it is registered).
+async fn two_instances_following(redis: &RedisServer) -> (RedisLog, RedisLog, Subscription) {
+    let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
+    let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
+    writer.create_session("w", Bytes::new()).await.unwrap();
+    let (_, mut sub) = reader.subscribe("w", S).await.unwrap();
+    writer.append("w", S, vec![msg(1)]).await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
+    assert_eq!(first.unwrap().unwrap().seq, 1);
+    (writer, reader, sub)
 }
 
 #[test]
@@ -122,17 +136,7 @@ fn idle_followed_streams_cost_no_reads_on_one_server() {
 fn a_lost_wake_stream_is_noticed_and_nothing_waits() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let writer = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        let reader = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        writer.create_session("w", Bytes::new()).await.unwrap();
-        let (_, mut sub) = reader.subscribe("w", S).await.unwrap();
-        writer.append("w", S, vec![msg(1)]).await.unwrap();
-        let first = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
-        assert_eq!(first.unwrap().unwrap().seq, 1);
+        let (writer, _reader, mut sub) = two_instances_following(&redis).await;
         let wakes = redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
         let wake = wakes
             .lines()
@@ -161,24 +165,14 @@ fn a_lost_wake_stream_is_noticed_and_nothing_waits() {
 
 /// On one server a small commit carries its events in the wake-up, so its
 /// readers' instance hands them on without reading the stream; a large one
-/// (over 4 KiB) only wakes, and its stream is read. Mixed, the readers get
+/// (over 1 KiB) only wakes, and its stream is read. Mixed, the readers get
 /// every event once, in order: a carried event that does not follow what
 /// was read makes the stream be read from its last seq instead.
 #[test]
 fn small_commits_reach_other_instances_without_a_read_and_in_order() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let writer = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        let reader = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        writer.create_session("w", Bytes::new()).await.unwrap();
-        let (_, mut sub) = reader.subscribe("w", S).await.unwrap();
-        writer.append("w", S, vec![msg(1)]).await.unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
-        assert_eq!(ev.unwrap().unwrap().seq, 1);
+        let (writer, _reader, mut sub) = two_instances_following(&redis).await;
         let before = redis.commands_by_name();
         for k in 2..=51 {
             writer.append("w", S, vec![msg(k)]).await.unwrap();
@@ -237,17 +231,7 @@ fn small_commits_reach_other_instances_without_a_read_and_in_order() {
 fn a_closed_instance_leaves_no_wake_stream() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let writer = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        let reader = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        writer.create_session("w", Bytes::new()).await.unwrap();
-        let (_, mut sub) = reader.subscribe("w", S).await.unwrap();
-        writer.append("w", S, vec![msg(1)]).await.unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
-        assert_eq!(ev.unwrap().unwrap().seq, 1);
+        let (writer, reader, sub) = two_instances_following(&redis).await;
         let wakes = || redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
         assert_eq!(wakes().lines().count(), 1, "the reader's wake stream");
         reader.close().await.unwrap();

@@ -33,12 +33,7 @@ pub(super) fn entries(v: &Value) -> Result<Vec<Event>, LogError> {
         for kv in fields.chunks(2) {
             if let [Value::BulkString(k), Value::BulkString(v)] = kv {
                 match k.as_slice() {
-                    b"t" => {
-                        at_ms = std::str::from_utf8(v)
-                            .ok()
-                            .and_then(|s| s.parse().ok())
-                            .unwrap_or(0)
-                    }
+                    b"t" => at_ms = number(v).unwrap_or(0),
                     b"m" => message = Bytes::copy_from_slice(v),
                     _ => {}
                 }
@@ -137,7 +132,6 @@ pub(super) fn wakes(entries: &Value) -> Vec<Wake> {
     let Value::Array(items) = entries else {
         return Vec::new();
     };
-    let num = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|s| s.parse().ok());
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let Value::Array(pair) = item else { continue };
@@ -154,8 +148,8 @@ pub(super) fn wakes(entries: &Value) -> Vec<Wake> {
             if let [Value::BulkString(k), Value::BulkString(v)] = kv {
                 match k.as_slice() {
                     b"k" => w.stream = String::from_utf8_lossy(v).into_owned(),
-                    b"s" => w.first = num(v),
-                    b"t" => w.at_ms = num(v).unwrap_or(0),
+                    b"s" => w.first = number(v),
+                    b"t" => w.at_ms = number(v).unwrap_or(0),
                     b"m" => w.messages.push(Bytes::copy_from_slice(v)),
                     _ => {}
                 }
@@ -166,6 +160,19 @@ pub(super) fn wakes(entries: &Value) -> Vec<Wake> {
         }
     }
     out
+}
+
+/// A field's value as a number (`None` if it is not one).
+fn number(v: &[u8]) -> Option<u64> {
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// Whether entries after `read` (an id this reader has read up to) were
+/// trimmed from a stream, from its `XINFO STREAM` reply; `None` when the
+/// reply or the id cannot be read. The wake stream's and the end notices'
+/// readers ask it: what was trimmed unread is news they missed.
+pub(super) fn trimmed_past(info: &Value, read: &str) -> Option<bool> {
+    Some(max_deleted(info)? > stream_id(read)?)
 }
 
 /// A stream entry id (`MS-SEQ`) as a pair that orders as Redis orders them;

@@ -19,11 +19,11 @@
 //! messages: a wake stream nobody reads any more, its instance gone,
 //! holds at most 16,384 of them until it expires) carries its events in
 //! the wake-up (`s` the first seq, `t` the time, one `m` per message): the
-//! follower hands them on at once, with no
-//! read of the stream, when they follow what it has read, and reads the
-//! stream from its last seq otherwise ([`Shard::offer`]). So an event costs
-//! its readers' instance no command beyond the blocking read of its wake
-//! stream, which brings many events at a time under load.
+//! follower hands them on at once, with no read of the stream, when they
+//! follow what it has read, and reads the stream from its last seq
+//! otherwise ([`Shard::offer`]). So an event costs its readers' instance no
+//! command beyond the blocking read of its wake stream, which brings many
+//! events at a time under load.
 //!
 //! Wake-ups only shorten the wait: every read is from the stream's own last
 //! seq, so a lost wake-up (an instance dying between its commit and the
@@ -151,12 +151,7 @@ impl Bell {
         let Ok(v) = info.query_async::<Value>(&mut conn.clone()).await else {
             return false; // gone (expired, Redis lost it) or unreachable
         };
-        let (Some(deleted), Some(read)) =
-            (super::reply::max_deleted(&v), super::reply::stream_id(last))
-        else {
-            return false;
-        };
-        if deleted > read {
+        if super::reply::trimmed_past(&v, last) != Some(false) {
             return false;
         }
         let _: Result<i64, _> = redis::cmd("XTRIM")

@@ -129,10 +129,7 @@ async fn trimmed_past(conn: &mut Blocking, from: &str) -> bool {
     let Ok(v) = conn.query(&info).await else {
         return false; // no end yet (no stream), or Redis away: the reconnect doubts
     };
-    matches!(
-        (reply::max_deleted(&v), reply::stream_id(from)),
-        (Some(deleted), Some(read)) if deleted > read
-    )
+    reply::trimmed_past(&v, from) == Some(true)
 }
 
 impl Reader {
