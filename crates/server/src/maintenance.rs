@@ -141,6 +141,9 @@ async fn after(state: &AppState, pass: Pass) -> usize {
     if !pass.ended.is_empty() {
         tracing::info!(count = pass.ended.len(), "idle sessions ended");
     }
+    for id in &pass.ended {
+        state.heads.forget(id);
+    }
     let released = state.routes.sweep(state, &pass.ended).await;
     sweep_orphans(state, &pass.sweep).await;
     released

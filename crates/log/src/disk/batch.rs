@@ -134,12 +134,24 @@ impl<'a> Batch<'a> {
         rec.meta = Bytes::new();
         self.wb.insert(&st.sessions, id.as_bytes(), rec.encode());
         let prefix = session_prefix(id);
-        let mut doomed: Vec<fjall::Slice> = self
+        // Each key is removed from the keyspace that holds it: a removal
+        // is a tombstone in that keyspace's memtable until it is written
+        // out, so one written where the key never was only holds memory
+        // (the events' memtable, 8 MiB, is written out rarely: session
+        // churn grew a server by it, benches/results/churn.md).
+        let mut events: Vec<fjall::Slice> = self
             .written
             .remove(id)
             .unwrap_or_default()
             .into_iter()
             .flat_map(|(n, first, last)| (first..=last).map(move |seq| event_key(id, n, seq)))
+            .collect();
+        let mut streams: Vec<Vec<u8>> = self
+            .ov
+            .streams
+            .keys()
+            .filter(|(s, _)| s == id)
+            .map(|(_, n)| stream_key(id, *n))
             .collect();
         let mut records: Vec<Vec<u8>> = self
             .opened
@@ -148,23 +160,22 @@ impl<'a> Batch<'a> {
             .into_iter()
             .map(|r| stream_key(id, r))
             .collect();
-        for (ks, record) in [
-            (&st.streams, false),
-            (&st.events, false),
-            (&st.requests, true),
-        ] {
+        for kv in st.events.prefix(&prefix) {
+            // A copy: a key read back may be a view into its whole data
+            // block (values included), held until the commit.
+            events.push(fjall::Slice::new(&kv.key().map_err(storage)?));
+        }
+        for (ks, keys) in [(&st.streams, &mut streams), (&st.requests, &mut records)] {
             for kv in ks.prefix(&prefix) {
-                match kv.key() {
-                    Ok(k) if record => records.push(k.to_vec()),
-                    // A copy: a key read back may be a view into its whole
-                    // data block (values included), held until the commit.
-                    Ok(k) => doomed.push(fjall::Slice::new(&k)),
-                    Err(e) => return Err(storage(e)),
-                }
+                keys.push(kv.key().map_err(storage)?.to_vec());
             }
         }
-        for k in doomed {
-            self.wb.remove(&st.events, k.clone());
+        streams.sort_unstable();
+        streams.dedup();
+        for k in events {
+            self.wb.remove(&st.events, k);
+        }
+        for k in streams {
             self.wb.remove(&st.streams, k);
         }
         for k in records {
@@ -370,5 +381,48 @@ impl<'a> Batch<'a> {
             (Some(w), None) => by_count.max(w),
             (None, _) => by_count,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use crate::{DiskLog, EventLog, Retention, SessionRecords, StreamKey};
+
+    /// An end removes each key from the keyspace that held it: a removal
+    /// where the key never was is a tombstone held in memory until its
+    /// memtable is written out (the events' is written out rarely), and
+    /// ending sessions by the thousand grew a server by them
+    /// (benches/results/churn.md).
+    #[tokio::test]
+    async fn an_end_removes_keys_only_where_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = DiskLog::open(dir.path(), Retention::default()).unwrap();
+        log.create_session("quiet", Bytes::new()).await.unwrap();
+        log.create_session("busy", Bytes::new()).await.unwrap();
+        for _ in 0..5 {
+            let one = vec![Bytes::from_static(b"{}")];
+            log.append("busy", StreamKey::Session, one).await.unwrap();
+        }
+        // Items in each keyspace, its removals included.
+        let items = || {
+            let s = &log.store;
+            (s.events.approximate_len(), s.streams.approximate_len())
+        };
+        let (events, streams) = items();
+        log.end_session("quiet").await.unwrap();
+        assert_eq!(
+            items(),
+            (events, streams + 1),
+            "a session without events: its stream's record removed, nothing in the events'"
+        );
+        log.end_session("busy").await.unwrap();
+        assert_eq!(
+            items(),
+            (events + 5, streams + 2),
+            "five events removed from the events', one stream's record from the streams'"
+        );
+        assert!(log.read("busy", StreamKey::Session, 0, 10).await.is_err());
     }
 }

@@ -125,6 +125,7 @@ pub async fn delete(
     live_session(&state, &session, &headers, &principal, Want::Check).await?;
     let ended = state.log.end_session(&session).await;
     state.routes.close(&session);
+    state.heads.forget(&session);
     match ended {
         Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
         Err(LogError::NoSession(id)) => Err(ApiError::NoSession(id)),

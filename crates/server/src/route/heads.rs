@@ -8,7 +8,10 @@
 //!
 //! Bounded by two generations of [`GENERATION`] heads each: when the young
 //! one fills, the old one is dropped and the young one becomes old, so the
-//! sessions used lately stay and the memory is at most twice that.
+//! sessions used lately stay and the memory is at most twice that. A
+//! session ended here (its `DELETE`, or maintenance's idle expiry) is
+//! forgotten at once; one ended on another instance is forgotten when a
+//! request's touch finds it ended, else when its generation goes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
