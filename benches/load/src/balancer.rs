@@ -3,7 +3,11 @@
 //! `serve` on a Redis of its own) answers `echo` through the balancer and,
 //! with the same client and connections split over the instances, directly;
 //! rounds alternate the order. The fleet issue's target: through the
-//! balancer at least 0.8 of direct.
+//! balancer at least 0.8 of direct. Each row also gives the CPU the fleet's
+//! processes spent per 1,000 calls (read from /proc): on a machine whose
+//! cores the client and the instances already fill, HAProxy's own CPU is
+//! taken from them, so the instances' CPU per call is what tells what the
+//! fleet behind a balancer costs apart from the balancer itself.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -63,32 +67,131 @@ fn fleet(instances: usize) -> Fleet {
     }
 }
 
+/// The fleet's processes' CPU seconds so far: its instances (with the
+/// fleet process itself, which only supervises), HAProxy and Redis.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    instances: f64,
+    haproxy: f64,
+    redis: f64,
+}
+
+impl Cpu {
+    /// Read from /proc: every process descended from `root`, by its name.
+    fn of(root: u32) -> Self {
+        let mut parent = std::collections::HashMap::new();
+        let mut name = std::collections::HashMap::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let (Some((head, tail)), Some(open)) = (stat.rsplit_once(')'), stat.find('(')) else {
+                continue;
+            };
+            let ppid = tail
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u32>().ok());
+            parent.insert(pid, ppid.unwrap_or(0));
+            name.insert(pid, head[open + 1..].to_owned());
+        }
+        let under = |mut pid: u32| {
+            while pid > 1 {
+                if pid == root {
+                    return true;
+                }
+                pid = parent.get(&pid).copied().unwrap_or(0);
+            }
+            false
+        };
+        let mut cpu = Cpu::default();
+        for (&pid, n) in &name {
+            if !under(pid) {
+                continue;
+            }
+            let secs = crate::scale::cpu_secs(pid);
+            match n.as_str() {
+                "haproxy" => cpu.haproxy += secs,
+                n if n.starts_with("redis") => cpu.redis += secs,
+                _ => cpu.instances += secs,
+            }
+        }
+        cpu
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            instances: self.instances - before.instances,
+            haproxy: self.haproxy - before.haproxy,
+            redis: self.redis - before.redis,
+        }
+    }
+}
+
+/// One measurement: echo calls/s and the fleet's CPU per 1,000 calls.
+#[derive(Clone, Copy)]
+struct Round {
+    rps: f64,
+    cpu_ms_per_1000: Cpu,
+}
+
 /// Echo calls/s directly, the connections split over the instances.
-async fn direct(f: &Fleet, conns: usize, secs: Duration) -> f64 {
+async fn direct(f: &Fleet, conns: usize, secs: Duration) -> Round {
     let per = conns.div_ceil(f.instances.len()).max(1);
-    let runs = f.instances.iter().map(|u| echo(u, per, secs));
-    futures_util::future::join_all(runs)
-        .await
-        .iter()
-        .map(|e| e.rps)
-        .sum()
+    measured(f, secs, async {
+        let runs = f.instances.iter().map(|u| echo(u, per, secs));
+        futures_util::future::join_all(runs)
+            .await
+            .iter()
+            .map(|e| e.rps)
+            .sum()
+    })
+    .await
+}
+
+/// Echo calls/s through the balancer.
+async fn through(f: &Fleet, conns: usize, secs: Duration) -> Round {
+    measured(f, secs, async { echo(&f.url, conns, secs).await.rps }).await
+}
+
+/// `load`'s calls/s, with what the fleet's processes spent meanwhile.
+async fn measured(
+    f: &Fleet,
+    secs: Duration,
+    load: impl std::future::Future<Output = f64>,
+) -> Round {
+    let before = Cpu::of(f.child.id());
+    let rps = load.await;
+    let spent = Cpu::of(f.child.id()).since(before);
+    let per = |s: f64| s * 1e6 / (rps * secs.as_secs_f64()).max(1.0);
+    Round {
+        rps,
+        cpu_ms_per_1000: Cpu {
+            instances: per(spent.instances),
+            haproxy: per(spent.haproxy),
+            redis: per(spent.redis),
+        },
+    }
 }
 
 /// Runs the comparison and prints (and appends to `out`) its table.
 pub async fn run(instances: usize, conns: usize, secs: u64, rounds: usize, out: Option<PathBuf>) {
     let f = fleet(instances.max(1));
     let secs = Duration::from_secs(secs);
-    let (mut through, mut straight) = (Vec::new(), Vec::new());
+    let (mut via, mut straight) = (Vec::new(), Vec::new());
     for round in 0..rounds.max(1) {
         if round % 2 == 0 {
             straight.push(direct(&f, conns, secs).await);
-            through.push(echo(&f.url, conns, secs).await.rps);
+            via.push(through(&f, conns, secs).await);
         } else {
-            through.push(echo(&f.url, conns, secs).await.rps);
+            via.push(through(&f, conns, secs).await);
             straight.push(direct(&f, conns, secs).await);
         }
     }
-    let (t, s) = (crate::pct(&through, 0.5), crate::pct(&straight, 0.5));
+    let median =
+        |v: &[Round], by: fn(&Round) -> f64| crate::pct(&v.iter().map(by).collect::<Vec<_>>(), 0.5);
+    let (t, s) = (median(&via, |r| r.rps), median(&straight, |r| r.rps));
     let mut md = String::new();
     crate::emit(
         &mut md,
@@ -103,26 +206,43 @@ pub async fn run(instances: usize, conns: usize, secs: u64, rounds: usize, out: 
         ),
     );
     crate::emit(&mut md, String::new());
-    crate::emit(&mut md, "| path | echo calls/s (median) | rounds |".into());
-    crate::emit(&mut md, "| --- | ---: | --- |".into());
-    let all = |v: &[f64]| {
+    crate::emit(
+        &mut md,
+        "| path | echo calls/s (median) | rounds | CPU per 1,000 calls: instances / HAProxy / Redis (median) |".into(),
+    );
+    crate::emit(&mut md, "| --- | ---: | --- | ---: |".into());
+    let all = |v: &[Round]| {
         v.iter()
-            .map(|r| format!("{r:.0}"))
+            .map(|r| format!("{:.0}", r.rps))
             .collect::<Vec<_>>()
             .join(", ")
+    };
+    let cpu = |v: &[Round]| {
+        let ms = |by: fn(&Round) -> f64| median(v, by);
+        format!(
+            "{:.1} / {:.1} / {:.1} ms",
+            ms(|r| r.cpu_ms_per_1000.instances),
+            ms(|r| r.cpu_ms_per_1000.haproxy),
+            ms(|r| r.cpu_ms_per_1000.redis)
+        )
     };
     crate::emit(
         &mut md,
         format!(
-            "| directly to the instances | {s:.0} | {} |",
-            all(&straight)
+            "| directly to the instances | {s:.0} | {} | {} |",
+            all(&straight),
+            cpu(&straight)
         ),
     );
     crate::emit(
         &mut md,
-        format!("| through HAProxy | {t:.0} | {} |", all(&through)),
+        format!(
+            "| through HAProxy | {t:.0} | {} | {} |",
+            all(&via),
+            cpu(&via)
+        ),
     );
-    crate::emit(&mut md, format!("| through / direct | {:.3} | |", t / s));
+    crate::emit(&mut md, format!("| through / direct | {:.3} | | |", t / s));
     if let Some(path) = out {
         let mut text = std::fs::read_to_string(&path).unwrap_or_default();
         text.push_str(&md);

@@ -68,6 +68,38 @@ fn a_pass_over_young_sessions_reads_their_state_and_nothing_else() {
     });
 }
 
+/// On one server the live set is listed in pages (`SSCAN`), not in one
+/// `SMEMBERS` (at 100,000 sessions a 6.4 MB reply that holds Redis for its
+/// length and every reply behind it on the instance's connection), and a
+/// pass still reads every session's state, each once.
+#[test]
+fn one_servers_live_set_is_listed_in_pages_and_every_session_seen() {
+    const MANY: u64 = 9_000;
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        for s in 0..MANY {
+            let id = format!("p{s}");
+            log.create_session(&id, bytes::Bytes::new()).await.unwrap();
+        }
+        let (idle, tombstones) = (Duration::from_secs(600), Duration::from_secs(3600));
+        // The first pass leases the buckets.
+        log.maintain(idle, tombstones).await.unwrap();
+        let before = redis.commands_by_name();
+        log.maintain(idle, tombstones).await.unwrap();
+        let ran = ran(&before, &redis.commands_by_name());
+        let n = |c: &str| ran.get(c).copied().unwrap_or(0);
+        assert_eq!(n("hmget"), MANY, "each session's state read once: {ran:?}");
+        assert!(
+            n("sscan") >= 2,
+            "the live set was not read in pages: {ran:?}"
+        );
+        assert!(n("smembers") <= 1, "the live set was read whole: {ran:?}");
+    });
+}
+
 /// A session older than the age limit has its streams walked once, and
 /// again only once the oldest event that walk left can have grown old: not
 /// on every pass (at 100,000 long-lived sessions that was a walk of every

@@ -32,6 +32,10 @@ struct Tally {
     duplicates: AtomicU64,
 }
 
+/// Sessions being opened at once (each an `initialize`, its notification
+/// and its GET stream).
+const OPENING: usize = 512;
+
 /// How long one `emit` call may take before it is counted as unanswered
 /// (the run never waits forever on a call).
 const CALL_DEADLINE: Duration = Duration::from_secs(30);
@@ -50,7 +54,7 @@ fn delivered(held: &[(Arc<Session>, Arc<Tally>)]) -> u64 {
 }
 
 /// CPU seconds (user + system) of a process so far.
-fn cpu_secs(pid: u32) -> f64 {
+pub(crate) fn cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -207,27 +211,30 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
     let totals = Arc::new(Totals::default());
     let mut held: Vec<(Arc<Session>, Arc<Tally>)> = Vec::with_capacity(sessions);
     let started = Instant::now();
-    let idx: Vec<usize> = (0..sessions).collect();
-    for chunk in idx.chunks(200) {
-        let tasks: Vec<_> = chunk
-            .iter()
-            .map(|i| {
-                let http = clients[i / 100].clone();
-                let url = servers[i % n].url.clone();
-                let totals = totals.clone();
-                tokio::spawn(async move {
-                    let s = Arc::new(session_with(http, &url).await);
-                    let tally = Arc::new(Tally::default());
-                    let resp = s.get(None).await;
-                    assert!(resp.status().is_success(), "GET: {}", resp.status());
-                    tokio::spawn(read(resp, tally.clone(), totals));
-                    (s, tally)
-                })
-            })
-            .collect();
-        for t in tasks {
-            held.push(t.await.unwrap());
+    // OPENING at a time, a new one as soon as one is open (not in waves
+    // that each wait for their slowest): the rate is the servers'.
+    let opening = Arc::new(tokio::sync::Semaphore::new(OPENING));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..sessions {
+        let permit = opening.clone().acquire_owned().await.unwrap();
+        let http = clients[i / 100].clone();
+        let url = servers[i % n].url.clone();
+        let totals = totals.clone();
+        tasks.spawn(async move {
+            let s = Arc::new(session_with(http, &url).await);
+            let tally = Arc::new(Tally::default());
+            let resp = s.get(None).await;
+            assert!(resp.status().is_success(), "GET: {}", resp.status());
+            tokio::spawn(read(resp, tally.clone(), totals));
+            drop(permit);
+            (s, tally)
+        });
+        while let Some(done) = tasks.try_join_next() {
+            held.push(done.unwrap());
         }
+    }
+    while let Some(done) = tasks.join_next().await {
+        held.push(done.unwrap());
     }
     let setup = started.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;

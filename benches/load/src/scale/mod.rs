@@ -13,6 +13,8 @@
 
 mod measure;
 
+pub(crate) use measure::cpu_secs;
+
 use std::path::PathBuf;
 
 /// What one run measured.

@@ -10,8 +10,9 @@
 //! ends, so a crash in between leaves an id listed that maintenance
 //! reconciles (it drops ids with no live session and files ended ones in
 //! the ended index), never a live session that nothing lists.
-//! Counting costs [`BUCKETS`] `SCARD`s and listing [`BUCKETS`] `SMEMBERS`
-//! (concurrent, a few per node), whatever the number of sessions.
+//! On a cluster, counting costs [`BUCKETS`] `SCARD`s and listing
+//! [`BUCKETS`] `SMEMBERS` (concurrent, a few per node), whatever the number
+//! of sessions; on one server, one `SCARD`, and listing pages of `SSCAN`.
 
 use redis::Cmd;
 
@@ -27,6 +28,8 @@ use crate::BUCKETS;
 pub(super) const LIVE: &str = "mcpr:sessions";
 /// The ended index on one server: ended ids scored by when they ended (ms).
 pub(super) const ENDED: &str = "mcpr:ended";
+/// Ids asked for per `SSCAN` of the live set on one server.
+const SCAN_PAGE: usize = 4096;
 
 /// The bucket of session `id`.
 pub(super) fn bucket(id: &str) -> u16 {
@@ -122,9 +125,15 @@ impl RedisLog {
         Ok(n.into_iter().sum())
     }
 
-    /// Every id the live set(s) list.
+    /// Every id the live set(s) list. On one server the one live set is
+    /// read in pages ([`SCAN_PAGE`]): at 100,000 sessions one `SMEMBERS`
+    /// is a 6.4 MB reply that holds Redis for its length and, on the
+    /// instance's one multiplexed connection, every reply behind it.
     pub(super) async fn live_ids(&self) -> Result<Vec<String>, LogError> {
-        let cmds = live_keys(self.cluster())
+        if !self.cluster() {
+            return self.scan_set(LIVE).await;
+        }
+        let cmds = live_keys(true)
             .into_iter()
             .map(|k| {
                 let mut c = Cmd::new();
@@ -134,6 +143,30 @@ impl RedisLog {
             .collect();
         let ids: Vec<Vec<String>> = self.conn.each(cmds).await.map_err(unavailable)?;
         Ok(ids.into_iter().flatten().collect())
+    }
+
+    /// The members of the set `key`, a page a round trip (`SSCAN`, which
+    /// may list a member twice: each is kept once). A member added or
+    /// removed during the scan may be listed or not, as with a read just
+    /// before or after it.
+    async fn scan_set(&self, key: &str) -> Result<Vec<String>, LogError> {
+        let mut seen = std::collections::HashSet::new();
+        let mut cursor = 0u64;
+        loop {
+            let (next, page): (u64, Vec<String>) = redis::cmd("SSCAN")
+                .arg(key)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(SCAN_PAGE)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(unavailable)?;
+            seen.extend(page);
+            if next == 0 {
+                return Ok(seen.into_iter().collect());
+            }
+            cursor = next;
+        }
     }
 
     /// The ids the live set(s) list in the buckets of `mask`: on a cluster
