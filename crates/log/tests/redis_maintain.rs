@@ -100,6 +100,47 @@ fn one_servers_live_set_is_listed_in_pages_and_every_session_seen() {
     });
 }
 
+/// With a walk interval (`serve` sets a sixteenth of the session TTL or
+/// age limit), a pass reads no session's state until it has passed, and
+/// the next walk ends what went idle meanwhile: at 100,000 sessions a walk
+/// every pass was 3,333 `HMGET`s a second whatever the traffic.
+#[test]
+fn walks_over_the_sessions_are_spaced_by_the_walk_interval() {
+    const FEW: u64 = 50;
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        log.set_walk_interval(Duration::from_millis(800));
+        for s in 0..FEW {
+            log.create_session(&format!("w{s}"), bytes::Bytes::new())
+                .await
+                .unwrap();
+        }
+        let (idle, tombstones) = (Duration::from_millis(400), Duration::from_secs(3600));
+        let hmgets = |before: &std::collections::BTreeMap<String, u64>| {
+            ran(before, &redis.commands_by_name())
+                .get("hmget")
+                .copied()
+                .unwrap_or(0)
+        };
+        let before = redis.commands_by_name();
+        let first = log.maintain(idle, tombstones).await.unwrap();
+        assert_eq!(hmgets(&before), FEW, "the first pass walks");
+        assert!(first.ended.is_empty(), "nothing idle yet");
+        let before = redis.commands_by_name();
+        let second = log.maintain(idle, tombstones).await.unwrap();
+        assert_eq!(hmgets(&before), 0, "no walk within the interval");
+        assert_eq!(second.buckets, 64, "the rest of the pass ran");
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        let before = redis.commands_by_name();
+        let third = log.maintain(idle, tombstones).await.unwrap();
+        assert_eq!(hmgets(&before), FEW, "walked again once it passed");
+        assert_eq!(third.ended.len() as u64, FEW, "what went idle ended");
+    });
+}
+
 /// A session older than the age limit has its streams walked once, and
 /// again only once the oldest event that walk left can have grown old: not
 /// on every pass (at 100,000 long-lived sessions that was a walk of every

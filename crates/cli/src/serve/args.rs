@@ -158,6 +158,9 @@ pub struct ServeArgs {
     /// Sessions idle longer than this many seconds end (later use gets 404).
     /// An open GET stream or WebSocket is use: it marks its session in the
     /// log every quarter of this (or every heartbeat, when that is longer).
+    /// On Redis, maintenance reads the sessions' state at most every
+    /// sixteenth of this or of --retention-secs (the shorter, at most
+    /// 120 s), so an idle session ends up to that much later.
     #[arg(
         long,
         env = "MCP_RESUME_SESSION_TTL_SECS",

@@ -34,6 +34,7 @@ async fn open_log(
             // A session's use reaches Redis at most this late: an eighth of
             // its TTL, so idle expiry never ends a session in use.
             log.set_touch_interval(touch_interval(args.session_ttl_secs));
+            log.set_walk_interval(walk_interval(args.session_ttl_secs, args.retention_secs));
             match log.durability().await {
                 (_, Some(warning)) => {
                     tracing::warn!("{s}: {warning} (docs/operator.md, Redis)")
@@ -80,6 +81,15 @@ async fn open_log(
 /// set_touch_interval`): an eighth of the session TTL, between 1 s and 60 s.
 fn touch_interval(session_ttl_secs: u64) -> Duration {
     Duration::from_secs((session_ttl_secs / 8).clamp(1, 60))
+}
+
+/// How long maintenance on Redis waits between two walks over its
+/// sessions' state (`RedisLog::set_walk_interval`): a sixteenth of the
+/// session TTL or of the age limit, whichever is shorter, at most 120 s
+/// (an idle session ends, an old event goes, at most that much late).
+fn walk_interval(session_ttl_secs: u64, retention_secs: u64) -> Duration {
+    let horizon = session_ttl_secs.min(retention_secs);
+    Duration::from_millis(horizon.saturating_mul(1000) / 16).min(Duration::from_secs(120))
 }
 
 fn open_disk(path: &Path, retention: Retention) -> Result<(Arc<dyn Log>, String, u64), String> {
@@ -266,4 +276,18 @@ pub async fn run_with(args: ServeArgs, sessions: Sessions) -> Result<ExitCode, S
         .map_err(|e| format!("server error: {e}"))?;
     tracing::info!("stopped cleanly");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walks_are_a_sixteenth_of_the_shorter_horizon_at_most_two_minutes() {
+        // The defaults: a 30 min TTL, a 1 h age limit.
+        assert_eq!(walk_interval(1800, 3600), Duration::from_millis(112_500));
+        assert_eq!(walk_interval(2, 3600), Duration::from_millis(125));
+        assert_eq!(walk_interval(86_400, 3600), Duration::from_secs(120));
+        assert_eq!(walk_interval(1800, 0), Duration::ZERO, "events go at once");
+    }
 }

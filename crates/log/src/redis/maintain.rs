@@ -4,9 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::buckets::Share;
+use super::buckets::{Mask, Share};
 use super::live::ended_keys;
 use super::{prefix, unavailable, RedisLog};
 use crate::types::now_ms;
@@ -51,6 +51,45 @@ impl Due {
     }
 }
 
+/// When this handle last walked the sessions of its buckets (read each
+/// one's state: one `HMGET` a session, 100,000 of them a pass at 100,000
+/// sessions) and which buckets that walk covered. A pass walks again only
+/// once [`RedisLog::set_walk_interval`] has passed, or when it holds a
+/// bucket the last walk did not cover; every other pass does the rest of
+/// maintenance (leases, tombstones, handovers) without reading a session.
+#[derive(Default)]
+pub(super) struct Walks(Mutex<WalkState>);
+
+#[derive(Default)]
+struct WalkState {
+    every: Duration,
+    last: Option<(Instant, Mask)>,
+}
+
+impl Walks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WalkState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn set_every(&self, every: Duration) {
+        self.lock().every = every;
+    }
+
+    /// Whether a pass holding the buckets of `held` walks now.
+    fn due(&self, held: Mask) -> bool {
+        let s = self.lock();
+        match s.last {
+            None => true,
+            Some((at, covered)) => held & !covered != 0 || at.elapsed() >= s.every,
+        }
+    }
+
+    /// A walk over the buckets of `held` was completed.
+    fn walked(&self, held: Mask) {
+        self.lock().last = Some((Instant::now(), held));
+    }
+}
+
 /// Whether a session last active at `a` (Unix ms) is idle for longer than
 /// `idle` at `now`.
 fn idle_for(a: Option<u64>, now: u64, idle: Duration) -> bool {
@@ -74,10 +113,14 @@ impl RedisLog {
         share: &Share,
         idle: Duration,
     ) -> Result<Vec<String>, LogError> {
+        if !self.walks.due(share.held) {
+            return Ok(Vec::new());
+        }
         let ids = self.live_ids_in(share.held).await?;
         let now = now_ms();
         let cutoff = now.saturating_sub(self.retention.max_age.as_millis() as u64);
         let mut ended = Vec::new();
+        let mut complete = true;
         'pass: for chunk in ids.chunks(WALK_BATCH) {
             let cmds = chunk
                 .iter()
@@ -95,6 +138,7 @@ impl RedisLog {
             for (id, (a, e, created)) in chunk.iter().zip(states) {
                 if !self.still_holds(share) {
                     tracing::warn!("maintenance pass stopped: this instance's leases are in doubt");
+                    complete = false;
                     break 'pass;
                 }
                 if self.cluster() && e.as_deref() != Some("0") {
@@ -124,6 +168,9 @@ impl RedisLog {
             }
         }
         self.due.keep(&ids);
+        if complete {
+            self.walks.walked(share.held);
+        }
         Ok(ended)
     }
 

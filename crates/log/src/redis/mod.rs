@@ -91,6 +91,8 @@ pub struct RedisLog {
     /// When each session this handle maintains may next hold an event past
     /// the age limit ([`maintain`]).
     due: maintain::Due,
+    /// When this handle last walked its sessions' state ([`maintain`]).
+    walks: maintain::Walks,
 }
 
 impl RedisLog {
