@@ -83,6 +83,32 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
 }
 
 /// `GET` of the session stream over SSE.
+/// Opening a session on Redis (`initialize`, then its
+/// `notifications/initialized`) runs the create script and reads nothing
+/// back of what the instance just wrote: no touch script (a session just
+/// created counts as touched) and no read of its record (the route keeps
+/// what `initialize` was checked against). Each was a round trip per
+/// session opened (benches/results/redis-path.md, "Per initialize").
+#[test]
+fn opening_a_session_reads_nothing_back() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", redis.url.as_str()];
+    let a = Serve::spawn(dir.path(), "127.0.0.1:0", &store);
+    rt().block_on(async {
+        // The first session starts what later ones share (the reader of
+        // end notices that lets a touch be answered from memory).
+        McpClient::new(&a.url).initialize().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = redis.commands_by_name();
+        McpClient::new(&a.url).initialize().await.unwrap();
+        let after = redis.commands_by_name();
+        let n = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
+        assert_eq!(n("evalsha"), 1, "scripts beyond the create's: {after:?}");
+        assert_eq!(n("hmget") + n("hget"), 0, "a read of the record: {after:?}");
+    });
+}
+
 async fn session_stream(http: &reqwest::Client, url: &str, sid: &str) -> reqwest::Response {
     http.get(url)
         .header("mcp-session-id", sid)

@@ -324,6 +324,31 @@ fn on_one_server_a_touch_is_answered_from_memory_for_the_interval() {
     });
 }
 
+/// A session this handle just created counts as touched: its next request
+/// (`initialize`'s `notifications/initialized`) runs no touch script, one
+/// round trip fewer per session opened; an end elsewhere still stops it.
+#[test]
+fn a_session_just_created_is_touched_from_memory() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let a = open(&redis).await;
+        let b = open(&redis).await;
+        a.set_touch_interval(Duration::from_secs(60));
+        // The notice reader starts with the first session; let it read.
+        a.create_session("first", bytes::Bytes::new())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = redis.commands_by_name();
+        a.create_session("new", bytes::Bytes::new()).await.unwrap();
+        a.touch("new").await.unwrap();
+        let evals = scripts_since(&redis, &before);
+        assert_eq!(evals, 1, "{evals} scripts: the create's, and no touch");
+        b.end_session("new").await.unwrap();
+        touches_stop_soon(&a, "new").await;
+    });
+}
+
 /// Checking the limit on live sessions at each `initialize` counts them in
 /// Redis at most every 250 ms (a `SCARD` per bucket set: 64 on a cluster),
 /// and the count stays exact for the sessions this handle creates and ends.

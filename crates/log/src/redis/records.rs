@@ -13,6 +13,11 @@ impl SessionRecords for RedisLog {
     async fn create_session(&self, id: &str, meta: Bytes) -> Result<(), LogError> {
         let p = prefix(id);
         self.list_live(id).await?;
+        // Created is used: the session's next request (`initialize`'s
+        // `notifications/initialized`) is touched from memory, as after a
+        // touch the script answered ([`touched`]).
+        self.tails.follow_endings().await;
+        let since = self.touched.generation();
         let mut inv = self.scripts.create.key(format!("{p}:s"));
         inv.key(format!("{p}:st:0"));
         if !self.cluster() {
@@ -29,7 +34,9 @@ impl SessionRecords for RedisLog {
             return Err(LogError::SessionExists(id.to_owned()));
         }
         self.live_count.adjust(1);
-        self.wait_replicas(id).await
+        self.wait_replicas(id).await?;
+        self.touched.touched(id, since);
+        Ok(())
     }
 
     async fn session(&self, id: &str) -> Result<SessionInfo, LogError> {

@@ -110,16 +110,21 @@ pub(super) async fn open_session(
         let _ = state.log.end_session(&sid).await;
         return Ok((None, reply));
     };
-    if let Some(v) = result.get("protocolVersion").and_then(Value::as_str) {
-        if v != record.protocol_version {
-            state
-                .update_record(&sid, |r| {
-                    r.protocol_version = v.to_owned();
-                    true
-                })
-                .await?;
-        }
+    let version = result.get("protocolVersion").and_then(Value::as_str);
+    if let Some(v) = version.filter(|v| *v != record.protocol_version) {
+        state
+            .update_record(&sid, |r| {
+                r.protocol_version = v.to_owned();
+                true
+            })
+            .await?;
     }
+    // The next requests here are checked against what the record now
+    // says without reading it (its `notifications/initialized` first).
+    route.remember_head(
+        record.principal.as_deref(),
+        version.unwrap_or(&record.protocol_version),
+    );
     tracing::debug!(session = %sid, "session initialized by the backend");
     Ok((Some(sid), reply))
 }
