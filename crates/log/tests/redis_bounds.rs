@@ -247,6 +247,17 @@ fn scripts_since(redis: &RedisServer, before: &std::collections::BTreeMap<String
     ran.get("evalsha").copied().unwrap_or(0)
 }
 
+/// Starts `a`'s reader of end notices as a server's first request does (a
+/// touch that asks Redis, here of a session `b` created: one `a` created
+/// counts as touched) and lets it read.
+async fn notices_read(a: &RedisLog, b: &RedisLog) {
+    b.create_session("elsewhere", bytes::Bytes::new())
+        .await
+        .unwrap();
+    a.touch("elsewhere").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
 /// `log`'s touches of `id` fail (`NoSession`) within 300 ms of its end on
 /// another instance.
 async fn touches_stop_soon(log: &RedisLog, id: &str) {
@@ -304,9 +315,7 @@ fn on_one_server_a_touch_is_answered_from_memory_for_the_interval() {
         let b = open(&redis).await;
         a.set_touch_interval(Duration::from_secs(60));
         a.create_session("busy", bytes::Bytes::new()).await.unwrap();
-        a.touch("busy").await.unwrap();
-        // The notice reader starts with the first touch; let it read.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        notices_read(&a, &b).await;
         a.touch("busy").await.unwrap();
         let before = redis.commands_by_name();
         let start = std::time::Instant::now();
@@ -334,11 +343,7 @@ fn a_session_just_created_is_touched_from_memory() {
         let a = open(&redis).await;
         let b = open(&redis).await;
         a.set_touch_interval(Duration::from_secs(60));
-        // The notice reader starts with the first session; let it read.
-        a.create_session("first", bytes::Bytes::new())
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        notices_read(&a, &b).await;
         let before = redis.commands_by_name();
         a.create_session("new", bytes::Bytes::new()).await.unwrap();
         a.touch("new").await.unwrap();

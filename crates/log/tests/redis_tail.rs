@@ -72,8 +72,9 @@ fn three_hundred_readers_share_a_handful_of_connections() {
         // All 300 readers are open and following.
         let n = clients(&redis.url).await;
         assert!(
-            n <= 2 + 2,
-            "two managers, the readers of wake-ups and of session end notices, not one per reader: {n} connections"
+            n <= 2 + 3,
+            "two managers, the reader's wake-ups and each handle's end notices (a handle that creates \
+             sessions reads them), not one per reader: {n} connections"
         );
         for (id, head, mut sub) in subs {
             for want in head + 1..=20 {

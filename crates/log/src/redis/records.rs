@@ -15,7 +15,8 @@ impl SessionRecords for RedisLog {
         self.list_live(id).await?;
         // Created is used: the session's next request (`initialize`'s
         // `notifications/initialized`) is touched from memory, as after a
-        // touch the script answered ([`touched`]).
+        // touch the script answered ([`touched`]), so the end notices'
+        // reader is started here as a touch would.
         self.tails.follow_endings().await;
         let since = self.touched.generation();
         let mut inv = self.scripts.create.key(format!("{p}:s"));
