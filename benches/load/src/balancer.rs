@@ -120,11 +120,13 @@ impl Cpu {
         cpu
     }
 
-    fn since(self, before: Cpu) -> Cpu {
+    /// Milliseconds spent since `before` per 1,000 of `calls`.
+    fn per_1000_since(self, before: Cpu, calls: f64) -> Cpu {
+        let per = |now: f64, then: f64| (now - then) * 1e6 / calls.max(1.0);
         Cpu {
-            instances: self.instances - before.instances,
-            haproxy: self.haproxy - before.haproxy,
-            redis: self.redis - before.redis,
+            instances: per(self.instances, before.instances),
+            haproxy: per(self.haproxy, before.haproxy),
+            redis: per(self.redis, before.redis),
         }
     }
 }
@@ -163,15 +165,10 @@ async fn measured(
 ) -> Round {
     let before = Cpu::of(f.child.id());
     let rps = load.await;
-    let spent = Cpu::of(f.child.id()).since(before);
-    let per = |s: f64| s * 1e6 / (rps * secs.as_secs_f64()).max(1.0);
+    let calls = rps * secs.as_secs_f64();
     Round {
         rps,
-        cpu_ms_per_1000: Cpu {
-            instances: per(spent.instances),
-            haproxy: per(spent.haproxy),
-            redis: per(spent.redis),
-        },
+        cpu_ms_per_1000: Cpu::of(f.child.id()).per_1000_since(before, calls),
     }
 }
 

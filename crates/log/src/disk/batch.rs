@@ -146,13 +146,9 @@ impl<'a> Batch<'a> {
             .into_iter()
             .flat_map(|(n, first, last)| (first..=last).map(move |seq| event_key(id, n, seq)))
             .collect();
-        let mut streams: Vec<Vec<u8>> = self
-            .ov
-            .streams
-            .keys()
-            .filter(|(s, _)| s == id)
-            .map(|(_, n)| stream_key(id, *n))
-            .collect();
+        // Stream records written earlier in this batch are not read back
+        // here: forgetting the session sweeps them.
+        let mut streams: Vec<Vec<u8>> = Vec::new();
         let mut records: Vec<Vec<u8>> = self
             .opened
             .remove(id)
@@ -170,8 +166,6 @@ impl<'a> Batch<'a> {
                 keys.push(kv.key().map_err(storage)?.to_vec());
             }
         }
-        streams.sort_unstable();
-        streams.dedup();
         for k in events {
             self.wb.remove(&st.events, k);
         }
