@@ -11,7 +11,10 @@ impl RedisLog {
     /// managed Redis; then the words say "unknown".
     ///
     /// The words also give `stream-node-max-bytes`, what a session stream
-    /// holding events costs Redis at least.
+    /// holding events costs Redis at least, and `hash-max-ziplist-value`,
+    /// below which a session's hash is one compact listpack (its record,
+    /// with the client's `initialize` params, is longer than Redis's default
+    /// 64 bytes: a hash table, 648 B against 312 B).
     ///
     /// On a cluster every master is asked; the words give the weakest.
     pub async fn durability(&self) -> (String, Option<String>) {
@@ -53,14 +56,17 @@ impl RedisLog {
         // events takes at least this much (its first node is preallocated
         // to it), most of a session's memory (docs/operator.md, Redis).
         let node = config("stream-node-max-bytes").await;
+        // The name Redis 6 and 7 both know (7 calls it hash-max-listpack-value).
+        let hash_value = config("hash-max-ziplist-value").await;
         let synced = aof.as_deref() == Some("yes") && fsync.as_deref() == Some("always");
         let words = format!(
             "appendonly {}, appendfsync {}, {replicas} replicas connected, WAIT for {}, \
-             stream-node-max-bytes {}",
+             stream-node-max-bytes {}, hash-max-ziplist-value {}",
             aof.as_deref().unwrap_or("unknown"),
             fsync.as_deref().unwrap_or("unknown"),
             self.replicas,
             node.as_deref().unwrap_or("unknown"),
+            hash_value.as_deref().unwrap_or("unknown"),
         );
         let warning = if replicas < self.replicas {
             Some(format!(

@@ -1,7 +1,8 @@
 //! This handle's liveness in Redis, so that other instances can tell whether
 //! the owner of a call is still running: a key `mcpr:instance:ID` that
 //! expires [`TTL`] after its last refresh, refreshed every [`REFRESH`] by a
-//! task of its own, deleted on close.
+//! task of its own, deleted on close. Its value is the instance's
+//! [`GENERATION`].
 //!
 //! The same heartbeat fences this handle's leases ([`crate::Leases::claim`]):
 //! another instance may take a lease once the key has expired, so this one
@@ -75,7 +76,17 @@ impl Liveness {
     }
 }
 
-/// The key that says `instance` is alive.
+/// What this release reads of the keys instances share, written as the value
+/// of its heartbeat key so that the others know (releases before the
+/// generations wrote `1`).
+pub(super) const GENERATION: u32 = 2;
+
+/// The first generation that reads compact follower members
+/// ([`super::tail`]'s `members`): others register them only while every live
+/// instance is at least this.
+pub(super) const COMPACT_FOLLOWERS: u32 = 2;
+
+/// The key that says `instance` is alive, and its [`GENERATION`].
 pub(super) fn key(instance: &str) -> String {
     format!("mcpr:instance:{instance}")
 }
@@ -155,7 +166,7 @@ async fn beat(conn: &mut Conn, id: &str, refresh: bool) -> redis::RedisResult<bo
     if refresh {
         let kept: Option<String> = redis::cmd("SET")
             .arg(key(id))
-            .arg(1)
+            .arg(GENERATION)
             .arg("PX")
             .arg(TTL.as_millis() as u64)
             .arg("XX")
@@ -166,7 +177,7 @@ async fn beat(conn: &mut Conn, id: &str, refresh: bool) -> redis::RedisResult<bo
     if !refresh || was_gone {
         redis::cmd("SET")
             .arg(key(id))
-            .arg(1)
+            .arg(GENERATION)
             .arg("PX")
             .arg(TTL.as_millis() as u64)
             .query_async::<()>(conn)

@@ -38,10 +38,11 @@ use crate::{Event, Seq, Subscription};
 mod bell;
 mod blocking;
 mod endings;
+mod members;
 mod poll;
 
-pub(super) use bell::{followers_key, ring};
 pub(super) use endings::{notice as end_notice, ENDINGS};
+pub(super) use members::{followers_key, ring};
 
 /// Shards per instance: each a lock over the streams it follows and a task
 /// that reads them, so delivering to many readers spreads over tasks and
@@ -187,9 +188,7 @@ impl Tails {
         strict: bool,
         touched: Arc<super::touched::Touched>,
     ) -> Self {
-        let mut nonce = [0u8; 8];
-        let _ = getrandom::fill(&mut nonce);
-        let nonce = u64::from_le_bytes(nonce);
+        let nonce = members::new_nonce();
         let source = match (&client, &cluster) {
             (_, Some(c)) => blocking::Source::Cluster(c.clone()),
             (Some(c), None) => blocking::Source::Server(c.clone()),

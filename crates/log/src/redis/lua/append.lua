@@ -10,9 +10,10 @@
 -- lease (field `o`): `{-4}`, the fence of a stalled owner; `owner` `-`
 -- appends only while no instance holds it.
 -- With `ring` (one server, no replicas: the commit is this script), each
--- instance that follows the stream (the follower set, `WAKE|STREAM`
--- members) gets the stream's key on its wake stream, in the commit's own
--- step; a wake stream gone with its instance drops the registration. A
+-- instance that follows the stream (the follower set: `WAKE|STREAM`
+-- members, or compact ones, the wake stream's 12-digit nonce then the
+-- stream's number) gets the stream's key on its wake stream, in the
+-- commit's own step; a wake stream gone with its instance drops the registration. A
 -- batch of at most 1 KiB (and 16 messages) rides along (`s` its first seq, `t` its
 -- time, one `m` per message), so the follower hands it on without reading
 -- the stream (`tail/bell.rs`).
@@ -108,8 +109,15 @@ if ring == '1' and #ARGV >= 9 then
   local members = redis.call('SMEMBERS', followers)
   local wake
   for _, m in ipairs(members) do
+    local target
     local bar = string.find(m, '|', 1, true)
-    if bar and string.sub(m, bar + 1) == events then
+    if bar then
+      if string.sub(m, bar + 1) == events then target = string.sub(m, 1, bar - 1) end
+    else
+      local nonce, n = string.match(m, '^(%d%d%d%d%d%d%d%d%d%d%d%d)(%d+)$')
+      if n == stream then target = 'mcpr:wake:{' .. nonce .. '}' end
+    end
+    if target then
       if not wake then
         wake = {'NOMKSTREAM', 'MAXLEN', '~', 16384, '*', 'k', events}
         local bytes = 0
@@ -122,7 +130,7 @@ if ring == '1' and #ARGV >= 9 then
           end
         end
       end
-      local added = redis.call('XADD', string.sub(m, 1, bar - 1), unpack(wake))
+      local added = redis.call('XADD', target, unpack(wake))
       if not added then redis.call('SREM', followers, m) end
     end
   end

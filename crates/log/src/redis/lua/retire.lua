@@ -1,7 +1,8 @@
 -- Retires request stream `n` of a live session: its state, record and
 -- events go and it leaves the index; its number is not handed out again.
 -- The instances registered as its followers (`WAKE|STREAM` members of the
--- follower set) are forgotten with it, so the set does not grow with every
+-- follower set, or compact ones: a 12-digit nonce then the stream's number)
+-- are forgotten with it, so the set does not grow with every
 -- call a long-lived session makes.
 -- Returns 0, or -1 for no live session.
 local session = KEYS[1]
@@ -15,6 +16,8 @@ redis.call('DEL', stream_state, events)
 redis.call('SREM', index, n)
 local suffix = '|' .. events
 for _, m in ipairs(redis.call('SMEMBERS', followers)) do
-  if string.sub(m, -#suffix) == suffix then redis.call('SREM', followers, m) end
+  if string.sub(m, -#suffix) == suffix or string.match(m, '^%d%d%d%d%d%d%d%d%d%d%d%d(%d+)$') == n then
+    redis.call('SREM', followers, m)
+  end
 end
 return 0

@@ -4,15 +4,17 @@
 //! safety interval ([`super::poll`], 1 s growing to 30 s).
 //!
 //! Each instance has one wake stream, `mcpr:wake:{NONCE}`. A shard that
-//! starts following a stream registers `WAKE|STREAM` in the session's
-//! follower set `mcpr:{SESSION}:f` (the session's slot). Once an append is
+//! starts following a stream registers the instance in the session's
+//! follower set `mcpr:{SESSION}:f` (the session's slot), as `WAKE|STREAM`
+//! or, while every live instance reads it, in a compact form
+//! ([`super::members`]). Once an append is
 //! committed, each follower's wake stream gets the stream's key (`XADD
 //! NOMKSTREAM`: a wake stream that expired with its instance is not
 //! recreated, and its registration is dropped): on one server without
 //! replicas inside the append script itself, in the commit's own round trip
 //! (`append.lua`); on a cluster, where the wake streams live in other
 //! slots, and after a `WAIT` for replicas, by the appending instance right
-//! after ([`ring`]). Each instance blocks on its own wake stream on a
+//! after ([`members::ring`]). Each instance blocks on its own wake stream on a
 //! connection of its own and marks the named streams for an immediate read.
 //!
 //! On one server without replicas a small commit (at most 1 KiB, 16
@@ -39,6 +41,7 @@ use redis::Value;
 
 use super::super::conn::Conn;
 use super::blocking::Source;
+use super::members::{self, followers_key};
 use super::Shard;
 use crate::{Event, Seq};
 
@@ -57,15 +60,19 @@ pub(in crate::redis) const MAXLEN: usize = 16_384;
 /// its wake stream still exists and nothing unread was trimmed from it.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// The follower set of the session whose keys start with `prefix` (`mcpr:{id}`).
-pub(in crate::redis) fn followers_key(prefix: &str) -> String {
-    format!("{prefix}:f")
-}
-
 /// This instance's wake stream and the task that reads it.
 pub(super) struct Bell {
     /// `mcpr:wake:{NONCE}`.
     pub key: String,
+    /// The 12 digits of the wake stream's name, which compact follower
+    /// members carry.
+    nonce: u64,
+    /// Every live instance reads compact follower members: registrations
+    /// take that form ([`members::fleet_reads_compact`]).
+    compact: AtomicBool,
+    /// The form changed: what this instance follows is registered again in
+    /// the new form (and, if that is the named form, read once).
+    reform: AtomicBool,
     source: Source,
     /// Set once the wake stream exists and its reading task runs. A
     /// registration must never be visible before its wake stream exists: a
@@ -87,7 +94,10 @@ impl Bell {
     /// `pushed`: wake-ups are the only news of commits (no safety reads).
     pub fn new(source: Source, nonce: u64, pushed: bool) -> Self {
         Self {
-            key: format!("mcpr:wake:{{{nonce:016x}}}"),
+            key: members::wake_key(nonce),
+            nonce,
+            compact: AtomicBool::new(false),
+            reform: AtomicBool::new(false),
             source,
             started: tokio::sync::OnceCell::new(),
             stopped: AtomicBool::new(false),
@@ -101,8 +111,13 @@ impl Bell {
         self.stopped.store(true, Ordering::Relaxed);
     }
 
-    fn member(&self, stream: &str) -> String {
-        format!("{}|{stream}", self.key)
+    /// This instance's member for `stream` in the form given: compact when
+    /// `compact` and the stream's number fits, else named.
+    fn member(&self, stream: &str, compact: bool) -> String {
+        compact
+            .then(|| members::compact(self.nonce, stream))
+            .flatten()
+            .unwrap_or_else(|| members::named(self.nonce, stream))
     }
 
     /// The `SADD` that registers this instance as a follower of `stream`
@@ -110,8 +125,62 @@ impl Bell {
     fn register(&self, stream: &str) -> Option<redis::Cmd> {
         let mut c = redis::cmd("SADD");
         c.arg(followers_key(&prefix_of(stream)?))
-            .arg(self.member(stream));
+            .arg(self.member(stream, self.compact.load(Ordering::Relaxed)));
         Some(c)
+    }
+
+    /// Checks which member form every live instance reads; when it changed,
+    /// what this instance follows is to be registered again in the new form.
+    async fn check_fleet(&self, conn: &Conn) {
+        if let Some(compact) = members::fleet_reads_compact(conn).await {
+            if self.compact.swap(compact, Ordering::Relaxed) != compact {
+                self.reform.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Registers every followed stream again in the form now in use and
+    /// drops the other form's member (added before the other is dropped:
+    /// one of them is always there). After a change to the named form, every
+    /// followed stream is read once: an instance of an older release that
+    /// joined committed without waking the compact members until now.
+    /// `false` when Redis did not answer (to be tried again).
+    async fn reform(&self, conn: &Conn, shards: &[Arc<Shard>]) -> bool {
+        let compact = self.compact.load(Ordering::Relaxed);
+        let keys: Vec<String> = shards.iter().flat_map(|s| s.keys()).collect();
+        let mut cmds = Vec::with_capacity(keys.len() * 2);
+        for k in &keys {
+            let Some(prefix) = prefix_of(k) else { continue };
+            let (now, then) = (self.member(k, compact), self.member(k, !compact));
+            cmds.push(
+                redis::cmd("SADD")
+                    .arg(followers_key(&prefix))
+                    .arg(&now)
+                    .clone(),
+            );
+            if then != now {
+                cmds.push(
+                    redis::cmd("SREM")
+                        .arg(followers_key(&prefix))
+                        .arg(then)
+                        .clone(),
+                );
+            }
+        }
+        if conn.each::<i64>(cmds).await.is_err() {
+            return false;
+        }
+        if !compact {
+            for shard in shards {
+                shard.mark_all();
+            }
+        }
+        tracing::info!(
+            streams = keys.len(),
+            compact,
+            "the instances' follower member form changed: every followed stream registered again"
+        );
+        true
     }
 
     /// Registers this instance as a follower of `stream`, and starts
@@ -125,6 +194,8 @@ impl Bell {
     ) {
         self.started
             .get_or_init(|| async {
+                self.check_fleet(conn).await;
+                self.reform.store(false, Ordering::Relaxed);
                 let last = self.create(conn).await.unwrap_or_else(|| "$".to_owned());
                 tokio::spawn(
                     self.clone()
@@ -194,9 +265,11 @@ impl Bell {
         let Some(prefix) = prefix_of(stream) else {
             return;
         };
+        // Either form: it may have been registered before the form changed.
         let _: Result<i64, _> = redis::cmd("SREM")
             .arg(followers_key(&prefix))
-            .arg(self.member(stream))
+            .arg(self.member(stream, true))
+            .arg(self.member(stream, false))
             .query_async(&mut conn.clone())
             .await;
     }
@@ -235,7 +308,17 @@ impl Bell {
         let mut refreshed = (last != "$").then(Instant::now);
         let mut blocking = None;
         let mut checked = Instant::now();
+        let mut fleet_checked = Instant::now();
         while !closed.load(Ordering::Relaxed) && !self.stopped.load(Ordering::Relaxed) {
+            if fleet_checked.elapsed() >= members::CHECK_EVERY {
+                fleet_checked = Instant::now();
+                self.check_fleet(&conn).await;
+            }
+            if self.reform.swap(false, Ordering::Relaxed) && !self.reform(&conn, &shards).await {
+                self.reform.store(true, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
             if self.pushed
                 && (self.resync.load(Ordering::Relaxed) || checked.elapsed() >= CHECK_EVERY)
             {
@@ -377,44 +460,4 @@ fn session_of(stream: &str) -> Option<&str> {
         .strip_prefix("mcpr:{")?
         .split_once("}:")
         .map(|(s, _)| s)
-}
-
-/// After a commit on `stream` (of the session whose keys start with
-/// `prefix`): wakes every instance that follows it.
-pub(in crate::redis) async fn ring(conn: Conn, prefix: String, stream: String) {
-    let fkey = followers_key(&prefix);
-    let Ok(members) = redis::cmd("SMEMBERS")
-        .arg(&fkey)
-        .query_async::<Vec<String>>(&mut conn.clone())
-        .await
-    else {
-        return;
-    };
-    for m in members {
-        let Some((wake, s)) = m.split_once('|') else {
-            continue;
-        };
-        if s != stream {
-            continue;
-        }
-        let added: Result<Option<String>, _> = redis::cmd("XADD")
-            .arg(wake)
-            .arg("NOMKSTREAM")
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(MAXLEN)
-            .arg("*")
-            .arg("k")
-            .arg(s)
-            .query_async(&mut conn.clone())
-            .await;
-        if let Ok(None) = added {
-            // Its instance is gone: forget the registration.
-            let _: Result<i64, _> = redis::cmd("SREM")
-                .arg(&fkey)
-                .arg(&m)
-                .query_async(&mut conn.clone())
-                .await;
-        }
-    }
 }
