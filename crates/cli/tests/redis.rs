@@ -82,13 +82,14 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
     drop(b);
 }
 
-/// `GET` of the session stream over SSE.
 /// Opening a session on Redis (`initialize`, then its
-/// `notifications/initialized`) runs the create script and reads nothing
-/// back of what the instance just wrote: no touch script (a session just
-/// created counts as touched) and no read of its record (the route keeps
-/// what `initialize` was checked against). Each was a round trip per
-/// session opened (benches/results/redis-path.md, "Per initialize").
+/// `notifications/initialized`, then its GET stream) runs the create script
+/// and reads nothing back of what the instance just wrote: no touch script
+/// (a session just created counts as touched) and no read of its record
+/// (the route keeps what `initialize` was checked against, and that the
+/// session is no listen stream, whose death a GET would otherwise check).
+/// Each was a round trip per session opened (benches/results/redis-path.md,
+/// "Opening a session").
 #[test]
 fn opening_a_session_reads_nothing_back() {
     let redis = RedisServer::start();
@@ -106,9 +107,34 @@ fn opening_a_session_reads_nothing_back() {
         let n = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
         assert_eq!(n("evalsha"), 1, "scripts beyond the create's: {after:?}");
         assert_eq!(n("hmget") + n("hget"), 0, "a read of the record: {after:?}");
+        // The GET stream: its bounds (a script), its registration and the
+        // replay after it; no read of the record.
+        let mut client = McpClient::new(&a.url);
+        client.initialize().await.unwrap();
+        let sid = client.session_id().unwrap().to_owned();
+        let before = redis.commands_by_name();
+        let sse = reqwest::Client::new()
+            .get(&a.url)
+            .header("mcp-session-id", &sid)
+            .header(
+                "mcp-protocol-version",
+                mcp_resume_proto::SUPPORTED_PROTOCOL_VERSIONS[0],
+            )
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(sse.status(), 200);
+        let after = redis.commands_by_name();
+        let n = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
+        assert_eq!(n("evalsha"), 1, "scripts beyond the bounds': {after:?}");
+        // The bounds script's own HGET (the session lives) and HMGET (the
+        // stream's heads), which Redis counts too.
+        assert_eq!(n("hmget") + n("hget"), 2, "a read of the record: {after:?}");
     });
 }
 
+/// `GET` of the session stream over SSE.
 async fn session_stream(http: &reqwest::Client, url: &str, sid: &str) -> reqwest::Response {
     http.get(url)
         .header("mcp-session-id", sid)

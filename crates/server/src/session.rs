@@ -102,6 +102,9 @@ pub(crate) struct SessionHead {
     /// Whether [`SessionRecord::task`] is set (its content is skipped).
     #[serde(rename = "t", default)]
     task: Option<serde::de::IgnoredAny>,
+    /// Whether [`SessionRecord::listen`] is set (its content is skipped).
+    #[serde(rename = "l", default)]
+    listen: Option<serde::de::IgnoredAny>,
 }
 
 impl SessionHead {
@@ -114,6 +117,12 @@ impl SessionHead {
     /// Whether the record is a durable task's, not an MCP session's.
     pub(crate) fn is_task(&self) -> bool {
         self.task.is_some()
+    }
+
+    /// Whether the record is a resumable listen stream's, whose owner's
+    /// death ends it (`http::subs::end_if_orphaned`).
+    pub(crate) fn is_listen(&self) -> bool {
+        self.listen.is_some()
     }
 }
 

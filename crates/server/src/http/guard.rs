@@ -183,6 +183,11 @@ pub(crate) struct Live {
     /// used): the message goes on with it instead of looking it up again
     /// (`route::lease::locate`). `None` sends the message to `locate`.
     pub(crate) route: Option<Arc<SessionRoute>>,
+    /// The session is known, from its route or its head, to be an MCP
+    /// session: not a listen stream, which its feeding instance's death
+    /// ends, so a reader needs no read of its record to rule that out
+    /// ([`super::subs::end_if_orphaned`]).
+    pub(crate) plain: bool,
 }
 
 /// The session `id`, live, touched, and fit for this request: created by the
@@ -221,9 +226,11 @@ pub(crate) async fn live_session(
                 false,
                 known.version,
             )?;
+            // A route remembers the heads of MCP sessions only.
             return Ok(Live {
                 record: None,
                 route: route.filter(|_| want == Want::Route),
+                plain: true,
             });
         }
         let head = match state.heads.get(id) {
@@ -243,12 +250,16 @@ pub(crate) async fn live_session(
             head.is_task(),
             &head.protocol_version,
         )?;
-        if let Some(route) = route.filter(|_| !head.is_task()) {
+        let plain = !head.is_task() && !head.is_listen();
+        if let Some(route) = route.filter(|_| plain) {
             route.remember_head(head.principal.as_deref(), &head.protocol_version);
         }
         // The route was taken before the record's read, which may wait on
         // the network: `locate` takes it afresh (it may have closed since).
-        return Ok(Live::default());
+        return Ok(Live {
+            plain,
+            ..Live::default()
+        });
     }
     let rec = state.record(id).await?;
     fits(
@@ -260,6 +271,7 @@ pub(crate) async fn live_session(
         &rec.protocol_version,
     )?;
     Ok(Live {
+        plain: rec.task.is_none() && rec.listen.is_none(),
         record: Some(rec),
         route: None,
     })

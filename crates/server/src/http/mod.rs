@@ -65,9 +65,9 @@ pub async fn get(
             "GET needs Mcp-Session-Id",
         ));
     };
-    live_session(&state, &session, &headers, &principal, Want::Check).await?;
+    let live = live_session(&state, &session, &headers, &principal, Want::Check).await?;
     let at = cursor(&headers, &q)?;
-    if !matches!(at, Some(EventId::Request { .. })) {
+    if !live.plain && !matches!(at, Some(EventId::Request { .. })) {
         subs::end_if_orphaned(&state, &session).await?;
     }
     match at {
@@ -164,8 +164,12 @@ pub async fn session_events(
         ));
     }
     let prior = session_cursor(&parts.headers, &q)?;
-    live_session(&state, &id, &parts.headers, &principal, Want::Check).await?;
-    subs::end_if_orphaned(&state, &id).await?;
+    if !live_session(&state, &id, &parts.headers, &principal, Want::Check)
+        .await?
+        .plain
+    {
+        subs::end_if_orphaned(&state, &id).await?;
+    }
     open_reader(state, id, StreamKey::Session, prior).await
 }
 

@@ -81,8 +81,12 @@ pub(crate) async fn upgrade(
     let cursor_frame = safe_upgrade_offered(&state, headers)?;
     // 3. The session and the cursor.
     let prior = session_cursor(headers, q)?;
-    live_session(&state, &id, headers, &principal, Want::Check).await?;
-    super::subs::end_if_orphaned(&state, &id).await?;
+    if !live_session(&state, &id, headers, &principal, Want::Check)
+        .await?
+        .plain
+    {
+        super::subs::end_if_orphaned(&state, &id).await?;
+    }
     let ws = WebSocketUpgrade::from_request_parts(parts, &())
         .await
         .map_err(|e| ApiError::bad("invalid-upgrade", e.body_text()))?
