@@ -265,10 +265,13 @@ impl Tails {
         // Before the first read: an end after it is not missed.
         self.endings.start(&self.shards, &self.closed).await;
         // Registered before the first read: no wake-up after it is missed.
+        let mut form = None;
         if !shard.lock().streams.contains_key(&key) {
-            self.bell
-                .follow(&self.conn, &key, &self.shards, &self.closed)
-                .await;
+            form = Some(
+                self.bell
+                    .follow(&self.conn, &key, &self.shards, &self.closed)
+                    .await,
+            );
         }
         let (c, start, new_stream, sub) = {
             let mut st = shard.lock();
@@ -289,6 +292,10 @@ impl Tails {
             st.running = true;
             (c, start, new_stream, sub)
         };
+        // In the shard now: a reform of the member form from here on sees it.
+        if let Some(form) = form {
+            self.bell.registered_under(form);
+        }
         if start {
             tokio::spawn(shard.clone().poll());
         } else if new_stream {

@@ -32,7 +32,7 @@
 //! `XADD`, a failover, a wake stream trimmed before it was read) delays
 //! events until the next safety read, never skips them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,11 @@ pub(super) struct Bell {
     /// Every live instance reads compact follower members: registrations
     /// take that form ([`members::fleet_reads_compact`]).
     compact: AtomicBool,
+    /// Counts the changes of `compact`: a registration made under an older
+    /// count may be in the old form and missed by the [`Bell::reform`] of
+    /// the change (its stream joined its shard after the reform listed
+    /// them), so it asks for another ([`Bell::registered_under`]).
+    form: AtomicU64,
     /// The form changed: what this instance follows is registered again in
     /// the new form (and, if that is the named form, read once).
     reform: AtomicBool,
@@ -97,6 +102,7 @@ impl Bell {
             key: members::wake_key(nonce),
             nonce,
             compact: AtomicBool::new(false),
+            form: AtomicU64::new(0),
             reform: AtomicBool::new(false),
             source,
             started: tokio::sync::OnceCell::new(),
@@ -125,7 +131,7 @@ impl Bell {
     fn register(&self, stream: &str) -> Option<redis::Cmd> {
         let mut c = redis::cmd("SADD");
         c.arg(followers_key(&prefix_of(stream)?))
-            .arg(self.member(stream, self.compact.load(Ordering::Relaxed)));
+            .arg(self.member(stream, self.compact.load(Ordering::SeqCst)));
         Some(c)
     }
 
@@ -133,43 +139,50 @@ impl Bell {
     /// what this instance follows is to be registered again in the new form.
     async fn check_fleet(&self, conn: &Conn) {
         if let Some(compact) = members::fleet_reads_compact(conn).await {
-            if self.compact.swap(compact, Ordering::Relaxed) != compact {
-                self.reform.store(true, Ordering::Relaxed);
+            if self.compact.swap(compact, Ordering::SeqCst) != compact {
+                self.form.fetch_add(1, Ordering::SeqCst);
+                self.reform.store(true, Ordering::SeqCst);
             }
         }
     }
 
-    /// Registers every followed stream again in the form now in use and
-    /// drops the other form's member (added before the other is dropped:
-    /// one of them is always there). After a change to the named form, every
-    /// followed stream is read once: an instance of an older release that
-    /// joined committed without waking the compact members until now.
-    /// `false` when Redis did not answer (to be tried again).
+    /// A stream registered under form count `form` ([`Bell::follow`]) has
+    /// joined its shard: if the form changed since, it may hold a member of
+    /// the old form that the change's reform did not see, so another runs.
+    pub fn registered_under(&self, form: u64) {
+        if self.form.load(Ordering::SeqCst) != form {
+            self.reform.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Registers every followed stream again in the form now in use, then
+    /// drops the other form's members: only once every new member is there
+    /// (a refused `SADD`, a reordered retry on a cluster), so a stream never
+    /// has neither. After a change to the named form, every followed stream
+    /// is read once: an instance of an older release that joined committed
+    /// without waking the compact members until now. `false` when Redis
+    /// did not take every new member (to be tried again).
     async fn reform(&self, conn: &Conn, shards: &[Arc<Shard>]) -> bool {
-        let compact = self.compact.load(Ordering::Relaxed);
+        let compact = self.compact.load(Ordering::SeqCst);
         let keys: Vec<String> = shards.iter().flat_map(|s| s.keys()).collect();
-        let mut cmds = Vec::with_capacity(keys.len() * 2);
+        let (mut adds, mut drops) = (Vec::with_capacity(keys.len()), Vec::new());
         for k in &keys {
             let Some(prefix) = prefix_of(k) else { continue };
             let (now, then) = (self.member(k, compact), self.member(k, !compact));
-            cmds.push(
-                redis::cmd("SADD")
-                    .arg(followers_key(&prefix))
-                    .arg(&now)
-                    .clone(),
-            );
+            let mut add = redis::cmd("SADD");
+            add.arg(followers_key(&prefix)).arg(&now);
+            adds.push(add);
             if then != now {
-                cmds.push(
-                    redis::cmd("SREM")
-                        .arg(followers_key(&prefix))
-                        .arg(then)
-                        .clone(),
-                );
+                let mut drop = redis::cmd("SREM");
+                drop.arg(followers_key(&prefix)).arg(then);
+                drops.push(drop);
             }
         }
-        if conn.each::<i64>(cmds).await.is_err() {
+        if conn.each::<i64>(adds).await.is_err() {
             return false;
         }
+        // A member of the old form left behind costs a second wake-up, no more.
+        let _ = conn.each::<i64>(drops).await;
         if !compact {
             for shard in shards {
                 shard.mark_all();
@@ -184,18 +197,19 @@ impl Bell {
     }
 
     /// Registers this instance as a follower of `stream`, and starts
-    /// reading wake-ups if not yet.
+    /// reading wake-ups if not yet. Returns the form count it registered
+    /// under, for [`Bell::registered_under`] once the stream is in its shard.
     pub async fn follow(
         self: &Arc<Self>,
         conn: &Conn,
         stream: &str,
         shards: &[Arc<Shard>],
         closed: &Arc<AtomicBool>,
-    ) {
+    ) -> u64 {
         self.started
             .get_or_init(|| async {
                 self.check_fleet(conn).await;
-                self.reform.store(false, Ordering::Relaxed);
+                self.reform.store(false, Ordering::SeqCst);
                 let last = self.create(conn).await.unwrap_or_else(|| "$".to_owned());
                 tokio::spawn(
                     self.clone()
@@ -203,14 +217,17 @@ impl Bell {
                 );
             })
             .await;
+        // Read before the form is: a change in between shows as a new count.
+        let form = self.form.load(Ordering::SeqCst);
         let Some(register) = self.register(stream) else {
-            return;
+            return form;
         };
         let added: Result<i64, _> = register.query_async(&mut conn.clone()).await;
         if added.is_err() {
             // Not registered: no commit would wake this instance for it.
             self.resync.store(true, Ordering::Relaxed);
         }
+        form
     }
 
     /// Whether the wake stream is sound: it exists and nothing this reader
@@ -314,10 +331,11 @@ impl Bell {
                 fleet_checked = Instant::now();
                 self.check_fleet(&conn).await;
             }
-            if self.reform.swap(false, Ordering::Relaxed) && !self.reform(&conn, &shards).await {
-                self.reform.store(true, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+            // Not taken: tried again next time round, after this round's
+            // wake-ups are read (the followed streams' other members still
+            // bring them).
+            if self.reform.swap(false, Ordering::SeqCst) && !self.reform(&conn, &shards).await {
+                self.reform.store(true, Ordering::SeqCst);
             }
             if self.pushed
                 && (self.resync.load(Ordering::Relaxed) || checked.elapsed() >= CHECK_EVERY)

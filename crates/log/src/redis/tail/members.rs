@@ -21,7 +21,12 @@
 //! checked every [`CHECK_EVERY`]); when that changes it registers what it
 //! follows again in the other form (an older instance joining: within the
 //! check, and every followed stream is read once, so a commit of the older
-//! instance meanwhile is delayed, not lost).
+//! instance meanwhile is delayed, not lost). Every release that wrote
+//! follower sets registers in `mcpr:instances`, so none is missed by the
+//! check; an older instance whose heartbeat lapsed (frozen, evicted) counts
+//! as gone until it beats again, and is served the same way then. A stream
+//! registered while the form changes asks for another reform once it is in
+//! its shard (`Bell::registered_under`).
 
 use std::time::Duration;
 
