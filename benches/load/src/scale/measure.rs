@@ -210,6 +210,8 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
         .collect();
     let totals = Arc::new(Totals::default());
     let mut held: Vec<(Arc<Session>, Arc<Tally>)> = Vec::with_capacity(sessions);
+    let open_cpu0: f64 = servers.iter().map(|s| cpu_secs(s.pid())).sum();
+    let open_redis_cpu0 = redis_server.as_ref().map(|r| r.cpu_secs());
     let started = Instant::now();
     // OPENING at a time, a new one as soon as one is open (not in waves
     // that each wait for their slowest): the rate is the servers'.
@@ -237,6 +239,15 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
         held.push(done.unwrap());
     }
     let setup = started.elapsed();
+    // CPU per 1,000 opens: an instance on a core of its own opens at most
+    // 1e6 / this many a second (the client and Redis share this machine).
+    let per_1k_opens = 1000.0 / sessions.max(1) as f64;
+    let open_cpu =
+        (servers.iter().map(|s| cpu_secs(s.pid())).sum::<f64>() - open_cpu0) * 1e3 * per_1k_opens;
+    let open_redis_cpu = redis_server
+        .as_ref()
+        .zip(open_redis_cpu0)
+        .map(|(r, before)| (r.cpu_secs() - before) * 1e3 * per_1k_opens);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_after: Vec<u64> = servers.iter().map(Server::rss_kib).collect();
     let rss_per = rss_after
@@ -399,6 +410,14 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
         setup.as_secs_f64()
     ));
     line(format!(
+        "| server CPU per 1,000 sessions opened (all instances) | {open_cpu:.0} ms |"
+    ));
+    if let Some(c) = open_redis_cpu {
+        line(format!(
+            "| Redis CPU per 1,000 sessions opened | {c:.0} ms |"
+        ));
+    }
+    line(format!(
         "| RSS per session (all instances) | {:.2} KiB |",
         rss_per / 1024.0
     ));
@@ -456,6 +475,8 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
     drop(held);
     Figures {
         setup_secs: setup.as_secs_f64(),
+        open_cpu_ms_per_1000: open_cpu,
+        open_redis_cpu_ms_per_1000: open_redis_cpu,
         rss_per_session_kib: rss_per / 1024.0,
         p50_ms: p(0.5),
         p99_ms: p(0.99),

@@ -22,6 +22,11 @@ use std::path::PathBuf;
 pub struct Figures {
     /// Seconds to open every session and its GET stream.
     pub setup_secs: f64,
+    /// Server CPU (all instances) per 1,000 sessions opened: what bounds
+    /// the open rate of an instance on a core of its own.
+    pub open_cpu_ms_per_1000: f64,
+    /// Redis's CPU per 1,000 sessions opened: what bounds the fleet's.
+    pub open_redis_cpu_ms_per_1000: Option<f64>,
     /// Resident memory per session, all instances together.
     pub rss_per_session_kib: f64,
     /// Delivery latency, POST sent to event read.
@@ -123,6 +128,15 @@ fn ratios(disk: &Figures, redis: &Figures, instances: usize) -> String {
         redis.setup_secs,
         "s",
     );
+    t += &row(
+        "server CPU per 1,000 sessions opened",
+        disk.open_cpu_ms_per_1000,
+        redis.open_cpu_ms_per_1000,
+        "ms",
+    );
+    if let Some(c) = redis.open_redis_cpu_ms_per_1000 {
+        t += &format!("| Redis CPU per 1,000 sessions opened | | {c:.0} ms | |\n");
+    }
     t += &row(
         "RSS per session",
         disk.rss_per_session_kib,
