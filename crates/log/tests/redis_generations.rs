@@ -93,6 +93,16 @@ async fn next_seq(sub: &mut Subscription, within: Duration) -> u64 {
         .seq
 }
 
+/// One instance on `redis` that created session `w` and follows its stream.
+async fn following_w(redis: &RedisServer) -> (RedisLog, Subscription) {
+    let log = RedisLog::connect(&redis.url, Retention::default(), 0)
+        .await
+        .unwrap();
+    log.create_session("w", Bytes::new()).await.unwrap();
+    let (_, sub) = log.subscribe("w", S).await.unwrap();
+    (log, sub)
+}
+
 /// Registers a live instance of generation 1, as its heartbeat does.
 fn older_instance_joins(redis: &RedisServer) {
     redis.cli(&["SET", "mcpr:instance:old", "1", "PX", "60000"]);
@@ -128,11 +138,7 @@ fn a_fleet_of_one_generation_registers_compact_members() {
 fn an_older_instance_joining_is_served_and_nothing_it_commits_is_lost() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let writer = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        writer.create_session("w", Bytes::new()).await.unwrap();
-        let (_, mut sub) = writer.subscribe("w", S).await.unwrap();
+        let (writer, mut sub) = following_w(&redis).await;
         members_become(&redis, false).await;
 
         // An older instance joins and commits at once, before the fleet
@@ -165,11 +171,7 @@ fn an_instance_starting_beside_an_older_one_registers_named_members() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
         older_instance_joins(&redis);
-        let log = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        log.create_session("w", Bytes::new()).await.unwrap();
-        let (_, mut sub) = log.subscribe("w", S).await.unwrap();
+        let (_log, mut sub) = following_w(&redis).await;
         let m = followers(&redis);
         assert!(m.len() == 1 && m[0].contains('|'), "{m:?}");
         old_commit(&redis.url, 1).await;
@@ -184,11 +186,7 @@ fn an_instance_starting_beside_an_older_one_registers_named_members() {
 fn a_retired_stream_drops_its_followers_of_either_form() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let log = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        log.create_session("w", Bytes::new()).await.unwrap();
-        let (_, _session) = log.subscribe("w", S).await.unwrap();
+        let (log, _session) = following_w(&redis).await;
         let r = log
             .open_request_stream("w", Bytes::new(), 10)
             .await
