@@ -65,6 +65,11 @@ pub(crate) fn cpu_secs(pid: u32) -> f64 {
     ticks / 100.0
 }
 
+/// CPU seconds of every instance so far.
+fn servers_cpu(servers: &[Server]) -> f64 {
+    servers.iter().map(|s| cpu_secs(s.pid())).sum()
+}
+
 /// The seq at the end of an SSE id (`5`, `0/5`, ...).
 fn seq_of(id: &str) -> Option<u64> {
     let digits: String = id
@@ -210,7 +215,7 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
         .collect();
     let totals = Arc::new(Totals::default());
     let mut held: Vec<(Arc<Session>, Arc<Tally>)> = Vec::with_capacity(sessions);
-    let open_cpu0: f64 = servers.iter().map(|s| cpu_secs(s.pid())).sum();
+    let open_cpu0 = servers_cpu(&servers);
     let open_redis_cpu0 = redis_server.as_ref().map(|r| r.cpu_secs());
     let started = Instant::now();
     // OPENING at a time, a new one as soon as one is open (not in waves
@@ -242,8 +247,7 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
     // CPU per 1,000 opens: an instance on a core of its own opens at most
     // 1e6 / this many a second (the client and Redis share this machine).
     let per_1k_opens = 1000.0 / sessions.max(1) as f64;
-    let open_cpu =
-        (servers.iter().map(|s| cpu_secs(s.pid())).sum::<f64>() - open_cpu0) * 1e3 * per_1k_opens;
+    let open_cpu = (servers_cpu(&servers) - open_cpu0) * 1e3 * per_1k_opens;
     let open_redis_cpu = redis_server
         .as_ref()
         .zip(open_redis_cpu0)
@@ -263,7 +267,7 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
     );
 
     // Events at `rate`/s to random sessions.
-    let cpu0: f64 = servers.iter().map(|s| cpu_secs(s.pid())).sum();
+    let cpu0 = servers_cpu(&servers);
     let cmds0 = redis_server.as_ref().map(|r| r.commands_by_name());
     let usec0 = redis_server.as_ref().map(|r| r.command_usec_by_name());
     let redis_cpu0 = redis_server.as_ref().map(|r| r.cpu_secs());
@@ -330,7 +334,7 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
     while delivered(&held) < sent && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let cpu = servers.iter().map(|s| cpu_secs(s.pid())).sum::<f64>() - cpu0;
+    let cpu = servers_cpu(&servers) - cpu0;
     // One reading after the load: the total and the busiest come from it.
     let redis_ran = redis_server
         .as_ref()

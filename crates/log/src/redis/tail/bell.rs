@@ -165,19 +165,18 @@ impl Bell {
     async fn reform(&self, conn: &Conn, shards: &[Arc<Shard>]) -> bool {
         let compact = self.compact.load(Ordering::SeqCst);
         let keys: Vec<String> = shards.iter().flat_map(|s| s.keys()).collect();
-        let (mut adds, mut drops) = (Vec::with_capacity(keys.len()), Vec::new());
-        for k in &keys {
-            let Some(prefix) = prefix_of(k) else { continue };
-            let (now, then) = (self.member(k, compact), self.member(k, !compact));
-            let mut add = redis::cmd("SADD");
-            add.arg(followers_key(&prefix)).arg(&now);
-            adds.push(add);
-            if then != now {
-                let mut drop = redis::cmd("SREM");
-                drop.arg(followers_key(&prefix)).arg(then);
-                drops.push(drop);
-            }
-        }
+        let adds = keys.iter().filter_map(|k| self.register(k)).collect();
+        let drops = keys
+            .iter()
+            .filter_map(|k| {
+                let then = self.member(k, !compact);
+                (then != self.member(k, compact)).then(|| {
+                    let mut drop = redis::cmd("SREM");
+                    drop.arg(followers_key(&prefix_of(k)?)).arg(then);
+                    Some(drop)
+                })?
+            })
+            .collect();
         if conn.each::<i64>(adds).await.is_err() {
             return false;
         }
