@@ -107,8 +107,8 @@ fn opening_a_session_reads_nothing_back() {
         let n = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
         assert_eq!(n("evalsha"), 1, "scripts beyond the create's: {after:?}");
         assert_eq!(n("hmget") + n("hget"), 0, "a read of the record: {after:?}");
-        // The GET stream: its bounds (a script), its registration and the
-        // replay after it; no read of the record.
+        // The GET stream: its bounds and its registration (one script); no
+        // read of the record, none of the stream.
         let mut client = McpClient::new(&a.url);
         client.initialize().await.unwrap();
         let sid = client.session_id().unwrap().to_owned();
@@ -125,12 +125,17 @@ fn opening_a_session_reads_nothing_back() {
             .await
             .unwrap();
         assert_eq!(sse.status(), 200);
+        // Whatever the stream's joining would read has been sent by now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let after = redis.commands_by_name();
         let n = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
         assert_eq!(n("evalsha"), 1, "scripts beyond the bounds': {after:?}");
-        // The bounds script's own HGET (the session lives) and HMGET (the
-        // stream's heads), which Redis counts too.
+        // The bounds script's own HGET (the session lives), HMGET (the
+        // stream's heads) and SADD (this instance follows the stream),
+        // which Redis counts too; no read of the stream on joining.
         assert_eq!(n("hmget") + n("hget"), 2, "a read of the record: {after:?}");
+        assert_eq!(n("sadd"), 1, "the registration: {after:?}");
+        assert_eq!(n("xrange"), 0, "the stream read on joining: {after:?}");
     });
 }
 

@@ -129,6 +129,83 @@ fn idle_followed_streams_cost_no_reads_on_one_server() {
     });
 }
 
+/// A stream's first reader on an instance costs one round trip: the script
+/// that reads its bounds registers the instance as the stream's follower in
+/// the same step, so nothing committed after the head it read can pass
+/// unrung, and the stream is not read on joining.
+#[test]
+fn a_new_reader_joins_in_one_script_and_reads_nothing() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = RedisLog::connect(&redis.url, Retention::default(), 0)
+            .await
+            .unwrap();
+        // The first reader starts what later ones share (the wake stream
+        // and its reader, the reader of end notices).
+        log.create_session("first", Bytes::new()).await.unwrap();
+        let _first = log.subscribe("first", S).await.unwrap();
+        for s in 0..50 {
+            log.create_session(&format!("s{s}"), Bytes::new())
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = redis.commands_by_name();
+        let mut subs = Vec::new();
+        for s in 0..50 {
+            subs.push(log.subscribe(&format!("s{s}"), S).await.unwrap().1);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ran = ran(&before, &redis.commands_by_name());
+        let n = |c: &str| ran.get(c).copied().unwrap_or(0);
+        assert_eq!(n("evalsha"), 50, "one script a reader: {ran:?}");
+        // Inside each script: the session lives, the stream's heads, the
+        // registration.
+        assert_eq!((n("hget"), n("hmget"), n("sadd")), (50, 50, 50), "{ran:?}");
+        assert_eq!(n("xrange"), 0, "a stream read on joining: {ran:?}");
+        // And each is followed: an append reaches its reader at once.
+        log.append("s7", S, vec![msg(1)]).await.unwrap();
+        let ev = tokio::time::timeout(Duration::from_secs(1), subs[7].next())
+            .await
+            .expect("woken within a second")
+            .unwrap();
+        assert_eq!(ev.seq, 1);
+    });
+}
+
+/// A commit after a new reader's bounds were read (and its instance
+/// registered) but before the reader joined its shard rings an instance
+/// that does not follow the stream yet: the shard counts that wake-up, and
+/// the joining reader's stream is read once, so the event is not left
+/// waiting for a wake-up that already came (one server: no safety reads).
+#[test]
+fn a_commit_while_a_reader_joins_reaches_it() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
+        let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
+        writer.create_session("w", Bytes::new()).await.unwrap();
+        writer.append("w", S, vec![msg(1)]).await.unwrap();
+        reader.hold_joins(Duration::from_millis(600));
+        let joining = tokio::spawn(async move {
+            let r = reader.subscribe("w", S).await.map(|(b, sub)| (b.head, sub));
+            (reader, r)
+        });
+        // The reader's script has run (registered, head 1); it has not
+        // joined its shard yet.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        writer.append("w", S, vec![msg(2)]).await.unwrap();
+        let (_reader, joined) = joining.await.unwrap();
+        let (head, mut sub) = joined.unwrap();
+        assert_eq!(head, 1, "the head read before the commit");
+        let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
+            .await
+            .expect("the commit rang while the reader joined: it is read")
+            .unwrap();
+        assert_eq!(ev.seq, 2);
+    });
+}
+
 /// An instance's wake stream lost (expired while it was frozen, or Redis
 /// lost it): the next commit cannot wake it, and drops its registration.
 /// The instance notices within its check, registers every stream it follows

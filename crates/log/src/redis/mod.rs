@@ -83,6 +83,9 @@ pub struct RedisLog {
     /// The live sessions as last counted ([`live::LiveCount`]).
     live_count: live::LiveCount,
     faults: crate::retention::ReadFaults,
+    /// For tests: ms a new reader waits between its bounds and joining its
+    /// shard ([`RedisLog::hold_joins`]).
+    join_hold_ms: std::sync::atomic::AtomicU64,
     heartbeat: instance::Heartbeat,
     /// Where maintenance's sweep for tombstones without an end time goes on.
     sweep: adopt::Sweep,
@@ -103,13 +106,35 @@ impl RedisLog {
         self.faults.set(n);
     }
 
+    /// For tests: a new reader waits `hold` between the script that read
+    /// its bounds (and registered this instance as its stream's follower)
+    /// and joining its shard, so a commit can fall in between.
+    #[doc(hidden)]
+    pub fn hold_joins(&self, hold: Duration) {
+        self.join_hold_ms
+            .store(hold.as_millis() as u64, Ordering::Relaxed);
+    }
+
     async fn bounds_of(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
+        self.bounds_registering(id, stream, None).await
+    }
+
+    /// [`Self::bounds_of`], registering `follow` (a follower set and this
+    /// instance's member: a new reader's, `tail::Tails::prepare`) in the
+    /// same step when the session is live and the stream exists.
+    async fn bounds_registering(
+        &self,
+        id: &str,
+        stream: StreamKey,
+        follow: Option<(&str, &str)>,
+    ) -> Result<Bounds, LogError> {
         let p = prefix(id);
-        let r: Vec<i64> = self
-            .scripts
-            .bounds
-            .key(format!("{p}:s"))
-            .key(format!("{p}:st:{}", stream.number()))
+        let mut inv = self.scripts.bounds.key(format!("{p}:s"));
+        inv.key(format!("{p}:st:{}", stream.number()));
+        if let Some((followers, member)) = follow {
+            inv.key(followers).arg(member);
+        }
+        let r: Vec<i64> = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -366,13 +391,22 @@ impl EventLog for RedisLog {
         stream: StreamKey,
     ) -> Result<(Bounds, Subscription), LogError> {
         // The commit point: C is committed in Redis, and the shard reads the
-        // stream from at most C, so it sees every entry after it.
-        let b = self.bounds_of(id, stream).await?;
+        // stream from at most C, so it sees every entry after it. Its
+        // script registers this instance as the stream's follower if it
+        // is new here: one round trip, and no read on joining.
         let (p, n) = (prefix(id), stream.number());
+        let key = format!("{p}:ev:{n}");
+        let joining = self.tails.prepare(id, &key).await;
+        let b = self
+            .bounds_registering(id, stream, joining.registration())
+            .await?;
+        let hold = self.join_hold_ms.load(Ordering::Relaxed);
+        if hold > 0 {
+            tokio::time::sleep(Duration::from_millis(hold)).await;
+        }
         let (head, sub) = self
             .tails
-            .subscribe(id, format!("{p}:ev:{n}"), format!("{p}:st:{n}"), b.head)
-            .await;
+            .join(joining, id, key, format!("{p}:st:{n}"), b.head);
         Ok((Bounds::new(head, b.floor), sub))
     }
 

@@ -129,6 +129,7 @@ impl RedisLog {
             closed,
             scripts: Arc::new(scripts),
             faults: Default::default(),
+            join_hold_ms: Default::default(),
             sweep: Default::default(),
             held: Default::default(),
             due: Default::default(),

@@ -12,8 +12,8 @@
 //! A shard reads with non-blocking single-key reads ([`poll`]): the streams
 //! a commit woke ([`bell`]: the commit adds the stream's key to the wake
 //! stream of each instance registered as its follower, inside the append
-//! script on one server) and new streams, sent concurrently (pipelined per
-//! node); on a cluster, or with replicas, where the ring comes after the
+//! script on one server) and the rare new stream woken before it joined
+//! its shard ([`Tails::join`]), sent concurrently (pipelined per node); on a cluster, or with replicas, where the ring comes after the
 //! commit, also every followed stream once per safety period (growing
 //! while wake-ups arrive in order). On one server without replicas a
 //! wake-up is lost only with its wake stream, which [`bell`] watches, so
@@ -33,11 +33,12 @@ use std::time::Duration;
 use super::conn::Conn;
 use super::reply;
 use crate::subscription::{EndReason, Feed};
-use crate::{Event, Seq, Subscription};
+use crate::{Event, Seq};
 
 mod bell;
 mod blocking;
 mod endings;
+mod join;
 mod members;
 mod poll;
 
@@ -126,11 +127,15 @@ struct ShardState {
     streams: HashMap<String, Fanout>,
     /// Streams to read at once (a cluster: woken, new, or read to their `COUNT`).
     dirty: HashSet<String>,
+    /// Wake-ups for streams this shard does not follow, counted: a new
+    /// reader's stream is registered before it joins the shard, and a
+    /// wake-up in between is read for it once it has ([`Tails::join`]).
+    missed: u64,
 }
 
 struct Shard {
     conn: Conn,
-    /// Wakes the shard's task: a stream to read at once (woken, new).
+    /// Wakes the shard's task: a stream to read at once (woken).
     notify: tokio::sync::Notify,
     capacity: usize,
     closed: Arc<AtomicBool>,
@@ -250,59 +255,6 @@ impl Tails {
         let ms = max.max(poll::SAFETY_MIN).as_millis() as u64;
         self.safety_max_ms.store(ms, Ordering::Relaxed);
     }
-
-    /// Follows `key` (the events of `session`) for a new subscriber whose
-    /// commit point is at least `head`; returns the commit point `C` and the
-    /// subscription of every event after it.
-    pub async fn subscribe(
-        &self,
-        session: &str,
-        key: String,
-        state_key: String,
-        head: Seq,
-    ) -> (Seq, Subscription) {
-        let shard = &self.shards[shard_index(session, self.shards.len())];
-        // Before the first read: an end after it is not missed.
-        self.endings.start(&self.shards, &self.closed).await;
-        // Registered before the first read: no wake-up after it is missed.
-        let mut form = None;
-        if !shard.lock().streams.contains_key(&key) {
-            form = Some(
-                self.bell
-                    .follow(&self.conn, &key, &self.shards, &self.closed)
-                    .await,
-            );
-        }
-        let (c, start, new_stream, sub) = {
-            let mut st = shard.lock();
-            let new_stream = !st.streams.contains_key(&key);
-            if new_stream {
-                st.dirty.insert(key.clone());
-            }
-            let f = st.streams.entry(key).or_insert_with(|| Fanout {
-                session: session.to_owned(),
-                state_key,
-                last: head,
-                subs: Vec::new(),
-            });
-            let c = head.max(f.last);
-            let (feed, sub) = Feed::pair(shard.capacity, c);
-            f.subs.push(Sub { feed, after: c });
-            let start = !st.running;
-            st.running = true;
-            (c, start, new_stream, sub)
-        };
-        // In the shard now: a reform of the member form from here on sees it.
-        if let Some(form) = form {
-            self.bell.registered_under(form);
-        }
-        if start {
-            tokio::spawn(shard.clone().poll());
-        } else if new_stream {
-            shard.notify.notify_one();
-        }
-        (c, sub)
-    }
 }
 
 impl Shard {
@@ -314,6 +266,7 @@ impl Shard {
     fn mark(&self, key: &str) -> bool {
         let mut st = self.lock();
         if !st.streams.contains_key(key) {
+            st.missed += 1;
             return false;
         }
         st.dirty.insert(key.to_owned());

@@ -75,17 +75,24 @@ pub(super) async fn open_session(
             state.config.max_sessions
         )));
     }
-    let params = message.get("params").cloned().unwrap_or(Value::Null);
+    // The params are lent to the record while it is encoded, then handed
+    // back to the message for the backend (not copied twice).
+    let mut message = message;
+    let params = message.get_mut("params").map(Value::take);
     let sid = new_session_id();
-    let record = SessionRecord {
-        protocol_version: mcp::negotiate(&params).to_owned(),
+    let mut record = SessionRecord {
+        protocol_version: mcp::negotiate(params.as_ref().unwrap_or(&Value::Null)).to_owned(),
         dynamic_tools: Vec::new(),
         principal,
-        init: Some(params.clone()),
+        init: Some(params.unwrap_or(Value::Null)),
         task: None,
         listen: None,
     };
-    state.log.create_session(&sid, record.encode()).await?;
+    let encoded = record.encode();
+    if let Some(slot) = message.get_mut("params") {
+        *slot = record.init.take().unwrap_or(Value::Null);
+    }
+    state.log.create_session(&sid, encoded).await?;
     let opened = match route::lease::claim_new(state, &sid).await {
         Ok(lease) => match state.routes.follow_bell(state).await {
             Ok(()) => state.routes.open(state, &sid, None, lease),

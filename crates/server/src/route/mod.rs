@@ -148,7 +148,7 @@ impl Routes {
         let prefix = format!(
             "{WIRE_PREFIX}{}.{}.",
             state.log.instance(),
-            &crate::session::new_session_id()[..8]
+            crate::session::random_hex::<4>()
         );
         let mut table = Table::new(prefix);
         // The owner's inbox also takes forwarded answers: the watch that

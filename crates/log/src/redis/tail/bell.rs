@@ -3,9 +3,11 @@
 //! streams they follow, and an idle followed stream a safety read per
 //! safety interval ([`super::poll`], 1 s growing to 30 s).
 //!
-//! Each instance has one wake stream, `mcpr:wake:{NONCE}`. A shard that
-//! starts following a stream registers the instance in the session's
-//! follower set `mcpr:{SESSION}:f` (the session's slot), as `WAKE|STREAM`
+//! Each instance has one wake stream, `mcpr:wake:{NONCE}`. A stream's first
+//! reader on an instance registers the instance in the session's follower
+//! set `mcpr:{SESSION}:f` (the session's slot), in the script that reads
+//! the reader's bounds (`bounds.lua`: one round trip, and at one instant
+//! with the head, so no read of the stream follows), as `WAKE|STREAM`
 //! or, while every live instance reads it, in a compact form
 //! ([`super::members`]). Once an append is
 //! committed, each follower's wake stream gets the stream's key (`XADD
@@ -90,9 +92,20 @@ pub(super) struct Bell {
     /// without replicas: no safety reads), so a doubt about them is
     /// resolved at once ([`Bell::resync`]).
     pushed: bool,
-    /// A doubt to resolve: a registration failed, the wake stream was
-    /// unreadable, gone, or trimmed past what was read.
+    /// A doubt to resolve: the wake stream was unreadable, gone, or
+    /// trimmed past what was read.
     resync: AtomicBool,
+}
+
+/// A follower registration for a new reader's stream, made by the script
+/// that reads its bounds ([`Bell::registration`]).
+pub struct Registration {
+    /// The session's follower set, `mcpr:{SESSION}:f`.
+    pub followers: String,
+    /// This instance's member for the stream.
+    pub member: String,
+    /// The form count it was taken under.
+    pub form: u64,
 }
 
 impl Bell {
@@ -195,16 +208,15 @@ impl Bell {
         true
     }
 
-    /// Registers this instance as a follower of `stream`, and starts
-    /// reading wake-ups if not yet. Returns the form count it registered
-    /// under, for [`Bell::registered_under`] once the stream is in its shard.
-    pub async fn follow(
+    /// Starts reading wake-ups if not yet: the wake stream exists before
+    /// any registration is made (a commit finding no wake stream takes the
+    /// instance for dead and drops its registration).
+    pub async fn start(
         self: &Arc<Self>,
         conn: &Conn,
-        stream: &str,
         shards: &[Arc<Shard>],
         closed: &Arc<AtomicBool>,
-    ) -> u64 {
+    ) {
         self.started
             .get_or_init(|| async {
                 self.check_fleet(conn).await;
@@ -216,17 +228,22 @@ impl Bell {
                 );
             })
             .await;
+    }
+
+    /// What registers this instance as a follower of `stream`, for the
+    /// script that reads a new reader's bounds (`bounds.lua`, in the same
+    /// step): the session's follower set and this instance's member, in the
+    /// form now in use, with the form count it was taken under (for
+    /// [`Bell::registered_under`] once the stream is in its shard). `None`
+    /// for a key that is not a session's stream. After [`Bell::start`].
+    pub fn registration(&self, stream: &str) -> Option<Registration> {
         // Read before the form is: a change in between shows as a new count.
         let form = self.form.load(Ordering::SeqCst);
-        let Some(register) = self.register(stream) else {
-            return form;
-        };
-        let added: Result<i64, _> = register.query_async(&mut conn.clone()).await;
-        if added.is_err() {
-            // Not registered: no commit would wake this instance for it.
-            self.resync.store(true, Ordering::Relaxed);
-        }
-        form
+        Some(Registration {
+            followers: followers_key(&prefix_of(stream)?),
+            member: self.member(stream, self.compact.load(Ordering::SeqCst)),
+            form,
+        })
     }
 
     /// Whether the wake stream is sound: it exists and nothing this reader
@@ -442,6 +459,7 @@ impl Shard {
     fn offer(&self, key: &str, first: Seq, at_ms: u64, messages: Vec<Bytes>) -> bool {
         let mut st = self.lock();
         let Some(f) = st.streams.get_mut(key) else {
+            st.missed += 1;
             return false;
         };
         if first > f.last.saturating_add(1) {

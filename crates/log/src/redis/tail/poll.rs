@@ -16,8 +16,8 @@
 //! once, pipelined (the cluster connection routes each to its slot's
 //! master, following `MOVED`/`ASK`, and pipelines those bound for one
 //! node), so a round costs one round trip per node, not per stream. A stream is read again at once
-//! when it was woken (an append was committed), is new, or filled its
-//! `COUNT`. The cost: an idle followed stream is one cheap command per
+//! when it was woken (an append was committed; also a new stream woken
+//! before it joined its shard), or filled its `COUNT`. The cost: an idle followed stream is one cheap command per
 //! safety interval per instance following it (docs/capacity.md); a lost
 //! wake-up delays its events by at most the interval, never skips them.
 //!
@@ -55,7 +55,10 @@ impl Shard {
     pub(super) async fn poll(self: Arc<Self>) {
         let mut checked = Instant::now();
         let mut pruned = Instant::now();
-        let mut next_full = Instant::now();
+        // No full round on starting: a stream joins having read its head
+        // and registered in one step, and is read when a wake-up came
+        // meanwhile (`Tails::join`).
+        let mut next_full = Instant::now() + if self.pushed { NEVER } else { SAFETY_MIN };
         let mut safety = SAFETY_MIN;
         let mut held_for = Duration::from_millis(1);
         loop {
