@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::{read_until, rt, RedisServer, Serve};
 use futures_util::{SinkExt, StreamExt};
 use mcp_resume_client::{McpClient, ReaderOptions, Transport};
+use mcp_resume_testkit::count_sent;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
@@ -107,12 +108,11 @@ fn opening_a_session_reads_nothing_back() {
         let n = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
         assert_eq!(n("evalsha"), 1, "scripts beyond the create's: {after:?}");
         assert_eq!(n("hmget") + n("hget"), 0, "a read of the record: {after:?}");
-        // The GET stream: its bounds and its registration (one script); no
-        // read of the record, none of the stream.
+        // The GET stream: its bounds and its registration, one script.
         let mut client = McpClient::new(&a.url);
         client.initialize().await.unwrap();
         let sid = client.session_id().unwrap().to_owned();
-        let before = redis.commands_by_name();
+        let monitor = redis.monitor();
         let sse = reqwest::Client::new()
             .get(&a.url)
             .header("mcp-session-id", &sid)
@@ -127,15 +127,15 @@ fn opening_a_session_reads_nothing_back() {
         assert_eq!(sse.status(), 200);
         // Whatever the stream's joining would read has been sent by now.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let after = redis.commands_by_name();
-        let n = |c: &str| after.get(c).copied().unwrap_or(0) - before.get(c).copied().unwrap_or(0);
-        assert_eq!(n("evalsha"), 1, "scripts beyond the bounds': {after:?}");
-        // The bounds script's own HGET (the session lives), HMGET (the
-        // stream's heads) and SADD (this instance follows the stream),
-        // which Redis counts too; no read of the stream on joining.
-        assert_eq!(n("hmget") + n("hget"), 2, "a read of the record: {after:?}");
-        assert_eq!(n("sadd"), 1, "the registration: {after:?}");
-        assert_eq!(n("xrange"), 0, "the stream read on joining: {after:?}");
+        // Round trips, as Redis receives them (a script's own commands
+        // left out): the bounds script, which registers the instance as
+        // the stream's follower; no registration of its own, no read of
+        // the record or the stream.
+        let sent = monitor.stop();
+        assert_eq!(count_sent(&sent, "evalsha", ""), 1, "{sent:?}");
+        for read in ["sadd", "hmget", "hget", "xrange"] {
+            assert_eq!(count_sent(&sent, read, "mcpr:{"), 0, "{read}: {sent:?}");
+        }
     });
 }
 

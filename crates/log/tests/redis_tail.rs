@@ -12,6 +12,7 @@ use bytes::Bytes;
 use common::{msg, ran, RedisServer};
 use mcp_resume_log::{EventLog, Maintenance, SessionRecords};
 use mcp_resume_log::{RedisLog, Retention, StreamKey, Subscription};
+use mcp_resume_testkit::count_sent;
 
 const S: StreamKey = StreamKey::Session;
 
@@ -132,7 +133,8 @@ fn idle_followed_streams_cost_no_reads_on_one_server() {
 /// A stream's first reader on an instance costs one round trip: the script
 /// that reads its bounds registers the instance as the stream's follower in
 /// the same step, so nothing committed after the head it read can pass
-/// unrung, and the stream is not read on joining.
+/// unrung, and the stream is not read on joining. Counted as Redis receives
+/// them (`MONITOR`: a script's own commands are not round trips).
 #[test]
 fn a_new_reader_joins_in_one_script_and_reads_nothing() {
     let redis = RedisServer::start();
@@ -150,20 +152,29 @@ fn a_new_reader_joins_in_one_script_and_reads_nothing() {
                 .unwrap();
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = redis.commands_by_name();
+        let monitor = redis.monitor();
         let mut subs = Vec::new();
         for s in 0..50 {
             subs.push(log.subscribe(&format!("s{s}"), S).await.unwrap().1);
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let ran = ran(&before, &redis.commands_by_name());
-        let n = |c: &str| ran.get(c).copied().unwrap_or(0);
-        assert_eq!(n("evalsha"), 50, "one script a reader: {ran:?}");
-        // Inside each script: the session lives, the stream's heads, the
-        // registration.
-        assert_eq!((n("hget"), n("hmget"), n("sadd")), (50, 50, 50), "{ran:?}");
-        assert_eq!(n("xrange"), 0, "a stream read on joining: {ran:?}");
-        // And each is followed: an append reaches its reader at once.
+        let sent = monitor.stop();
+        let scripts = count_sent(&sent, "evalsha", "");
+        assert_eq!(scripts, 50, "one script a reader: {sent:?}");
+        let on_sessions = |name| count_sent(&sent, name, "mcpr:{");
+        assert_eq!(
+            on_sessions("sadd"),
+            0,
+            "a registration of its own: {sent:?}"
+        );
+        assert_eq!(
+            on_sessions("xrange"),
+            0,
+            "a stream read on joining: {sent:?}"
+        );
+        // Registered by the script, and followed: an append reaches its
+        // reader at once.
+        assert_eq!(redis.cli(&["SCARD", "mcpr:{s7}:f"]).trim(), "1");
         log.append("s7", S, vec![msg(1)]).await.unwrap();
         let ev = tokio::time::timeout(Duration::from_secs(1), subs[7].next())
             .await
@@ -173,36 +184,136 @@ fn a_new_reader_joins_in_one_script_and_reads_nothing() {
     });
 }
 
+/// What [`join_held`]'s task gives back: the reader's log, and the head
+/// and subscription it joined with.
+type Joined = (
+    RedisLog,
+    Result<(u64, Subscription), mcp_resume_log::LogError>,
+);
+
+/// A reader of `session` on `reader` that waits `hold` between its bounds
+/// (read, and its instance registered, when the call is made) and joining
+/// its shard, so commits can fall in between.
+fn join_held(
+    reader: RedisLog,
+    session: &'static str,
+    hold: Duration,
+) -> tokio::task::JoinHandle<Joined> {
+    reader.hold_joins(hold);
+    tokio::spawn(async move {
+        let r = reader
+            .subscribe(session, S)
+            .await
+            .map(|(b, sub)| (b.head, sub));
+        (reader, r)
+    })
+}
+
 /// A commit after a new reader's bounds were read (and its instance
 /// registered) but before the reader joined its shard rings an instance
-/// that does not follow the stream yet: the shard counts that wake-up, and
-/// the joining reader's stream is read once, so the event is not left
-/// waiting for a wake-up that already came (one server: no safety reads).
+/// that does not follow the stream yet: the shard keeps that for the
+/// joining reader, whose stream is read once it joins, so the event is not
+/// left waiting for a wake-up that already came (one server: no safety
+/// reads). A small commit's wake-up carries its events, a large one's only
+/// names the stream: both.
 #[test]
 fn a_commit_while_a_reader_joins_reaches_it() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
+        let writer = connect().await.unwrap();
+        let mut reader = connect().await.unwrap();
+        let large = Bytes::from(format!("{{\"pad\":\"{}\"}}", "x".repeat(2048)));
+        // A session each: a stream the shard followed before is read on
+        // joining anyway.
+        for (session, event) in [("small", msg(2)), ("large", large)] {
+            writer.create_session(session, Bytes::new()).await.unwrap();
+            writer.append(session, S, vec![msg(1)]).await.unwrap();
+            let joining = join_held(reader, session, Duration::from_millis(600));
+            // The reader's script has run (registered, head read); it has
+            // not joined its shard yet.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            writer.append(session, S, vec![event]).await.unwrap();
+            let (r, joined) = joining.await.unwrap();
+            reader = r;
+            let (head, mut sub) = joined.unwrap();
+            assert_eq!(head, 1, "the head read before the commit");
+            let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
+                .await
+                .expect("the commit rang while the reader joined: it is read")
+                .unwrap();
+            assert_eq!(ev.seq, 2);
+        }
+    });
+}
+
+/// The wake stream lost while a reader joins (Redis lost it): the commit in
+/// between cannot ring, and drops the fresh registration. The instance's
+/// check finds the wake stream gone, registers the joining stream again
+/// with the followed ones and has it read on joining: the event arrives,
+/// and later commits ring it again.
+#[test]
+fn a_wake_stream_lost_while_a_reader_joins_is_made_good() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
         let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
         let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
         writer.create_session("w", Bytes::new()).await.unwrap();
         writer.append("w", S, vec![msg(1)]).await.unwrap();
-        reader.hold_joins(Duration::from_millis(600));
-        let joining = tokio::spawn(async move {
-            let r = reader.subscribe("w", S).await.map(|(b, sub)| (b.head, sub));
-            (reader, r)
-        });
-        // The reader's script has run (registered, head 1); it has not
-        // joined its shard yet.
+        // Held past the instance's check of its wake stream (every second).
+        let joining = join_held(reader, "w", Duration::from_millis(2500));
         tokio::time::sleep(Duration::from_millis(300)).await;
+        let wakes = redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
+        let wake = wakes.lines().next().expect("the reader's wake stream");
+        assert_eq!(redis.cli(&["DEL", wake]).trim(), "1");
         writer.append("w", S, vec![msg(2)]).await.unwrap();
+        assert_eq!(
+            redis.cli(&["SCARD", "mcpr:{w}:f"]).trim(),
+            "0",
+            "the commit found no wake stream and dropped the registration"
+        );
         let (_reader, joined) = joining.await.unwrap();
         let (head, mut sub) = joined.unwrap();
-        assert_eq!(head, 1, "the head read before the commit");
+        assert_eq!(head, 1);
         let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
             .await
-            .expect("the commit rang while the reader joined: it is read")
+            .expect("the lost wake-up was made good on joining")
             .unwrap();
         assert_eq!(ev.seq, 2);
+        let started = std::time::Instant::now();
+        writer.append("w", S, vec![msg(3)]).await.unwrap();
+        let ev = tokio::time::timeout(Duration::from_secs(1), sub.next())
+            .await
+            .expect("registered again: woken")
+            .unwrap();
+        assert_eq!(ev.seq, 3);
+        assert!(started.elapsed() < Duration::from_millis(900));
+    });
+}
+
+/// A session that ends while a reader of it joins (its end notice reaches
+/// the instance before the reader is in its shard) ends the reader at once,
+/// as it would a reader already there: nothing waits for events that will
+/// never come (one server: no backstop for a while).
+#[test]
+fn a_session_ending_while_a_reader_joins_ends_it() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
+        let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
+        writer.create_session("w", Bytes::new()).await.unwrap();
+        let joining = join_held(reader, "w", Duration::from_millis(800));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        writer.end_session("w").await.unwrap();
+        let (_reader, joined) = joining.await.unwrap();
+        let (_, mut sub) = joined.unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(2), sub.next())
+            .await
+            .expect("ended at once, not left waiting");
+        assert_eq!(
+            end.map(|e| e.seq),
+            Err(mcp_resume_log::LogError::SessionEnded)
+        );
     });
 }
 

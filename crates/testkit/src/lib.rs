@@ -11,6 +11,8 @@ mod jwt;
 pub use jwt::TestIssuer;
 mod listening;
 pub use listening::listening_url;
+mod monitor;
+pub use monitor::{count_sent, Monitor};
 mod sdk;
 pub use sdk::SdkClient;
 #[cfg(feature = "tls")]
@@ -225,6 +227,12 @@ impl RedisServer {
     /// Every command it has run so far (`INFO commandstats`, summed).
     pub fn commands_run(&self) -> u64 {
         calls(&self.cli(&["INFO", "commandstats"]))
+    }
+
+    /// Watches the commands clients send from now on (`MONITOR`): round
+    /// trips, where `INFO commandstats` also counts a script's own commands.
+    pub fn monitor(&self) -> Monitor {
+        Monitor::start(self.port)
     }
 
     /// The calls of each command so far, by name (`INFO commandstats`):

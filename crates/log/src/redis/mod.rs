@@ -404,9 +404,7 @@ impl EventLog for RedisLog {
         if hold > 0 {
             tokio::time::sleep(Duration::from_millis(hold)).await;
         }
-        let (head, sub) = self
-            .tails
-            .join(joining, id, key, format!("{p}:st:{n}"), b.head);
+        let (head, sub) = self.tails.join(joining, id, format!("{p}:st:{n}"), b.head);
         Ok((Bounds::new(head, b.floor), sub))
     }
 

@@ -9,22 +9,21 @@
 //! The shard reads every stream from its `last`, so nothing appended
 //! between two reads is missed either.
 //!
-//! A shard reads with non-blocking single-key reads ([`poll`]): the streams
-//! a commit woke ([`bell`]: the commit adds the stream's key to the wake
-//! stream of each instance registered as its follower, inside the append
-//! script on one server) and the rare new stream woken before it joined
-//! its shard ([`Tails::join`]), sent concurrently (pipelined per node); on a cluster, or with replicas, where the ring comes after the
-//! commit, also every followed stream once per safety period (growing
-//! while wake-ups arrive in order). On one server without replicas a
-//! wake-up is lost only with its wake stream, which [`bell`] watches, so
-//! an idle followed stream costs nothing there. So an event costs Redis a read of its
-//! own stream per following instance, not a re-sent blocking read of every
-//! stream a shard follows (which grew with the sessions: 94 % of Redis's
-//! time at 20,000 sessions, benches/results/redis-path.md). Session ends
-//! are pushed to every instance ([`endings`]), with a check every
-//! [`END_BACKSTOP`] behind them.
+//! A shard reads with non-blocking single-key reads ([`poll`]): the streams a
+//! commit woke ([`bell`]: the commit adds the stream's key to the wake stream
+//! of each instance registered as its follower, inside the append script on
+//! one server) and the rare new stream woken before it joined its shard
+//! ([`join`]), sent concurrently (pipelined per node); on a cluster, or with
+//! replicas, where the ring comes after the commit, also every followed
+//! stream once per safety period (growing while wake-ups arrive in order). On
+//! one server without replicas a wake-up is lost only with its wake stream,
+//! which [`bell`] watches, so an idle followed stream costs nothing there. So
+//! an event costs Redis a read of its own stream per following instance, not
+//! a re-sent blocking read of every stream a shard follows (which grew with
+//! the sessions: 94 % of Redis's time at 20,000 sessions,
+//! benches/results/redis-path.md). Session ends are pushed to every instance
+//! ([`endings`]), with a check every [`END_BACKSTOP`] behind them.
 
-use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -123,14 +122,14 @@ impl Fanout {
 #[derive(Default)]
 struct ShardState {
     running: bool,
-    /// By stream key.
-    streams: HashMap<String, Fanout>,
-    /// Streams to read at once (a cluster: woken, new, or read to their `COUNT`).
-    dirty: HashSet<String>,
-    /// Wake-ups for streams this shard does not follow, counted: a new
-    /// reader's stream is registered before it joins the shard, and a
-    /// wake-up in between is read for it once it has ([`Tails::join`]).
-    missed: u64,
+    /// By stream key (hashed with foldhash: an instance opening sessions
+    /// grows these maps, and SipHash's rehashing of the keys was a few
+    /// percent of an open's CPU).
+    streams: foldhash::HashMap<String, Fanout>,
+    /// Streams to read at once (woken, or read to their `COUNT`).
+    dirty: foldhash::HashSet<String>,
+    /// Streams with subscribers between prepare and join ([`join`]).
+    joining: foldhash::HashMap<String, join::Joiners>,
 }
 
 struct Shard {
@@ -266,8 +265,7 @@ impl Shard {
     fn mark(&self, key: &str) -> bool {
         let mut st = self.lock();
         if !st.streams.contains_key(key) {
-            st.missed += 1;
-            return false;
+            return st.stray(key);
         }
         st.dirty.insert(key.to_owned());
         drop(st);
@@ -276,15 +274,28 @@ impl Shard {
     }
 
     /// The keys of the streams this shard follows.
+    /// Those with a subscriber joining are among them: registered by its
+    /// script, they are registered again with the rest on a resync or a
+    /// reform.
     fn keys(&self) -> Vec<String> {
-        self.lock().streams.keys().cloned().collect()
+        let st = self.lock();
+        st.streams
+            .keys()
+            .chain(st.joining.keys())
+            .cloned()
+            .collect()
     }
 
     /// Marks every followed stream for an immediate read: wake-ups may have
     /// been lost (the wake stream was unreadable).
     fn mark_all(&self) {
-        let keys = self.keys();
-        self.lock().dirty.extend(keys);
+        let mut st = self.lock();
+        let keys: Vec<String> = st.streams.keys().cloned().collect();
+        st.dirty.extend(keys);
+        for j in st.joining.values_mut() {
+            j.read = true;
+        }
+        drop(st);
         self.notify.notify_one();
     }
 
@@ -292,6 +303,11 @@ impl Shard {
     /// following them.
     fn end_session(&self, session: &str) {
         let mut st = self.lock();
+        for j in st.joining.values_mut() {
+            if j.session == session {
+                j.ended = true;
+            }
+        }
         st.streams.retain(|_, f| {
             if f.session == session {
                 f.end_all(EndReason::SessionEnded);

@@ -26,7 +26,6 @@
 //! Idle expiry, which reads the last use, sees it at most one window late;
 //! the interval is set well under the session TTL.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -56,7 +55,8 @@ pub(super) struct Touched {
 
 #[derive(Default)]
 struct Map {
-    at: HashMap<String, Instant>,
+    /// Hashed with foldhash, as the tail's shards.
+    at: foldhash::HashMap<String, Instant>,
     prune_at: usize,
 }
 
@@ -64,7 +64,7 @@ impl Default for Touched {
     fn default() -> Self {
         Self {
             map: Mutex::new(Map {
-                at: HashMap::new(),
+                at: Default::default(),
                 prune_at: PRUNE_AT,
             }),
             interval_ms: AtomicU64::new(COALESCE.as_millis() as u64),

@@ -32,7 +32,10 @@
 //! Wake-ups only shorten the wait: every read is from the stream's own last
 //! seq, so a lost wake-up (an instance dying between its commit and the
 //! `XADD`, a failover, a wake stream trimmed before it was read) delays
-//! events until the next safety read, never skips them.
+//! events, never skips them: until the next safety read on a cluster or
+//! with replicas; on one server, where there are none, until this reader
+//! notices the doubt (within [`CHECK_EVERY`]) and reads every stream it
+//! follows or is joining ([`Bell::resync`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -159,7 +162,7 @@ impl Bell {
         }
     }
 
-    /// A stream registered under form count `form` ([`Bell::follow`]) has
+    /// A stream registered under form count `form` ([`Bell::registration`]) has
     /// joined its shard: if the form changed since, it may hold a member of
     /// the old form that the change's reform did not see, so another runs.
     pub fn registered_under(&self, form: u64) {
@@ -459,8 +462,7 @@ impl Shard {
     fn offer(&self, key: &str, first: Seq, at_ms: u64, messages: Vec<Bytes>) -> bool {
         let mut st = self.lock();
         let Some(f) = st.streams.get_mut(key) else {
-            st.missed += 1;
-            return false;
+            return st.stray(key);
         };
         if first > f.last.saturating_add(1) {
             st.dirty.insert(key.to_owned());

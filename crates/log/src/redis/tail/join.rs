@@ -1,65 +1,123 @@
 //! A new subscriber joining its shard: registered as its stream's follower
-//! and bounded in one script, then joined, read only when a wake-up came in
-//! between.
+//! and bounded in one script ([`Tails::prepare`], then the script), then
+//! joined ([`Tails::join`]), its stream read on joining only when something
+//! may have passed it by in between.
+//!
+//! Registered and bounded at one instant in Redis, every commit is either
+//! at or below the head the script returns, or rings this instance. What
+//! rings it before the stream is in its shard is not lost: from prepare to
+//! join the stream has a [`Joiners`] entry in its shard, and the stream is
+//! read once on joining if, meanwhile,
+//!
+//! - a wake-up named it (`Shard::mark`, `Shard::offer`);
+//! - wake-ups were in doubt (`Shard::mark_all`: the wake stream unreadable,
+//!   lost or trimmed; its resync registers the joining streams again, as
+//!   it does the followed ones, from [`Shard::keys`]);
+//! - the shard followed it at some point (at prepare, or joined by another
+//!   subscriber), so the shard may have taken a wake-up for it and let the
+//!   stream go before this subscriber joined.
+//!
+//! A session that ends in between ends its joining subscribers at once.
 
-use super::{bell, shard_index, Fanout, Sub, Tails};
-use crate::subscription::Feed;
+use std::sync::Arc;
+
+use super::{bell, shard_index, Fanout, Shard, ShardState, Sub, Tails};
+use crate::subscription::{EndReason, Feed};
 use crate::{Seq, Subscription};
+
+/// The subscribers of one stream between prepare and join.
+pub(super) struct Joiners {
+    /// The stream's session (an end in between ends them).
+    pub session: String,
+    /// How many.
+    pub count: usize,
+    /// The stream is read on joining.
+    pub read: bool,
+    /// The session ended in between.
+    pub ended: bool,
+}
+
+impl ShardState {
+    /// A wake-up for `key`, which this shard does not follow: `true` if a
+    /// subscriber is joining it (read once it has; on a polled tail the
+    /// registration is kept).
+    pub(super) fn stray(&mut self, key: &str) -> bool {
+        match self.joining.get_mut(key) {
+            Some(j) => {
+                j.read = true;
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 impl Tails {
     /// Prepares a new subscriber of `key` (the events of `session`): its
-    /// shard, and the registration of this instance as the stream's
-    /// follower if the shard does not follow it yet, for the script that
-    /// reads the subscriber's bounds to make in the same step
-    /// ([`Joining::registration`]); then [`Tails::join`].
-    ///
-    /// Registered and bounded at one instant, every commit is either at or
-    /// below the head the script returns, or rings this instance: the
-    /// stream needs no read on joining, unless a wake-up for it came while
-    /// it was not in its shard yet (counted by the shard, compared in
-    /// [`Tails::join`]).
+    /// place among the stream's joiners, and this instance's registration
+    /// as the stream's follower, for the script that reads the subscriber's
+    /// bounds to make in the same step ([`Joining::registration`]); then
+    /// [`Tails::join`]. Every subscriber registers (an idempotent `SADD`
+    /// inside the script): a stream followed here now may be let go before
+    /// the subscriber joins.
     pub async fn prepare(&self, session: &str, key: &str) -> Joining {
-        let shard = shard_index(session, self.shards.len());
+        let shard = self.shards[shard_index(session, self.shards.len())].clone();
         // Before the first read: an end after it is not missed.
         self.endings.start(&self.shards, &self.closed).await;
-        let (followed, missed) = {
-            let st = self.shards[shard].lock();
-            (st.streams.contains_key(key), st.missed)
-        };
-        let mut registration = None;
-        if !followed {
-            self.bell
-                .start(&self.conn, &self.shards, &self.closed)
-                .await;
-            registration = self.bell.registration(key);
+        self.bell
+            .start(&self.conn, &self.shards, &self.closed)
+            .await;
+        let registration = self.bell.registration(key);
+        {
+            let mut st = shard.lock();
+            let followed = st.streams.contains_key(key);
+            let j = st.joining.entry(key.to_owned()).or_insert_with(|| Joiners {
+                session: session.to_owned(),
+                count: 0,
+                read: false,
+                ended: false,
+            });
+            j.count += 1;
+            j.read |= followed || registration.is_none();
         }
         Joining {
             shard,
+            key: key.to_owned(),
             registration,
-            missed,
+            joined: false,
         }
     }
 
     /// Joins a subscriber prepared by [`Tails::prepare`] to its shard, with
-    /// `head` the commit point its script read (registering it, if it was
-    /// to): returns the commit point `C` and the subscription of every
-    /// event after it.
+    /// `head` the commit point its script read: returns the commit point
+    /// `C` and the subscription of every event after it.
     pub fn join(
         &self,
-        joining: Joining,
+        mut joining: Joining,
         session: &str,
-        key: String,
         state_key: String,
         head: Seq,
     ) -> (Seq, Subscription) {
-        let shard = &self.shards[joining.shard];
+        joining.joined = true;
+        let shard = joining.shard.clone();
+        let key = std::mem::take(&mut joining.key);
         let (c, start, read, sub) = {
             let mut st = shard.lock();
+            let (to_read, ended) = leave(&mut st, &key);
+            if ended {
+                let (feed, sub) = Feed::pair(shard.capacity, head);
+                feed.end(EndReason::SessionEnded);
+                return (head, sub);
+            }
             let new_stream = !st.streams.contains_key(&key);
-            // A stream not registered here (the shard let it go since it
-            // was prepared) or woken before it joined is read once now.
-            let read =
-                new_stream && (joining.registration.is_none() || st.missed != joining.missed);
+            let read = new_stream && to_read;
+            if new_stream {
+                // Followed from now on: another joiner of it may find it let
+                // go again, with a wake-up taken meanwhile.
+                if let Some(others) = st.joining.get_mut(&key) {
+                    others.read = true;
+                }
+            }
             if read {
                 st.dirty.insert(key.clone());
             }
@@ -89,21 +147,45 @@ impl Tails {
     }
 }
 
-/// A new subscriber between [`Tails::prepare`] and [`Tails::join`].
+/// Takes one joiner of `key` off its entry: whether its stream is to be
+/// read on joining, and whether its session ended meanwhile.
+fn leave(st: &mut ShardState, key: &str) -> (bool, bool) {
+    let Some(j) = st.joining.get_mut(key) else {
+        // Not reached (an entry lives while it has joiners): read, to be safe.
+        return (true, false);
+    };
+    j.count -= 1;
+    let seen = (j.read, j.ended);
+    if j.count == 0 {
+        st.joining.remove(key);
+    }
+    seen
+}
+
+/// A new subscriber between [`Tails::prepare`] and [`Tails::join`]; one
+/// dropped before it joined (its script failed, its request went away)
+/// leaves the stream's joiners.
 pub(in crate::redis) struct Joining {
-    shard: usize,
+    shard: Arc<Shard>,
+    key: String,
     registration: Option<bell::Registration>,
-    /// The shard's count of wake-ups for streams it did not follow, when
-    /// prepared.
-    missed: u64,
+    joined: bool,
 }
 
 impl Joining {
-    /// The follower set and member the bounds script registers (`None`:
-    /// the stream is followed here already).
+    /// The follower set and member the bounds script registers (`None` for
+    /// a key that is not a session's stream).
     pub fn registration(&self) -> Option<(&str, &str)> {
         self.registration
             .as_ref()
             .map(|r| (r.followers.as_str(), r.member.as_str()))
+    }
+}
+
+impl Drop for Joining {
+    fn drop(&mut self) {
+        if !self.joined {
+            leave(&mut self.shard.lock(), &self.key);
+        }
     }
 }

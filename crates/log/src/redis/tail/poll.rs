@@ -76,7 +76,7 @@ impl Shard {
                 }
             }
             // A full round: every stream, and which of them a wake-up named.
-            // Otherwise only the streams marked (woken, new): a round costs
+            // Otherwise only the streams marked (woken): a round costs
             // what it reads, not the number of streams the shard follows.
             let mut woken = None;
             let keys: Vec<(String, Seq)> = if Instant::now() >= next_full {
