@@ -392,8 +392,9 @@ impl EventLog for RedisLog {
     ) -> Result<(Bounds, Subscription), LogError> {
         // The commit point: C is committed in Redis, and the shard reads the
         // stream from at most C, so it sees every entry after it. Its
-        // script registers this instance as the stream's follower if it
-        // is new here: one round trip, and no read on joining.
+        // script registers this instance as the stream's follower in the
+        // same step: one round trip, and the stream is read on joining only
+        // when something may have passed the reader by (`tail/join.rs`).
         let (p, n) = (prefix(id), stream.number());
         let key = format!("{p}:ev:{n}");
         let joining = self.tails.prepare(id, &key).await;

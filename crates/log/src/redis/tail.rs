@@ -12,8 +12,8 @@
 //! A shard reads with non-blocking single-key reads ([`poll`]): the streams a
 //! commit woke ([`bell`]: the commit adds the stream's key to the wake stream
 //! of each instance registered as its follower, inside the append script on
-//! one server) and the rare new stream woken before it joined its shard
-//! ([`join`]), sent concurrently (pipelined per node); on a cluster, or with
+//! one server) and the rare new stream that something may have passed by
+//! while its reader joined ([`join`]), sent concurrently (pipelined per node); on a cluster, or with
 //! replicas, where the ring comes after the commit, also every followed
 //! stream once per safety period (growing while wake-ups arrive in order). On
 //! one server without replicas a wake-up is lost only with its wake stream,
@@ -126,7 +126,8 @@ struct ShardState {
     /// grows these maps, and SipHash's rehashing of the keys was a few
     /// percent of an open's CPU).
     streams: foldhash::HashMap<String, Fanout>,
-    /// Streams to read at once (woken, or read to their `COUNT`).
+    /// Streams to read at once (woken, read to their `COUNT`, or joined
+    /// when something may have passed their new reader by).
     dirty: foldhash::HashSet<String>,
     /// Streams with subscribers between prepare and join ([`join`]).
     joining: foldhash::HashMap<String, join::Joiners>,
@@ -279,15 +280,26 @@ impl Shard {
     /// reform.
     fn keys(&self) -> Vec<String> {
         let st = self.lock();
-        st.streams
+        let mut keys: Vec<String> = st
+            .streams
             .keys()
             .chain(st.joining.keys())
             .cloned()
-            .collect()
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 
-    /// Marks every followed stream for an immediate read: wake-ups may have
-    /// been lost (the wake stream was unreadable).
+    /// Whether this shard follows `key`, or a subscriber is joining it.
+    fn follows(&self, key: &str) -> bool {
+        let st = self.lock();
+        st.streams.contains_key(key) || st.joining.contains_key(key)
+    }
+
+    /// Marks every followed stream for an immediate read, and every joining
+    /// one for a read on joining: wake-ups may have been lost (the wake
+    /// stream was unreadable, gone or trimmed).
     fn mark_all(&self) {
         let mut st = self.lock();
         let keys: Vec<String> = st.streams.keys().cloned().collect();

@@ -3,11 +3,13 @@
 //! streams they follow, and an idle followed stream a safety read per
 //! safety interval ([`super::poll`], 1 s growing to 30 s).
 //!
-//! Each instance has one wake stream, `mcpr:wake:{NONCE}`. A stream's first
-//! reader on an instance registers the instance in the session's follower
-//! set `mcpr:{SESSION}:f` (the session's slot), in the script that reads
-//! the reader's bounds (`bounds.lua`: one round trip, and at one instant
-//! with the head, so no read of the stream follows), as `WAKE|STREAM`
+//! Each instance has one wake stream, `mcpr:wake:{NONCE}`. Each new reader
+//! of a stream registers its instance in the session's follower set
+//! `mcpr:{SESSION}:f` (the session's slot; an `SADD` of a member already
+//! there changes nothing), in the script that reads the reader's bounds
+//! (`bounds.lua`: one round trip, and at one instant with the head, so the
+//! stream is read on joining only when something may have passed the
+//! reader by, [`super::join`]), as `WAKE|STREAM`
 //! or, while every live instance reads it, in a compact form
 //! ([`super::members`]). Once an append is
 //! committed, each follower's wake stream gets the stream's key (`XADD
@@ -34,7 +36,7 @@
 //! `XADD`, a failover, a wake stream trimmed before it was read) delays
 //! events, never skips them: until the next safety read on a cluster or
 //! with replicas; on one server, where there are none, until this reader
-//! notices the doubt (within [`CHECK_EVERY`]) and reads every stream it
+//! notices the doubt (within [`CHECK_EVERY`] and one blocking read) and reads every stream it
 //! follows or is joining ([`Bell::resync`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -436,15 +438,22 @@ impl Bell {
                         }
                         _ => shard.mark(&wake.stream),
                     };
-                    // A stream no shard follows: on a polled tail its
-                    // registration is dropped. On a pushed tail it is kept
-                    // (it goes with the stream's retirement or the session's
-                    // end): a subscriber registers before its stream joins
-                    // the shard, so a wake-up in between would drop the new
-                    // registration, and with no safety read behind it the
-                    // reader would wait for wake-ups that never come.
+                    // A stream neither followed nor joined here: on a polled
+                    // tail its registration is dropped. On a pushed tail it
+                    // is kept (it goes with the stream's retirement or the
+                    // session's end): with no safety read behind it, a
+                    // reader whose script registered just before the drop
+                    // would wait for wake-ups that never come.
                     if !followed && !self.pushed && unfollowed.insert(wake.stream.clone()) {
                         self.unfollow(&conn, &wake.stream).await;
+                        // A reader began to join meanwhile (its script's
+                        // SADD before the SREM): registered again, after it.
+                        if shard.follows(&wake.stream) {
+                            if let Some(register) = self.register(&wake.stream) {
+                                let _: Result<i64, _> =
+                                    register.query_async(&mut conn.clone()).await;
+                            }
+                        }
                     }
                 }
             }

@@ -233,7 +233,12 @@ impl Shard {
     pub(super) async fn end_ended_sessions(&self) {
         let sessions: Vec<String> = {
             let st = self.lock();
-            let mut s: Vec<String> = st.streams.values().map(|f| f.session.clone()).collect();
+            let mut s: Vec<String> = st
+                .streams
+                .values()
+                .map(|f| f.session.clone())
+                .chain(st.joining.values().map(|j| j.session.clone()))
+                .collect();
             s.sort();
             s.dedup();
             s
@@ -261,6 +266,11 @@ impl Shard {
             return;
         }
         let mut st = self.lock();
+        for j in st.joining.values_mut() {
+            if ended.contains(&&j.session) {
+                j.ended = true;
+            }
+        }
         st.streams.retain(|_, f| {
             if ended.contains(&&f.session) {
                 f.end_all(EndReason::SessionEnded);

@@ -13,13 +13,15 @@
 //! announced (one was lost) starts it again from [`SAFETY_MIN`].
 //!
 //! A read is one `XRANGE key (last+1)-0 + COUNT 512` per stream, all sent at
-//! once, pipelined (the cluster connection routes each to its slot's
-//! master, following `MOVED`/`ASK`, and pipelines those bound for one
-//! node), so a round costs one round trip per node, not per stream. A stream is read again at once
-//! when it was woken (an append was committed; also a new stream woken
-//! before it joined its shard), or filled its `COUNT`. The cost: an idle followed stream is one cheap command per
-//! safety interval per instance following it (docs/capacity.md); a lost
-//! wake-up delays its events by at most the interval, never skips them.
+//! once, pipelined (the cluster connection routes each to its slot's master,
+//! following `MOVED`/`ASK`, and pipelines those bound for one node), so a
+//! round costs one round trip per node, not per stream. A stream is read
+//! again at once when it was woken (an append was committed; also a new
+//! stream that something may have passed by while its reader joined, `join`),
+//! or filled its `COUNT`. The cost: an idle followed stream is one cheap
+//! command per safety interval per instance following it (docs/capacity.md);
+//! a lost wake-up delays its events by at most the interval, never skips
+//! them.
 //!
 //! A stream whose read fails (its slot's master is failing over) ends its
 //! readers loudly (`Unavailable`); they resume from their cursors, and the
