@@ -41,6 +41,38 @@ async fn two_instances_following(redis: &RedisServer) -> (RedisLog, RedisLog, Su
     (writer, reader, sub)
 }
 
+/// Deletes the one wake stream on `redis` (the reader's), as Redis losing
+/// it would.
+fn lose_the_wake_stream(redis: &RedisServer) {
+    let wakes = redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
+    let wake = wakes.lines().next().expect("the reader's wake stream");
+    assert_eq!(redis.cli(&["DEL", wake]).trim(), "1");
+}
+
+/// After a lost wake-up for event 2 of `w`: it reaches `sub` within
+/// `within`, then [`woken_again`].
+async fn made_good_then_woken(writer: &RedisLog, sub: &mut Subscription, within: Duration) {
+    let ev = tokio::time::timeout(within, sub.next())
+        .await
+        .expect("the lost wake-up was made good")
+        .unwrap();
+    assert_eq!(ev.seq, 2);
+    woken_again(writer, sub).await;
+}
+
+/// Event 3 of `w` reaches `sub` within a second of its commit: its
+/// instance is registered again, woken as before.
+async fn woken_again(writer: &RedisLog, sub: &mut Subscription) {
+    let started = std::time::Instant::now();
+    writer.append("w", S, vec![msg(3)]).await.unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(1), sub.next())
+        .await
+        .expect("registered again: woken")
+        .unwrap();
+    assert_eq!(ev.seq, 3);
+    assert!(started.elapsed() < Duration::from_millis(900));
+}
+
 #[test]
 fn three_hundred_readers_share_a_handful_of_connections() {
     let redis = RedisServer::start();
@@ -130,7 +162,7 @@ fn idle_followed_streams_cost_no_reads_on_one_server() {
     });
 }
 
-/// A stream's first reader on an instance costs one round trip: the script
+/// A new reader of a stream costs its instance one round trip: the script
 /// that reads its bounds registers the instance as the stream's follower in
 /// the same step, so nothing committed after the head it read can pass
 /// unrung, and the stream is not read on joining. Counted as Redis receives
@@ -205,6 +237,41 @@ fn join_held(
     })
 }
 
+/// Event 1 of `session` (created), then a reader of it on `reader` held
+/// `hold` before joining; 300 ms in (its script has run: registered, head
+/// 1) `between` runs and `event` is committed as event 2, which the joined
+/// reader must get within two seconds. Returns the reader's log and its
+/// subscription.
+async fn commit_while_joining(
+    redis: &RedisServer,
+    writer: &RedisLog,
+    reader: RedisLog,
+    session: &'static str,
+    hold: Duration,
+    between: fn(&RedisServer),
+    event: Bytes,
+) -> (RedisLog, Subscription) {
+    writer.append(session, S, vec![msg(1)]).await.unwrap();
+    let joining = join_held(reader, session, hold);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    between(redis);
+    writer.append(session, S, vec![event]).await.unwrap();
+    let (reader, joined) = joining.await.unwrap();
+    let (head, mut sub) = joined.unwrap();
+    assert_eq!(head, 1, "the head read before the commit");
+    let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
+        .await
+        .expect("committed while the reader joined: it reaches the reader")
+        .unwrap();
+    assert_eq!(ev.seq, 2);
+    (reader, sub)
+}
+
+/// A commit of more than 1 KiB, whose wake-up only names its stream.
+fn large() -> Bytes {
+    Bytes::from(format!("{{\"pad\":\"{}\"}}", "x".repeat(2048)))
+}
+
 /// A commit after a new reader's bounds were read (and its instance
 /// registered) but before the reader joined its shard rings an instance
 /// that does not follow the stream yet: the shard keeps that for the
@@ -219,27 +286,14 @@ fn a_commit_while_a_reader_joins_reaches_it() {
         let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
         let writer = connect().await.unwrap();
         let mut reader = connect().await.unwrap();
-        let large = Bytes::from(format!("{{\"pad\":\"{}\"}}", "x".repeat(2048)));
         // A session each: a stream the shard has followed since the joiner
         // was prepared is read on joining whatever rang, which would hide
         // the wake-up's own path.
-        for (session, event) in [("small", msg(2)), ("large", large)] {
+        for (session, event) in [("small", msg(2)), ("large", large())] {
             writer.create_session(session, Bytes::new()).await.unwrap();
-            writer.append(session, S, vec![msg(1)]).await.unwrap();
-            let joining = join_held(reader, session, Duration::from_millis(600));
-            // The reader's script has run (registered, head read); it has
-            // not joined its shard yet.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            writer.append(session, S, vec![event]).await.unwrap();
-            let (r, joined) = joining.await.unwrap();
-            reader = r;
-            let (head, mut sub) = joined.unwrap();
-            assert_eq!(head, 1, "the head read before the commit");
-            let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
-                .await
-                .expect("the commit rang while the reader joined: it is read")
-                .unwrap();
-            assert_eq!(ev.seq, 2);
+            let hold = Duration::from_millis(600);
+            (reader, _) =
+                commit_while_joining(&redis, &writer, reader, session, hold, |_| {}, event).await;
         }
     });
 }
@@ -256,21 +310,10 @@ fn a_stream_let_go_while_a_reader_joins_is_read() {
         let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
         let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
         writer.create_session("w", Bytes::new()).await.unwrap();
-        writer.append("w", S, vec![msg(1)]).await.unwrap();
         let (_, first) = reader.subscribe("w", S).await.unwrap();
         drop(first);
-        let joining = join_held(reader, "w", Duration::from_millis(600));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let large = Bytes::from(format!("{{\"pad\":\"{}\"}}", "x".repeat(2048)));
-        writer.append("w", S, vec![large]).await.unwrap();
-        let (_reader, joined) = joining.await.unwrap();
-        let (head, mut sub) = joined.unwrap();
-        assert_eq!(head, 1);
-        let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
-            .await
-            .expect("the stream let go meanwhile is read on joining")
-            .unwrap();
-        assert_eq!(ev.seq, 2);
+        let hold = Duration::from_millis(600);
+        commit_while_joining(&redis, &writer, reader, "w", hold, |_| {}, large()).await;
     });
 }
 
@@ -286,33 +329,22 @@ fn a_wake_stream_lost_while_a_reader_joins_is_made_good() {
         let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
         let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
         writer.create_session("w", Bytes::new()).await.unwrap();
-        writer.append("w", S, vec![msg(1)]).await.unwrap();
         // Held past the instance's check of its wake stream (every second).
-        let joining = join_held(reader, "w", Duration::from_millis(2500));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let wakes = redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
-        let wake = wakes.lines().next().expect("the reader's wake stream");
-        assert_eq!(redis.cli(&["DEL", wake]).trim(), "1");
-        // This commit finds no wake stream and drops the registration
-        // (unless the instance's check came in between, a few ms out of
-        // its second: then it rings the new wake stream).
-        writer.append("w", S, vec![msg(2)]).await.unwrap();
-        let (_reader, joined) = joining.await.unwrap();
-        let (head, mut sub) = joined.unwrap();
-        assert_eq!(head, 1);
-        let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
-            .await
-            .expect("the lost wake-up was made good on joining")
-            .unwrap();
-        assert_eq!(ev.seq, 2);
-        let started = std::time::Instant::now();
-        writer.append("w", S, vec![msg(3)]).await.unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(1), sub.next())
-            .await
-            .expect("registered again: woken")
-            .unwrap();
-        assert_eq!(ev.seq, 3);
-        assert!(started.elapsed() < Duration::from_millis(900));
+        // The commit finds no wake stream and drops the registration
+        // (unless the instance's check came between the two, a few ms out
+        // of its second: then it rings the new wake stream).
+        let hold = Duration::from_millis(2500);
+        let (_reader, mut sub) = commit_while_joining(
+            &redis,
+            &writer,
+            reader,
+            "w",
+            hold,
+            lose_the_wake_stream,
+            msg(2),
+        )
+        .await;
+        woken_again(&writer, &mut sub).await;
     });
 }
 
@@ -351,29 +383,10 @@ fn a_lost_wake_stream_is_noticed_and_nothing_waits() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
         let (writer, _reader, mut sub) = two_instances_following(&redis).await;
-        let wakes = redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
-        let wake = wakes
-            .lines()
-            .next()
-            .expect("the reader's wake stream")
-            .to_owned();
-        assert_eq!(redis.cli(&["DEL", &wake]).trim(), "1");
+        lose_the_wake_stream(&redis);
         // This commit finds the wake stream gone and forgets the reader.
         writer.append("w", S, vec![msg(2)]).await.unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
-            .await
-            .expect("the lost wake-up was made good")
-            .unwrap();
-        assert_eq!(ev.seq, 2);
-        // Registered again: the next commit wakes it as before.
-        let started = std::time::Instant::now();
-        writer.append("w", S, vec![msg(3)]).await.unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(1), sub.next())
-            .await
-            .expect("woken again")
-            .unwrap();
-        assert_eq!(ev.seq, 3);
-        assert!(started.elapsed() < Duration::from_millis(900));
+        made_good_then_woken(&writer, &mut sub, Duration::from_secs(5)).await;
     });
 }
 
