@@ -238,10 +238,10 @@ fn join_held(
 }
 
 /// Event 1 of `session` (created), then a reader of it on `reader` held
-/// `hold` before joining; 300 ms in (its script has run: registered, head
-/// 1) `between` runs and `event` is committed as event 2, which the joined
-/// reader must get within two seconds. Returns the reader's log and its
-/// subscription.
+/// `hold` before joining. 300 ms in, once its script has run (registered,
+/// its head read), `between` runs and `event` is committed as event 2,
+/// which the joined reader must get within two seconds. Returns the
+/// reader's log and its subscription.
 async fn commit_while_joining(
     redis: &RedisServer,
     writer: &RedisLog,
