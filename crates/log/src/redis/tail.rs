@@ -29,8 +29,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::conn::Conn;
 use super::reply;
+
 use crate::subscription::{EndReason, Feed};
 use crate::{Event, Seq};
 
@@ -456,5 +459,39 @@ impl Shard {
             .collect();
         let c: Vec<Option<Seq>> = self.conn.each(cmds).await?;
         Ok(c.into_iter().map(|c| c.unwrap_or(0)).collect())
+    }
+}
+
+/// What the shards do with a wake-up that carries its events ([`bell`]).
+impl Shard {
+    /// Hands on the events a wake-up carried (`first` and on, committed:
+    /// one server, whose commit is the script that rang), unless they do
+    /// not follow what the shard has read: then the stream is marked for a
+    /// read from its last seq, which brings them and anything before them.
+    /// `false` if this shard does not follow the stream.
+    fn offer(&self, key: &str, first: Seq, at_ms: u64, messages: Vec<Bytes>) -> bool {
+        let mut st = self.lock();
+        let Some(f) = st.streams.get_mut(key) else {
+            return st.stray(key);
+        };
+        if first > f.last.saturating_add(1) {
+            st.dirty.insert(key.to_owned());
+            drop(st);
+            self.notify.notify_one();
+            return true;
+        }
+        let events = messages
+            .into_iter()
+            .zip(first..)
+            .map(|(message, seq)| Event {
+                seq,
+                at_ms,
+                message,
+            })
+            .collect();
+        if !f.deliver(events, Seq::MAX) {
+            st.streams.remove(key);
+        }
+        true
     }
 }

@@ -3,6 +3,7 @@
 
 mod forward;
 mod guard;
+mod open;
 pub(crate) mod ops;
 mod pin_guard;
 mod post;

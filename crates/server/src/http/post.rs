@@ -187,7 +187,7 @@ fn checks(
                     "initialize must not carry Mcp-Session-Id",
                 )));
             }
-            let initialize = super::relay::initialize(&state, principal, acc.json, value);
+            let initialize = super::open::initialize(&state, principal, acc.json, value);
             return Box::pin(initialize).await.map(Checked::Done);
         }
         let Some(session) = session else {

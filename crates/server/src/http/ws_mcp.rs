@@ -134,7 +134,7 @@ async fn open(
             "the first message on an MCP WebSocket must be the initialize request".into(),
         ));
     }
-    super::relay::open_session(state, principal, message)
+    super::open::open_session(state, principal, message)
         .await
         .map_err(|e| Closing(close::GOING_AWAY, e.to_string()))
 }

@@ -43,14 +43,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use redis::Value;
 
 use super::super::conn::Conn;
 use super::blocking::Source;
 use super::members::{self, followers_key};
 use super::Shard;
-use crate::{Event, Seq};
 
 /// How long a wake stream outlives its instance's last refresh.
 const TTL_MS: u64 = 600_000;
@@ -458,40 +456,6 @@ impl Bell {
                 }
             }
         }
-    }
-}
-
-/// What the shards do with a wake-up that carries its events.
-impl Shard {
-    /// Hands on the events a wake-up carried (`first` and on, committed:
-    /// one server, whose commit is the script that rang), unless they do
-    /// not follow what the shard has read: then the stream is marked for a
-    /// read from its last seq, which brings them and anything before them.
-    /// `false` if this shard does not follow the stream.
-    fn offer(&self, key: &str, first: Seq, at_ms: u64, messages: Vec<Bytes>) -> bool {
-        let mut st = self.lock();
-        let Some(f) = st.streams.get_mut(key) else {
-            return st.stray(key);
-        };
-        if first > f.last.saturating_add(1) {
-            st.dirty.insert(key.to_owned());
-            drop(st);
-            self.notify.notify_one();
-            return true;
-        }
-        let events = messages
-            .into_iter()
-            .zip(first..)
-            .map(|(message, seq)| Event {
-                seq,
-                at_ms,
-                message,
-            })
-            .collect();
-        if !f.deliver(events, Seq::MAX) {
-            st.streams.remove(key);
-        }
-        true
     }
 }
 
