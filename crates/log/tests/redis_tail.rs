@@ -27,12 +27,29 @@ async fn clients(url: &str) -> usize {
     list.lines().count() - 1 // not this one
 }
 
+/// An instance's log on `redis`.
+async fn instance(redis: &RedisServer) -> RedisLog {
+    RedisLog::connect(&redis.url, Retention::default(), 0)
+        .await
+        .unwrap()
+}
+
+/// An append to `session` on `log` reaches its reader `sub` within a
+/// second: the stream is followed, and its wake-ups arrive.
+async fn woken_at_once(log: &RedisLog, session: &str, sub: &mut Subscription) {
+    log.append(session, S, vec![msg(1)]).await.unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(1), sub.next())
+        .await
+        .expect("woken within a second")
+        .unwrap();
+    assert_eq!(ev.seq, 1);
+}
+
 /// Two instances on `redis`: one that writes session `w`, one whose reader
 /// follows its session stream and has its first event (so the reader's
 /// wake stream exists and it is registered).
 async fn two_instances_following(redis: &RedisServer) -> (RedisLog, RedisLog, Subscription) {
-    let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
-    let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
+    let (writer, reader) = (instance(redis).await, instance(redis).await);
     writer.create_session("w", Bytes::new()).await.unwrap();
     let (_, mut sub) = reader.subscribe("w", S).await.unwrap();
     writer.append("w", S, vec![msg(1)]).await.unwrap();
@@ -77,12 +94,8 @@ async fn woken_again(writer: &RedisLog, sub: &mut Subscription) {
 fn three_hundred_readers_share_a_handful_of_connections() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let writer = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
-        let reader = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
+        let writer = instance(&redis).await;
+        let reader = instance(&redis).await;
         let mut subs = Vec::new();
         for s in 0..100 {
             let id = format!("s{s}");
@@ -129,9 +142,7 @@ fn three_hundred_readers_share_a_handful_of_connections() {
 fn idle_followed_streams_cost_no_reads_on_one_server() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let log = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
+        let log = instance(&redis).await;
         let mut subs = Vec::new();
         for s in 0..200 {
             let id = format!("s{s}");
@@ -153,12 +164,7 @@ fn idle_followed_streams_cost_no_reads_on_one_server() {
             "4 s of 200 idle followed streams ran {all} commands: {ran:?}"
         );
         // And they are followed: an append reaches its reader at once.
-        log.append("s7", S, vec![msg(1)]).await.unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(1), subs[7].next())
-            .await
-            .expect("woken within a second")
-            .unwrap();
-        assert_eq!(ev.seq, 1);
+        woken_at_once(&log, "s7", &mut subs[7]).await;
     });
 }
 
@@ -171,9 +177,7 @@ fn idle_followed_streams_cost_no_reads_on_one_server() {
 fn a_new_reader_joins_in_one_script_and_reads_nothing() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let log = RedisLog::connect(&redis.url, Retention::default(), 0)
-            .await
-            .unwrap();
+        let log = instance(&redis).await;
         // The first reader starts what later ones share (the wake stream
         // and its reader, the reader of end notices).
         log.create_session("first", Bytes::new()).await.unwrap();
@@ -203,12 +207,7 @@ fn a_new_reader_joins_in_one_script_and_reads_nothing() {
         // Registered by the script, and followed: an append reaches its
         // reader at once.
         assert_eq!(redis.cli(&["SCARD", "mcpr:{s7}:f"]).trim(), "1");
-        log.append("s7", S, vec![msg(1)]).await.unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(1), subs[7].next())
-            .await
-            .expect("woken within a second")
-            .unwrap();
-        assert_eq!(ev.seq, 1);
+        woken_at_once(&log, "s7", &mut subs[7]).await;
     });
 }
 
@@ -283,9 +282,7 @@ fn large() -> Bytes {
 fn a_commit_while_a_reader_joins_reaches_it() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
-        let writer = connect().await.unwrap();
-        let mut reader = connect().await.unwrap();
+        let (writer, mut reader) = (instance(&redis).await, instance(&redis).await);
         // A session each: a stream the shard has followed since the joiner
         // was prepared is read on joining whatever rang, which would hide
         // the wake-up's own path.
@@ -307,8 +304,7 @@ fn a_commit_while_a_reader_joins_reaches_it() {
 fn a_stream_let_go_while_a_reader_joins_is_read() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
-        let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
+        let (writer, reader) = (instance(&redis).await, instance(&redis).await);
         writer.create_session("w", Bytes::new()).await.unwrap();
         let (_, first) = reader.subscribe("w", S).await.unwrap();
         drop(first);
@@ -326,8 +322,7 @@ fn a_stream_let_go_while_a_reader_joins_is_read() {
 fn a_wake_stream_lost_while_a_reader_joins_is_made_good() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
-        let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
+        let (writer, reader) = (instance(&redis).await, instance(&redis).await);
         writer.create_session("w", Bytes::new()).await.unwrap();
         // Held past the instance's check of its wake stream (every second).
         // The commit finds no wake stream and drops the registration
@@ -356,8 +351,7 @@ fn a_wake_stream_lost_while_a_reader_joins_is_made_good() {
 fn a_session_ending_while_a_reader_joins_ends_it() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let connect = || RedisLog::connect(&redis.url, Retention::default(), 0);
-        let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
+        let (writer, reader) = (instance(&redis).await, instance(&redis).await);
         writer.create_session("w", Bytes::new()).await.unwrap();
         let joining = join_held(reader, "w", Duration::from_millis(800));
         tokio::time::sleep(Duration::from_millis(300)).await;

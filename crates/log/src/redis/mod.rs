@@ -396,8 +396,7 @@ impl EventLog for RedisLog {
         // same step: one round trip, and the stream is read on joining only
         // when something may have passed the reader by (`tail/join.rs`).
         let (p, n) = (prefix(id), stream.number());
-        let key = format!("{p}:ev:{n}");
-        let joining = self.tails.prepare(id, &key).await;
+        let joining = self.tails.prepare(id, format!("{p}:ev:{n}")).await;
         let b = self
             .bounds_registering(id, stream, joining.registration())
             .await?;

@@ -13,16 +13,17 @@
 //! commit woke ([`bell`]: the commit adds the stream's key to the wake stream
 //! of each instance registered as its follower, inside the append script on
 //! one server) and the rare new stream that something may have passed by
-//! while its reader joined ([`join`]), sent concurrently (pipelined per node); on a cluster, or with
-//! replicas, where the ring comes after the commit, also every followed
-//! stream once per safety period (growing while wake-ups arrive in order). On
-//! one server without replicas a wake-up is lost only with its wake stream,
-//! which [`bell`] watches, so an idle followed stream costs nothing there. So
-//! an event costs Redis a read of its own stream per following instance, not
-//! a re-sent blocking read of every stream a shard follows (which grew with
-//! the sessions: 94 % of Redis's time at 20,000 sessions,
-//! benches/results/redis-path.md). Session ends are pushed to every instance
-//! ([`endings`]), with a check every [`END_BACKSTOP`] behind them.
+//! while its reader joined ([`join`]), sent concurrently (pipelined per
+//! node); on a cluster, or with replicas, where the ring comes after the
+//! commit, also every followed stream once per safety period (growing while
+//! wake-ups arrive in order). On one server without replicas a wake-up is
+//! lost only with its wake stream, which [`bell`] watches, so an idle
+//! followed stream costs nothing there. So an event costs Redis a read of its
+//! own stream per following instance, not a re-sent blocking read of every
+//! stream a shard follows (which grew with the sessions: 94 % of Redis's time
+//! at 20,000 sessions, benches/results/redis-path.md). Session ends are
+//! pushed to every instance ([`endings`]), with a check every
+//! [`END_BACKSTOP`] behind them.
 
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -277,21 +278,45 @@ impl Shard {
         true
     }
 
+    /// Hands on the events a wake-up carried (`first` and on, committed:
+    /// one server, whose commit is the script that rang), unless they do
+    /// not follow what the shard has read: then the stream is marked for a
+    /// read from its last seq, which brings them and anything before them.
+    /// `false` if this shard does not follow the stream.
+    fn offer(&self, key: &str, first: Seq, at_ms: u64, messages: Vec<Bytes>) -> bool {
+        let mut st = self.lock();
+        let Some(f) = st.streams.get_mut(key) else {
+            return st.stray(key);
+        };
+        if first > f.last.saturating_add(1) {
+            st.dirty.insert(key.to_owned());
+            drop(st);
+            self.notify.notify_one();
+            return true;
+        }
+        let events = messages
+            .into_iter()
+            .zip(first..)
+            .map(|(message, seq)| Event {
+                seq,
+                at_ms,
+                message,
+            })
+            .collect();
+        if !f.deliver(events, Seq::MAX) {
+            st.streams.remove(key);
+        }
+        true
+    }
+
     /// The keys of the streams this shard follows.
     /// Those with a subscriber joining are among them: registered by its
     /// script, they are registered again with the rest on a resync or a
     /// reform.
     fn keys(&self) -> Vec<String> {
         let st = self.lock();
-        let mut keys: Vec<String> = st
-            .streams
-            .keys()
-            .chain(st.joining.keys())
-            .cloned()
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        keys
+        let joining_only = st.joining.keys().filter(|k| !st.streams.contains_key(*k));
+        st.streams.keys().chain(joining_only).cloned().collect()
     }
 
     /// Whether this shard follows `key`, or a subscriber is joining it.
@@ -304,13 +329,13 @@ impl Shard {
     /// one for a read on joining: wake-ups may have been lost (the wake
     /// stream was unreadable, gone or trimmed).
     fn mark_all(&self) {
-        let mut st = self.lock();
-        let keys: Vec<String> = st.streams.keys().cloned().collect();
-        st.dirty.extend(keys);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.dirty.extend(st.streams.keys().cloned());
         for j in st.joining.values_mut() {
             j.read = true;
         }
-        drop(st);
+        drop(guard);
         self.notify.notify_one();
     }
 
@@ -459,39 +484,5 @@ impl Shard {
             .collect();
         let c: Vec<Option<Seq>> = self.conn.each(cmds).await?;
         Ok(c.into_iter().map(|c| c.unwrap_or(0)).collect())
-    }
-}
-
-/// What the shards do with a wake-up that carries its events ([`bell`]).
-impl Shard {
-    /// Hands on the events a wake-up carried (`first` and on, committed:
-    /// one server, whose commit is the script that rang), unless they do
-    /// not follow what the shard has read: then the stream is marked for a
-    /// read from its last seq, which brings them and anything before them.
-    /// `false` if this shard does not follow the stream.
-    fn offer(&self, key: &str, first: Seq, at_ms: u64, messages: Vec<Bytes>) -> bool {
-        let mut st = self.lock();
-        let Some(f) = st.streams.get_mut(key) else {
-            return st.stray(key);
-        };
-        if first > f.last.saturating_add(1) {
-            st.dirty.insert(key.to_owned());
-            drop(st);
-            self.notify.notify_one();
-            return true;
-        }
-        let events = messages
-            .into_iter()
-            .zip(first..)
-            .map(|(message, seq)| Event {
-                seq,
-                at_ms,
-                message,
-            })
-            .collect();
-        if !f.deliver(events, Seq::MAX) {
-            st.streams.remove(key);
-        }
-        true
     }
 }

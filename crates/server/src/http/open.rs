@@ -52,13 +52,16 @@ pub(super) async fn open_session(
     // The params are lent to the record while it is encoded, then handed
     // back to the message for the backend (not copied twice).
     let mut message = message;
-    let params = message.get_mut("params").map(Value::take);
+    let params = message
+        .get_mut("params")
+        .map(Value::take)
+        .unwrap_or(Value::Null);
     let sid = new_session_id();
     let mut record = SessionRecord {
-        protocol_version: mcp::negotiate(params.as_ref().unwrap_or(&Value::Null)).to_owned(),
+        protocol_version: mcp::negotiate(&params).to_owned(),
         dynamic_tools: Vec::new(),
         principal,
-        init: Some(params.unwrap_or(Value::Null)),
+        init: Some(params),
         task: None,
         listen: None,
     };

@@ -33,7 +33,7 @@ use crate::route::SessionRoute;
 /// URI, the body's bytes) beside the message's own future. This future is
 /// moved into a box per request ([`PostService`]), and one over 1,032
 /// bytes misses glibc's thread cache: 1,464 bytes as one function, 648 as
-/// two (session 31, `benches/results/echo-ceiling.md`).
+/// two (1d32b7d, 2026-12-05, `benches/results/echo-ceiling.md`).
 fn post(
     state: AppState,
     request: Request,

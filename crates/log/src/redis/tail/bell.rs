@@ -3,23 +3,22 @@
 //! streams they follow, and an idle followed stream a safety read per
 //! safety interval ([`super::poll`], 1 s growing to 30 s).
 //!
-//! Each instance has one wake stream, `mcpr:wake:{NONCE}`. Each new reader
-//! of a stream registers its instance in the session's follower set
+//! Each instance has one wake stream, `mcpr:wake:{NONCE}`. Each new reader of
+//! a stream registers its instance in the session's follower set
 //! `mcpr:{SESSION}:f` (the session's slot; an `SADD` of a member already
 //! there changes nothing), in the script that reads the reader's bounds
 //! (`bounds.lua`: one round trip, and at one instant with the head, so the
-//! stream is read on joining only when something may have passed the
-//! reader by, [`super::join`]), as `WAKE|STREAM`
-//! or, while every live instance reads it, in a compact form
-//! ([`super::members`]). Once an append is
-//! committed, each follower's wake stream gets the stream's key (`XADD
-//! NOMKSTREAM`: a wake stream that expired with its instance is not
-//! recreated, and its registration is dropped): on one server without
-//! replicas inside the append script itself, in the commit's own round trip
-//! (`append.lua`); on a cluster, where the wake streams live in other
-//! slots, and after a `WAIT` for replicas, by the appending instance right
-//! after ([`members::ring`]). Each instance blocks on its own wake stream on a
-//! connection of its own and marks the named streams for an immediate read.
+//! stream is read on joining only when something may have passed the reader
+//! by, [`super::join`]), as `WAKE|STREAM` or, while every live instance reads
+//! it, in a compact form ([`super::members`]). Once an append is committed,
+//! each follower's wake stream gets the stream's key (`XADD NOMKSTREAM`: a
+//! wake stream that expired with its instance is not recreated, and its
+//! registration is dropped): on one server without replicas inside the append
+//! script itself, in the commit's own round trip (`append.lua`); on a
+//! cluster, where the wake streams live in other slots, and after a `WAIT`
+//! for replicas, by the appending instance right after ([`members::ring`]).
+//! Each instance blocks on its own wake stream on a connection of its own and
+//! marks the named streams for an immediate read.
 //!
 //! On one server without replicas a small commit (at most 1 KiB, 16
 //! messages: a wake stream nobody reads any more, its instance gone,
@@ -34,10 +33,10 @@
 //! Wake-ups only shorten the wait: every read is from the stream's own last
 //! seq, so a lost wake-up (an instance dying between its commit and the
 //! `XADD`, a failover, a wake stream trimmed before it was read) delays
-//! events, never skips them: until the next safety read on a cluster or
-//! with replicas; on one server, where there are none, until this reader
-//! notices the doubt (within [`CHECK_EVERY`] and one blocking read) and reads every stream it
-//! follows or is joining ([`Bell::resync`]).
+//! events, never skips them: until the next safety read on a cluster or with
+//! replicas; on one server, where there are none, until this reader notices
+//! the doubt (within [`CHECK_EVERY`] and one blocking read) and reads every
+//! stream it follows or is joining ([`Bell::resync`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

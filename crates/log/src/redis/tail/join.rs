@@ -63,18 +63,18 @@ impl Tails {
     /// [`Tails::join`]. Every subscriber registers (an idempotent `SADD`
     /// inside the script): a stream followed here now may be let go before
     /// the subscriber joins.
-    pub async fn prepare(&self, session: &str, key: &str) -> Joining {
+    pub async fn prepare(&self, session: &str, key: String) -> Joining {
         let shard = self.shards[shard_index(session, self.shards.len())].clone();
         // Before the first read: an end after it is not missed.
         self.endings.start(&self.shards, &self.closed).await;
         self.bell
             .start(&self.conn, &self.shards, &self.closed)
             .await;
-        let registration = self.bell.registration(key);
+        let registration = self.bell.registration(&key);
         {
             let mut st = shard.lock();
-            let followed = st.streams.contains_key(key);
-            let j = st.joining.entry(key.to_owned()).or_insert_with(|| Joiners {
+            let followed = st.streams.contains_key(&key);
+            let j = st.joining.entry(key.clone()).or_insert_with(|| Joiners {
                 session: session.to_owned(),
                 count: 0,
                 read: false,
@@ -85,7 +85,7 @@ impl Tails {
         }
         Joining {
             shard,
-            key: key.to_owned(),
+            key,
             registration,
             joined: false,
         }
