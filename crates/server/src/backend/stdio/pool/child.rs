@@ -23,6 +23,9 @@ use super::limits::{PoolLimits, Refused};
 use crate::backend::stdio::{Launch, Slot};
 use crate::backend::BackendError;
 
+mod call;
+pub(super) use call::Call;
+
 /// The session revision a pooled child is initialized with.
 const CHILD_VERSION: &str = "2025-11-25";
 /// Methods whose 2026-07-28 results say how long they stay fresh
@@ -427,108 +430,5 @@ impl std::ops::Deref for Handed {
 impl Drop for Handed {
     fn drop(&mut self) {
         self.0.handed.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// One request in flight on a pooled child; dropped before its response
-/// (the client went away), it cancels the request on the child.
-pub(super) struct Call {
-    child: Arc<Pooled>,
-    /// The request's method.
-    method: String,
-    n: u64,
-    /// The client's own `progressToken`, put back on the call's progress.
-    token: Option<Value>,
-    /// `None` once drained and closed.
-    progress: Option<mpsc::Receiver<Value>>,
-    response: oneshot::Receiver<Value>,
-    done: bool,
-    cancel_on_drop: bool,
-}
-
-impl Call {
-    /// The next message for the call: a progress notification, or its
-    /// response with the client's `id` (the last); `None` once done.
-    pub(super) async fn next(&mut self, id: &Value) -> Option<Value> {
-        if self.done {
-            return None;
-        }
-        // Progress the child sent before its response comes first.
-        while let Some(p) = self.progress.as_mut() {
-            let got = tokio::select! {
-                biased;
-                m = p.recv() => Ok(m),
-                r = &mut self.response => Err(r.ok()),
-            };
-            match got {
-                Ok(Some(mut m)) => {
-                    if let (Some(t), Some(params)) = (&self.token, m.get_mut("params")) {
-                        params["progressToken"] = t.clone();
-                    }
-                    return Some(m);
-                }
-                Ok(None) => self.progress = None,
-                Err(r) => {
-                    self.done = true;
-                    return Some(self.finish(r, id));
-                }
-            }
-        }
-        self.done = true;
-        let r = (&mut self.response).await.ok();
-        Some(self.finish(r, id))
-    }
-
-    /// The response for the client: its id, `resultType`, freshness.
-    fn finish(&self, response: Option<Value>, id: &Value) -> Value {
-        let Some(mut m) = response else {
-            return error(
-                id,
-                -32603,
-                "the server process exited before answering",
-                Some(json!({"reason": "child-exited"})),
-            );
-        };
-        *lock(&self.child.last_used) = Instant::now();
-        m["id"] = id.clone();
-        if let Some(r) = m.get_mut("result").and_then(Value::as_object_mut) {
-            r.entry("resultType").or_insert_with(|| json!("complete"));
-            if CACHEABLE.contains(&self.method.as_str()) {
-                // 2026-07-28 requires the freshness of these; a child's
-                // answer may depend on its per-process state: never cached.
-                r.entry("ttlMs").or_insert_with(|| json!(0));
-                r.entry("cacheScope").or_insert_with(|| json!("private"));
-            }
-        }
-        m
-    }
-
-    /// The response, progress skipped.
-    pub(super) async fn answer(mut self, id: &Value) -> Value {
-        loop {
-            match self.next(id).await {
-                Some(m) if m.get("method").is_some() => {}
-                Some(m) => return m,
-                None => return error(id, -32603, "no answer", None),
-            }
-        }
-    }
-}
-
-impl Drop for Call {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let waiting = lock(&self.child.calls)
-            .as_mut()
-            .and_then(|c| c.remove(&self.n))
-            .is_some();
-        if waiting && self.cancel_on_drop {
-            self.child.send(
-                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": self.n, "reason": "the stateless client went away"}}),
-            );
-        }
     }
 }
