@@ -384,6 +384,23 @@ fn a_lost_wake_stream_is_noticed_and_nothing_waits() {
     });
 }
 
+/// The wake stream lost just before its periodic refresh, which comes
+/// before the check: the refresh only pushes back the expiry, finds it gone
+/// and raises the doubt. Were the stream made again there, the registration
+/// the commit dropped would stay dropped and the check find nothing amiss.
+#[test]
+fn a_wake_stream_lost_before_its_refresh_is_made_good() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let (writer, reader, mut sub) = two_instances_following(&redis).await;
+        // The check comes long after the refresh (every 100 ms).
+        reader.pace_wake_stream(Duration::from_millis(100), Duration::from_secs(3600));
+        lose_the_wake_stream(&redis);
+        writer.append("w", S, vec![msg(2)]).await.unwrap();
+        made_good_then_woken(&writer, &mut sub, Duration::from_secs(5)).await;
+    });
+}
+
 /// On one server a small commit carries its events in the wake-up, so its
 /// readers' instance hands them on without reading the stream; a large one
 /// (over 1 KiB) only wakes, and its stream is read. Mixed, the readers get

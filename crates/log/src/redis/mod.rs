@@ -115,6 +115,14 @@ impl RedisLog {
             .store(hold.as_millis() as u64, Ordering::Relaxed);
     }
 
+    /// For tests: the wake stream's expiry is pushed back every `refresh`
+    /// and the stream checked every `check` (60 s and 1 s otherwise), so a
+    /// refresh can come between the stream's loss and the check.
+    #[doc(hidden)]
+    pub fn pace_wake_stream(&self, refresh: Duration, check: Duration) {
+        self.tails.pace_wake_stream(refresh, check);
+    }
+
     async fn bounds_of(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
         self.bounds_registering(id, stream, None).await
     }

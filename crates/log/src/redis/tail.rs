@@ -259,6 +259,12 @@ impl Tails {
         let ms = max.max(poll::SAFETY_MIN).as_millis() as u64;
         self.safety_max_ms.store(ms, Ordering::Relaxed);
     }
+
+    /// For tests: how often the wake stream's expiry is pushed back and
+    /// the stream checked ([`bell::Bell::pace`]).
+    pub fn pace_wake_stream(&self, refresh: Duration, check: Duration) {
+        self.bell.pace(refresh, check);
+    }
 }
 
 impl Shard {

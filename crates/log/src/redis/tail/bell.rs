@@ -36,7 +36,10 @@
 //! events, never skips them: until the next safety read on a cluster or with
 //! replicas; on one server, where there are none, until this reader notices
 //! the doubt (within [`CHECK_EVERY`] and one blocking read) and reads every
-//! stream it follows or is joining ([`Bell::resync`]).
+//! stream it follows or is joining ([`Bell::resync`]). Its periodic refresh
+//! only pushes back the wake stream's expiry: a stream it finds gone is a
+//! doubt too (made again there, the registrations commits dropped while it
+//! was gone would stay dropped, and the check would find nothing amiss).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,6 +51,8 @@ use super::super::conn::Conn;
 use super::blocking::Source;
 use super::members::{self, followers_key};
 use super::Shard;
+
+mod form;
 
 /// How long a wake stream outlives its instance's last refresh.
 const TTL_MS: u64 = 600_000;
@@ -97,6 +102,10 @@ pub(super) struct Bell {
     /// A doubt to resolve: the wake stream was unreadable, gone, or
     /// trimmed past what was read.
     resync: AtomicBool,
+    /// Ms between pushes of the expiry ([`REFRESH`]) and between checks
+    /// ([`CHECK_EVERY`]); tests steer them ([`Bell::pace`]).
+    refresh_ms: AtomicU64,
+    check_ms: AtomicU64,
 }
 
 /// A follower registration for a new reader's stream, made by the script
@@ -124,7 +133,19 @@ impl Bell {
             stopped: AtomicBool::new(false),
             pushed,
             resync: AtomicBool::new(false),
+            refresh_ms: AtomicU64::new(REFRESH.as_millis() as u64),
+            check_ms: AtomicU64::new(CHECK_EVERY.as_millis() as u64),
         }
+    }
+
+    /// For tests: the expiry pushed back every `refresh`, the wake stream
+    /// checked every `check`, so a refresh can fall between its loss and
+    /// the check.
+    pub fn pace(&self, refresh: Duration, check: Duration) {
+        self.refresh_ms
+            .store(refresh.as_millis() as u64, Ordering::Relaxed);
+        self.check_ms
+            .store(check.as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Ends the reading task (within one blocking read).
@@ -148,66 +169,6 @@ impl Bell {
         c.arg(followers_key(&prefix_of(stream)?))
             .arg(self.member(stream, self.compact.load(Ordering::SeqCst)));
         Some(c)
-    }
-
-    /// Checks which member form every live instance reads; when it changed,
-    /// what this instance follows is to be registered again in the new form.
-    async fn check_fleet(&self, conn: &Conn) {
-        if let Some(compact) = members::fleet_reads_compact(conn).await {
-            if self.compact.swap(compact, Ordering::SeqCst) != compact {
-                self.form.fetch_add(1, Ordering::SeqCst);
-                self.reform.store(true, Ordering::SeqCst);
-            }
-        }
-    }
-
-    /// A stream registered under form count `form` ([`Bell::registration`]) has
-    /// joined its shard: if the form changed since, it may hold a member of
-    /// the old form that the change's reform did not see, so another runs.
-    pub fn registered_under(&self, form: u64) {
-        if self.form.load(Ordering::SeqCst) != form {
-            self.reform.store(true, Ordering::SeqCst);
-        }
-    }
-
-    /// Registers every followed stream again in the form now in use, then
-    /// drops the other form's members: only once every new member is there
-    /// (a refused `SADD`, a reordered retry on a cluster), so a stream never
-    /// has neither. After a change to the named form, every followed stream
-    /// is read once: an instance of an older release that joined committed
-    /// without waking the compact members until now. `false` when Redis
-    /// did not take every new member (to be tried again).
-    async fn reform(&self, conn: &Conn, shards: &[Arc<Shard>]) -> bool {
-        let compact = self.compact.load(Ordering::SeqCst);
-        let keys: Vec<String> = shards.iter().flat_map(|s| s.keys()).collect();
-        let adds = keys.iter().filter_map(|k| self.register(k)).collect();
-        let drops = keys
-            .iter()
-            .filter_map(|k| {
-                let then = self.member(k, !compact);
-                (then != self.member(k, compact)).then(|| {
-                    let mut drop = redis::cmd("SREM");
-                    drop.arg(followers_key(&prefix_of(k)?)).arg(then);
-                    Some(drop)
-                })?
-            })
-            .collect();
-        if conn.each::<i64>(adds).await.is_err() {
-            return false;
-        }
-        // A member of the old form left behind costs a second wake-up, no more.
-        let _ = conn.each::<i64>(drops).await;
-        if !compact {
-            for shard in shards {
-                shard.mark_all();
-            }
-        }
-        tracing::info!(
-            streams = keys.len(),
-            compact,
-            "the instances' follower member form changed: every followed stream registered again"
-        );
-        true
     }
 
     /// Starts reading wake-ups if not yet: the wake stream exists before
@@ -309,6 +270,20 @@ impl Bell {
             .await;
     }
 
+    /// Pushes back the wake stream's expiry: `Some(false)` when it is gone,
+    /// `None` when Redis did not answer. A gone stream is not made again
+    /// here: the registrations commits dropped while it was gone would stay
+    /// dropped unnoticed ([`Bell::resync`] makes it and registers again).
+    async fn extend(&self, conn: &Conn) -> Option<bool> {
+        let kept: i64 = redis::cmd("PEXPIRE")
+            .arg(&self.key)
+            .arg(TTL_MS)
+            .query_async(&mut conn.clone())
+            .await
+            .ok()?;
+        Some(kept == 1)
+    }
+
     /// Creates (or refreshes) the wake stream and pushes back its expiry:
     /// the stream must exist for `NOMKSTREAM` wake-ups to land. Returns the
     /// id of the entry it added, from which a read misses no later wake-up.
@@ -355,8 +330,10 @@ impl Bell {
             if self.reform.swap(false, Ordering::SeqCst) && !self.reform(&conn, &shards).await {
                 self.reform.store(true, Ordering::SeqCst);
             }
+            let every = |ms: &AtomicU64| Duration::from_millis(ms.load(Ordering::Relaxed));
             if self.pushed
-                && (self.resync.load(Ordering::Relaxed) || checked.elapsed() >= CHECK_EVERY)
+                && (self.resync.load(Ordering::Relaxed)
+                    || checked.elapsed() >= every(&self.check_ms))
             {
                 checked = Instant::now();
                 let doubt =
@@ -370,7 +347,19 @@ impl Bell {
                     refreshed = Some(Instant::now());
                 }
             }
-            if refreshed.is_none_or(|t| t.elapsed() >= REFRESH) {
+            let due = refreshed.is_none_or(|t| t.elapsed() >= every(&self.refresh_ms));
+            if due && refreshed.is_some() && self.pushed {
+                // Wake-ups are the only news here: a wake stream found gone
+                // is a doubt, resolved before the next read.
+                match self.extend(&conn).await {
+                    Some(true) => refreshed = Some(Instant::now()),
+                    Some(false) => {
+                        self.resync.store(true, Ordering::Relaxed);
+                        continue;
+                    }
+                    None => {}
+                }
+            } else if due {
                 if let Some(id) = self.create(&conn).await {
                     refreshed = Some(Instant::now());
                     if last == "$" {
