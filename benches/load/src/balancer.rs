@@ -76,40 +76,53 @@ struct Cpu {
     redis: f64,
 }
 
+/// Every process descended from `root` (itself included), with its name,
+/// read from /proc.
+fn tree(root: u32) -> Vec<(u32, String)> {
+    let mut parent = std::collections::HashMap::new();
+    let mut name = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let (Some((head, tail)), Some(open)) = (stat.rsplit_once(')'), stat.find('(')) else {
+            continue;
+        };
+        let ppid = tail
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        parent.insert(pid, ppid.unwrap_or(0));
+        name.insert(pid, head[open + 1..].to_owned());
+    }
+    let under = |mut pid: u32| {
+        while pid > 1 {
+            if pid == root {
+                return true;
+            }
+            pid = parent.get(&pid).copied().unwrap_or(0);
+        }
+        false
+    };
+    name.into_iter().filter(|(pid, _)| under(*pid)).collect()
+}
+
+/// The fleet's instances (and the fleet process, which only supervises):
+/// every process under `root` but HAProxy and Redis.
+fn instance_pids(root: u32) -> Vec<u32> {
+    tree(root)
+        .into_iter()
+        .filter(|(_, n)| n != "haproxy" && !n.starts_with("redis"))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
 impl Cpu {
     /// Read from /proc: every process descended from `root`, by its name.
     fn of(root: u32) -> Self {
-        let mut parent = std::collections::HashMap::new();
-        let mut name = std::collections::HashMap::new();
-        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-            let (Some((head, tail)), Some(open)) = (stat.rsplit_once(')'), stat.find('(')) else {
-                continue;
-            };
-            let ppid = tail
-                .split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u32>().ok());
-            parent.insert(pid, ppid.unwrap_or(0));
-            name.insert(pid, head[open + 1..].to_owned());
-        }
-        let under = |mut pid: u32| {
-            while pid > 1 {
-                if pid == root {
-                    return true;
-                }
-                pid = parent.get(&pid).copied().unwrap_or(0);
-            }
-            false
-        };
         let mut cpu = Cpu::default();
-        for (&pid, n) in &name {
-            if !under(pid) {
-                continue;
-            }
+        for (pid, n) in tree(root) {
             let secs = crate::scale::cpu_secs(pid);
             match n.as_str() {
                 "haproxy" => cpu.haproxy += secs,
@@ -173,8 +186,22 @@ async fn measured(
 }
 
 /// Runs the comparison and prints (and appends to `out`) its table.
-pub async fn run(instances: usize, conns: usize, secs: u64, rounds: usize, out: Option<PathBuf>) {
+/// `instances_cpu`: the cores the instances share (a cgroup's quota), so
+/// that they, not the balancer or the client, bound the calls.
+pub async fn run(
+    instances: usize,
+    conns: usize,
+    secs: u64,
+    rounds: usize,
+    instances_cpu: Option<f64>,
+    out: Option<PathBuf>,
+) {
     let f = fleet(instances.max(1));
+    // Dropped before the fleet: its processes move back, then stop.
+    let _quota = instances_cpu.map(|cores| {
+        crate::quota::Quota::new(cores, &instance_pids(f.child.id()))
+            .unwrap_or_else(|e| panic!("--instances-cpu {cores}: {e}"))
+    });
     let secs = Duration::from_secs(secs);
     let (mut via, mut straight) = (Vec::new(), Vec::new());
     for round in 0..rounds.max(1) {
@@ -195,10 +222,11 @@ pub async fn run(instances: usize, conns: usize, secs: u64, rounds: usize, out: 
         format!("### echo through HAProxy against direct, {instances} instances on one Redis"),
     );
     crate::emit(&mut md, String::new());
+    let quota = instances_cpu.map_or(String::new(), |c| format!(" --instances-cpu {c}"));
     crate::emit(
         &mut md,
         format!(
-            "`mcp-resume-load balancer --instances {instances} --conns {conns} --secs {} --rounds {rounds}`",
+            "`mcp-resume-load balancer --instances {instances} --conns {conns} --secs {} --rounds {rounds}{quota}`",
             secs.as_secs()
         ),
     );

@@ -219,6 +219,12 @@ pub(crate) enum Cmd {
         /// Rounds, the order alternating.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// The cores the instances share (e.g. 0.5), held to it by a cgroup
+        /// CPU quota (needs root): the instances then bound the calls, as
+        /// when HAProxy and the client have cores of their own. Unset, all
+        /// share the machine's cores.
+        #[arg(long, value_name = "CORES")]
+        instances_cpu: Option<f64>,
         /// Append the table to this file.
         #[arg(long)]
         out: Option<PathBuf>,

@@ -21,6 +21,7 @@ mod forwarded;
 mod gateway;
 mod hosted;
 mod paths;
+mod quota;
 mod scale;
 mod servers;
 mod stateless;
@@ -91,8 +92,9 @@ async fn run(cli: Cli) {
             conns,
             secs,
             rounds,
+            instances_cpu,
             out,
-        } => balancer::run(instances, conns, secs, rounds, out).await,
+        } => balancer::run(instances, conns, secs, rounds, instances_cpu, out).await,
         Cmd::Paths(args) => paths::run(args).await,
         Cmd::BareServer => bare::run().await,
         Cmd::Stateless {
