@@ -139,6 +139,52 @@ fn opening_a_session_reads_nothing_back() {
     });
 }
 
+/// A session's first call on an instance that did not create it (behind a
+/// balancer without stickiness, every session's): its record is read once,
+/// for the check against its creator and revision, and the route opened
+/// for the call takes that read instead of its own.
+#[test]
+fn a_first_call_on_another_instance_reads_the_record_once() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ["--store", redis.url.as_str()];
+    let a = Serve::spawn(dir.path(), "127.0.0.1:0", &store);
+    let b_dir = tempfile::tempdir().unwrap();
+    let b = Serve::spawn(b_dir.path(), "127.0.0.1:0", &store);
+    rt().block_on(async {
+        let mut client = McpClient::new(&a.url);
+        client.initialize().await.unwrap();
+        let sid = client.session_id().unwrap().to_owned();
+        let record = format!("mcpr:{{{sid}}}:s");
+        let monitor = redis.monitor();
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hi"}}});
+        let answer = reqwest::Client::new()
+            .post(&b.url)
+            .header("mcp-session-id", &sid)
+            .header(
+                "mcp-protocol-version",
+                mcp_resume_proto::SUPPORTED_PROTOCOL_VERSIONS[0],
+            )
+            .header("accept", "application/json")
+            .json(&call)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["result"]["content"][0]["text"], "hi", "{body}");
+        let sent = monitor.stop();
+        // The record's read: its creation time, end flag and metadata.
+        let reads = sent
+            .iter()
+            .filter(|c| c[0] == "hmget" && c.get(1) == Some(&record))
+            .filter(|c| c.iter().any(|w| w == "m"))
+            .count();
+        assert_eq!(reads, 1, "{sent:?}");
+    });
+}
+
 /// `GET` of the session stream over SSE.
 async fn session_stream(http: &reqwest::Client, url: &str, sid: &str) -> reqwest::Response {
     http.get(url)

@@ -368,6 +368,46 @@ fn a_session_ending_while_a_reader_joins_ends_it() {
     });
 }
 
+/// A session that ends while a reader of it joins, with a resync between
+/// the end and the join (its wake stream lost): the resync registers
+/// what its shards follow or are joining again, but not for a session
+/// that ended, whose follower set the end deleted and nothing would
+/// delete again.
+#[test]
+fn a_resync_leaves_no_follower_set_of_an_ended_session() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let (writer, reader, _sub) = two_instances_following(&redis).await;
+        reader.pace_wake_stream(Duration::from_secs(60), Duration::from_millis(100));
+        writer.create_session("x", Bytes::new()).await.unwrap();
+        let joining = join_held(reader, "x", Duration::from_millis(2500));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let followers = || redis.cli(&["EXISTS", "mcpr:{x}:f"]).trim().to_owned();
+        assert_eq!(followers(), "1", "the reader's script registered it");
+        writer.end_session("x").await.unwrap();
+        assert_eq!(followers(), "0", "the end deleted it");
+        lose_the_wake_stream(&redis);
+        // The check (every 100 ms, after a blocking read of up to a
+        // second) finds it gone, and resyncs before the reader joins.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let wakes = redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
+        assert_eq!(
+            wakes.lines().count(),
+            1,
+            "the resync made the wake stream again"
+        );
+        let (_reader, joined) = joining.await.unwrap();
+        if let Ok((_, mut sub)) = joined {
+            let end = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
+            assert!(
+                matches!(end, Ok(Err(_))),
+                "the reader of an ended session ends"
+            );
+        }
+        assert_eq!(followers(), "0", "a follower set outlived its session");
+    });
+}
+
 /// An instance's wake stream lost (expired while it was frozen, or Redis
 /// lost it): the next commit cannot wake it, and drops its registration.
 /// The instance notices within its check, registers every stream it follows

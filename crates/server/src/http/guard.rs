@@ -188,6 +188,10 @@ pub(crate) struct Live {
     /// ends, so a reader needs no read of its record to rule that out
     /// ([`super::subs::end_if_orphaned`]).
     pub(crate) plain: bool,
+    /// The session's record as the check read it (its head was not known
+    /// here yet): a route opened here for the message takes it instead of
+    /// reading it again (`route::lease::locate_read`).
+    pub(crate) read: Option<bytes::Bytes>,
 }
 
 /// The session `id`, live, touched, and fit for this request: created by the
@@ -231,14 +235,17 @@ pub(crate) async fn live_session(
                 record: None,
                 route: route.filter(|_| want == Want::Route),
                 plain: true,
+                read: None,
             });
         }
+        let mut read = None;
         let head = match state.heads.get(id) {
             Some(head) => head,
             None => {
                 let meta = state.log.session(id).await?.meta;
                 let head = Arc::new(crate::session::SessionHead::decode(&meta));
                 state.heads.put(id, head.clone());
+                read = Some(meta);
                 head
             }
         };
@@ -258,6 +265,7 @@ pub(crate) async fn live_session(
         // the network: `locate` takes it afresh (it may have closed since).
         return Ok(Live {
             plain,
+            read,
             ..Live::default()
         });
     }
@@ -274,6 +282,7 @@ pub(crate) async fn live_session(
         plain: rec.task.is_none() && rec.listen.is_none(),
         record: Some(rec),
         route: None,
+        read: None,
     })
 }
 

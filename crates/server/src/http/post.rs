@@ -46,7 +46,10 @@ fn post(
             acc,
             value,
             route,
-        }) => Either::Left(super::relay::message(state, session, acc, value, route)),
+            read,
+        }) => Either::Left(super::relay::message(
+            state, session, acc, value, route, read,
+        )),
         Ok(Checked::Done(response)) => Either::Right(std::future::ready(Ok(response))),
         Err(e) => Either::Right(std::future::ready(Err(e))),
     })
@@ -70,6 +73,9 @@ enum Checked {
         /// The session's route, if `live_session` took it (then counted as
         /// used); `None` has the message locate it.
         route: Option<Arc<SessionRoute>>,
+        /// The session's record, if `live_session` read it: a route opened
+        /// here takes it instead of reading it again.
+        read: Option<bytes::Bytes>,
     },
 }
 
@@ -203,6 +209,7 @@ fn checks(
             acc,
             value,
             route: live.route,
+            read: live.read,
         })
     }
 }

@@ -40,17 +40,21 @@ use crate::sse;
 /// Any message but `initialize` on a live session.
 ///
 /// `taken`: the session's route here, if the request's checks took it
-/// already (`guard::live_session`); used while its lease holds. The state
+/// already (`guard::live_session`); used while its lease holds. `read`:
+/// the session's record, if the checks read it (a route opened here for
+/// the message takes it instead of a second read). The state
 /// is taken, not borrowed, so that a POST's checks can hand theirs on
 /// (`post::post`). An `async fn`, so its arguments are kept twice (about
-/// 75 bytes): the POST's boxed future (648 bytes) is well under the
-/// allocator's 1,032-byte thread cache with them.
+/// 110 bytes): the POST's boxed future (648 bytes at 1d32b7d, about 64
+/// more since `read`, not measured again) is well under the allocator's
+/// 1,032-byte thread cache with them.
 pub(super) async fn message(
     state: AppState,
     session: String,
     acc: Accepts,
     message: Value,
     taken: Option<Arc<SessionRoute>>,
+    read: Option<bytes::Bytes>,
 ) -> Result<Response, ApiError> {
     let state = &state;
     // The paths other than a call answered here are boxed: this future is
@@ -62,11 +66,12 @@ pub(super) async fn message(
         return Ok(StatusCode::ACCEPTED.into_response());
     }
     let mut taken = taken.filter(|r| !r.lease_lost(&*state.log));
+    let mut read = read;
     let mut moves = 0;
     let route = loop {
         let located = match taken.take() {
             Some(r) => Located::Here(r),
-            None => Box::pin(route::lease::locate(state, &session)).await?,
+            None => Box::pin(route::lease::locate_read(state, &session, read.take())).await?,
         };
         match located {
             Located::Here(r) => break r,

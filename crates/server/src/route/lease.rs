@@ -72,6 +72,16 @@ impl Routes {
 /// Where `session`'s messages go; a backend that starts here is restored
 /// from the client's stored `initialize` params.
 pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, ApiError> {
+    locate_read(state, session, None).await
+}
+
+/// [`locate`], with the session's record when the request's checks read it
+/// already (`read`): a route opened here takes it instead of a second read.
+pub(crate) async fn locate_read(
+    state: &AppState,
+    session: &str,
+    read: Option<bytes::Bytes>,
+) -> Result<Located, ApiError> {
     if let Some(r) = state.routes.get(session) {
         if !r.lease_lost(&*state.log) {
             return Ok(Located::Here(r));
@@ -81,7 +91,7 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
         // stays. A successor reads forwarded messages from where it stopped.
         let seen = r.inbox_seen.load(std::sync::atomic::Ordering::Acquire);
         state.routes.close_route(session, &r);
-        let located = locate_from(state, session, Some(seen)).await;
+        let located = locate_from(state, session, Some(seen), None).await;
         if matches!(located, Ok(Located::There(_))) {
             // What was forwarded here and not read is another instance's
             // now: its forwarders end it as an orphan of the lost lease
@@ -90,16 +100,18 @@ pub(crate) async fn locate(state: &AppState, session: &str) -> Result<Located, A
         }
         return located;
     }
-    locate_from(state, session, None).await
+    locate_from(state, session, None, read).await
 }
 
 /// [`locate`]; a route opened here under the lease reads forwarded messages
 /// after `seen_from` when given (a route whose lease lapsed hands over what
-/// it had not read yet), else after the count at the claim.
+/// it had not read yet), else after the count at the claim; `read`: the
+/// session's record, if read already.
 pub(crate) async fn locate_from(
     state: &AppState,
     session: &str,
     seen_from: Option<mcp_resume_log::Seq>,
+    read: Option<bytes::Bytes>,
 ) -> Result<Located, ApiError> {
     if let Some(r) = state.routes.get(session) {
         if !r.lease_lost(&*state.log) {
@@ -154,7 +166,7 @@ pub(crate) async fn locate_from(
             None => {} // one process: every session is this instance's
         }
     }
-    let opened = open_here(state, session, lease).await;
+    let opened = open_here(state, session, lease, read).await;
     if let (Err(_), Some(_)) = (&opened, lease) {
         // Won, but nothing runs here to hold it: given up, so that another
         // instance can claim it, and what was forwarded here meanwhile ends
@@ -173,8 +185,12 @@ async fn open_here(
     state: &AppState,
     session: &str,
     lease: Option<(mcp_resume_log::Seq, u64)>,
+    read: Option<bytes::Bytes>,
 ) -> Result<Located, ApiError> {
-    let rec = state.record(session).await?;
+    let rec = match read {
+        Some(meta) => crate::session::SessionRecord::decode(&meta),
+        None => state.record(session).await?,
+    };
     let init = match (rec.init, &rec.listen, &rec.task) {
         (Some(init), ..) => init,
         // A listen stream any instance's backend may feed, or a session a

@@ -54,6 +54,9 @@ use super::Shard;
 
 mod form;
 
+/// Adds a member to a live session's set ([`Bell::register`]); sent as
+/// `EVAL`, on the rare paths that register again.
+const SADD_IF_LIVE: &str = include_str!("../lua/sadd_if_live.lua");
 /// How long a wake stream outlives its instance's last refresh.
 const TTL_MS: u64 = 600_000;
 /// How often the wake stream's expiry is pushed back.
@@ -162,11 +165,18 @@ impl Bell {
             .unwrap_or_else(|| members::named(self.nonce, stream))
     }
 
-    /// The `SADD` that registers this instance as a follower of `stream`
-    /// (`None` for a key that is not a session's stream).
+    /// What registers this instance again as a follower of `stream`, while
+    /// its session is live: a resync or reform may list a stream whose
+    /// session ended a moment ago, and its follower set, made again after
+    /// the end deleted it, would stay for good. `None` for a key that is
+    /// not a session's stream.
     fn register(&self, stream: &str) -> Option<redis::Cmd> {
-        let mut c = redis::cmd("SADD");
-        c.arg(followers_key(&prefix_of(stream)?))
+        let prefix = prefix_of(stream)?;
+        let mut c = redis::cmd("EVAL");
+        c.arg(SADD_IF_LIVE)
+            .arg(2)
+            .arg(format!("{prefix}:s"))
+            .arg(followers_key(&prefix))
             .arg(self.member(stream, self.compact.load(Ordering::SeqCst)));
         Some(c)
     }
