@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-/// A cgroup with a CPU quota, removed (its processes moved back to the
-/// cgroup they came from) when dropped.
+/// A cgroup with a CPU quota, removed when dropped (its processes moved to
+/// the hierarchy's root first).
 pub struct Quota {
     dir: PathBuf,
     parent: PathBuf,
@@ -23,6 +23,10 @@ fn hierarchy() -> Result<(PathBuf, bool), String> {
     let v2 = Path::new("/sys/fs/cgroup");
     let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
     if controllers.split_whitespace().any(|c| c == "cpu") {
+        // A child has `cpu.max` only with the controller enabled below the
+        // root (writing it again changes nothing).
+        std::fs::write(v2.join("cgroup.subtree_control"), "+cpu")
+            .map_err(|e| format!("cannot enable the cpu controller in /sys/fs/cgroup: {e}"))?;
         return Ok((v2.to_owned(), false));
     }
     Err("no cgroup cpu controller found (neither /sys/fs/cgroup/cpu nor a cgroup v2 root offering cpu)".into())

@@ -22,6 +22,8 @@ pub(super) const RELEASE: &str = include_str!("lua/release.lua");
 pub(super) const PIN: &str = include_str!("lua/pin.lua");
 pub(super) const RETIRE: &str = include_str!("lua/retire.lua");
 pub(super) const BUCKET_LEASES: &str = include_str!("lua/buckets.lua");
+/// Sent as `EVAL` by `tail/bell.rs` on its rare paths, not loaded.
+pub(in crate::redis) const SADD_IF_LIVE: &str = include_str!("lua/sadd_if_live.lua");
 
 /// Every script, loaded once per log (the library sends `EVALSHA` and falls back to `EVAL`).
 pub(super) struct Scripts {

@@ -174,7 +174,7 @@ fn a_resync_leaves_no_follower_set_of_an_ended_session() {
         let (writer, reader, _sub) = two_instances_following(&redis).await;
         reader.pace_wake_stream(Duration::from_secs(60), Duration::from_millis(100));
         writer.create_session("x", Bytes::new()).await.unwrap();
-        let joining = join_held(reader, "x", Duration::from_millis(2500));
+        let joining = join_held(reader, "x", Duration::from_secs(6));
         tokio::time::sleep(Duration::from_millis(300)).await;
         let followers = || redis.cli(&["EXISTS", "mcpr:{x}:f"]).trim().to_owned();
         assert_eq!(followers(), "1", "the reader's script registered it");
@@ -182,14 +182,20 @@ fn a_resync_leaves_no_follower_set_of_an_ended_session() {
         assert_eq!(followers(), "0", "the end deleted it");
         lose_the_wake_stream(&redis);
         // The check (every 100 ms, after a blocking read of up to a
-        // second) finds it gone, and resyncs before the reader joins.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        let wakes = redis.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
-        assert_eq!(
-            wakes.lines().count(),
-            1,
-            "the resync made the wake stream again"
-        );
+        // second) finds it gone, and resyncs while the reader still joins.
+        let started = std::time::Instant::now();
+        while redis
+            .cli(&["--scan", "--pattern", "mcpr:wake:*"])
+            .trim()
+            .is_empty()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(4),
+                "the resync made the wake stream again"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(!joining.is_finished(), "the resync came before the join");
         let (_reader, joined) = joining.await.unwrap();
         if let Ok((_, mut sub)) = joined {
             let end = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;

@@ -181,6 +181,10 @@ pub(crate) async fn locate_from(
 }
 
 /// Starts `session`'s backend here, restored from its record, under `lease`.
+/// `read`: the record as the request's checks read it, just after their
+/// touch found the session live; only what `initialize` wrote once is
+/// taken from it. A session ended in the instant since fares as one ended
+/// just after a read here: the window is the same, only earlier.
 async fn open_here(
     state: &AppState,
     session: &str,

@@ -1,5 +1,8 @@
--- Adds a member to a live session's set (a follower registration made
--- again, `tail/bell.rs`): an ended session's set is not made again, which
--- nothing would delete. KEYS[1] the session's hash, KEYS[2] the set.
-if redis.call('HGET', KEYS[1], 'e') ~= '0' then return 0 end
-return redis.call('SADD', KEYS[2], ARGV[1])
+-- Adds a member to a live session's set: a follower registered again by
+-- `tail/bell.rs` (a resync, a reform), never after the session's end, which
+-- deleted the set and would not delete it again. Returns 1 added, 0 there
+-- already, -1 no live session.
+local session = KEYS[1]
+local set = KEYS[2]
+if redis.call('HGET', session, 'e') ~= '0' then return -1 end
+return redis.call('SADD', set, ARGV[1])

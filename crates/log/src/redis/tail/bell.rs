@@ -54,9 +54,6 @@ use super::Shard;
 
 mod form;
 
-/// Adds a member to a live session's set ([`Bell::register`]); sent as
-/// `EVAL`, on the rare paths that register again.
-const SADD_IF_LIVE: &str = include_str!("../lua/sadd_if_live.lua");
 /// How long a wake stream outlives its instance's last refresh.
 const TTL_MS: u64 = 600_000;
 /// How often the wake stream's expiry is pushed back.
@@ -105,9 +102,11 @@ pub(super) struct Bell {
     /// A doubt to resolve: the wake stream was unreadable, gone, or
     /// trimmed past what was read.
     resync: AtomicBool,
-    /// Ms between pushes of the expiry ([`REFRESH`]) and between checks
-    /// ([`CHECK_EVERY`]); tests steer them ([`Bell::pace`]).
+    /// Ms between pushes of the expiry ([`REFRESH`]); tests steer it
+    /// ([`Bell::pace`]).
     refresh_ms: AtomicU64,
+    /// Ms between checks of the wake stream ([`CHECK_EVERY`]); tests steer
+    /// it ([`Bell::pace`]).
     check_ms: AtomicU64,
 }
 
@@ -172,8 +171,10 @@ impl Bell {
     /// not a session's stream.
     fn register(&self, stream: &str) -> Option<redis::Cmd> {
         let prefix = prefix_of(stream)?;
+        // Sent whole (about 400 bytes) rather than loaded: a resync or a
+        // reform is rare, and comes when Redis may have lost its scripts.
         let mut c = redis::cmd("EVAL");
-        c.arg(SADD_IF_LIVE)
+        c.arg(crate::redis::scripts::SADD_IF_LIVE)
             .arg(2)
             .arg(format!("{prefix}:s"))
             .arg(followers_key(&prefix))
@@ -326,6 +327,12 @@ impl Bell {
         mut last: String,
     ) {
         let mut refreshed = (last != "$").then(Instant::now);
+        // Not made at the start (Redis did not answer): readers may register
+        // meanwhile and commits drop their registrations, finding no wake
+        // stream; a resync makes it and registers them again.
+        if self.pushed && last == "$" {
+            self.resync.store(true, Ordering::Relaxed);
+        }
         let mut blocking = None;
         let mut checked = Instant::now();
         let mut fleet_checked = Instant::now();
