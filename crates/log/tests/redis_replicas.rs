@@ -99,3 +99,48 @@ fn nothing_is_readable_before_the_replicas_hold_it() {
     });
     drop(replica);
 }
+
+/// With replicas the tail is polled (the ring comes after the `WAIT`): a
+/// commit that finds the reader's wake stream gone (Redis lost it) drops
+/// the reader's registration. The reader's check finds the stream gone,
+/// makes it again and registers what it follows again, so later commits
+/// wake it again instead of leaving it to the safety reads for as long as
+/// it follows the stream.
+#[test]
+fn a_lost_wake_stream_is_made_good_on_a_polled_tail() {
+    let primary = RedisServer::start();
+    let _replica = replica_of(&primary);
+    rt().block_on(async {
+        replicas_online(&primary.url, 1).await;
+        let connect = || RedisLog::connect(&primary.url, Retention::default(), 1);
+        let (writer, reader) = (connect().await.unwrap(), connect().await.unwrap());
+        writer.create_session("w", Bytes::new()).await.unwrap();
+        let (_, mut sub) = reader.subscribe("w", S).await.unwrap();
+        writer.append("w", S, vec![msg(1)]).await.unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(2), sub.next()).await;
+        assert_eq!(first.unwrap().unwrap().seq, 1);
+        let followers = || primary.cli(&["SCARD", "mcpr:{w}:f"]).trim().to_owned();
+        let wakes = || primary.cli(&["--scan", "--pattern", "mcpr:wake:*"]);
+        assert_eq!(followers(), "1", "the reader's instance follows the stream");
+        let wake = wakes()
+            .lines()
+            .next()
+            .expect("the reader's wake stream")
+            .to_owned();
+        assert_eq!(primary.cli(&["DEL", &wake]).trim(), "1");
+        // This commit finds no wake stream and drops the registration.
+        writer.append("w", S, vec![msg(2)]).await.unwrap();
+        let second = tokio::time::timeout(Duration::from_secs(5), sub.next()).await;
+        assert_eq!(second.expect("event 2 is read").unwrap().seq, 2);
+        // Within the check (every second, after a blocking read of up to a
+        // second): the wake stream again, and the registration with it.
+        let started = std::time::Instant::now();
+        while followers() != "1" || wakes().trim() != wake {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the lost wake stream and registration were not made again"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}

@@ -36,10 +36,14 @@
 //! events, never skips them: until the next safety read on a cluster or with
 //! replicas; on one server, where there are none, until this reader notices
 //! the doubt (within [`CHECK_EVERY`] and one blocking read) and reads every
-//! stream it follows or is joining ([`Bell::resync`]). Its periodic refresh
-//! only pushes back the wake stream's expiry: a stream it finds gone is a
-//! doubt too (made again there, the registrations commits dropped while it
-//! was gone would stay dropped, and the check would find nothing amiss).
+//! stream it follows or is joining ([`Bell::resync`]). A wake stream found
+//! gone is such a doubt on every tail: the commits meanwhile dropped this
+//! instance's registrations, which the resync makes again (on a cluster or
+//! with replicas too, whose safety reads would otherwise be the only news
+//! of those streams for as long as they are followed). Its periodic refresh
+//! only pushes back the wake stream's expiry: made again there, the
+//! dropped registrations would stay dropped and the check find nothing
+//! amiss.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,8 +68,9 @@ const BLOCK_MS: u64 = 1000;
 /// this; its reader trims what it has read): past it, unread wake-ups would
 /// be lost, which the reader notices ([`Bell::sound`]).
 pub(in crate::redis) const MAXLEN: usize = 16_384;
-/// How often a reader whose wake-ups are its only news (one server, the
-/// commit's own script rings: no safety reads) makes sure none was lost:
+/// How often a reader makes sure no wake-up was lost (on one server,
+/// where the commit's own script rings, they are its only news) and no
+/// registration with them:
 /// its wake stream still exists and nothing unread was trimmed from it.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
@@ -96,11 +101,11 @@ pub(super) struct Bell {
     /// Set when the log's tails are dropped: the reading task ends.
     stopped: AtomicBool,
     /// Wake-ups are this instance's only news of commits (one server
-    /// without replicas: no safety reads), so a doubt about them is
-    /// resolved at once ([`Bell::resync`]).
+    /// without replicas: no safety reads), so a wake-up naming a stream
+    /// not followed here keeps its registration (see [`Bell::run`]).
     pushed: bool,
-    /// A doubt to resolve: the wake stream was unreadable, gone, or
-    /// trimmed past what was read.
+    /// A doubt to resolve ([`Bell::resync`]): the wake stream was
+    /// unreadable, gone, or trimmed past what was read.
     resync: AtomicBool,
     /// Ms between pushes of the expiry ([`REFRESH`]); tests steer it
     /// ([`Bell::pace`]).
@@ -330,7 +335,7 @@ impl Bell {
         // Not made at the start (Redis did not answer): readers may register
         // meanwhile and commits drop their registrations, finding no wake
         // stream; a resync makes it and registers them again.
-        if self.pushed && last == "$" {
+        if last == "$" {
             self.resync.store(true, Ordering::Relaxed);
         }
         let mut blocking = None;
@@ -348,10 +353,7 @@ impl Bell {
                 self.reform.store(true, Ordering::SeqCst);
             }
             let every = |ms: &AtomicU64| Duration::from_millis(ms.load(Ordering::Relaxed));
-            if self.pushed
-                && (self.resync.load(Ordering::Relaxed)
-                    || checked.elapsed() >= every(&self.check_ms))
-            {
+            if self.resync.load(Ordering::Relaxed) || checked.elapsed() >= every(&self.check_ms) {
                 checked = Instant::now();
                 let doubt =
                     self.resync.swap(false, Ordering::Relaxed) || !self.sound(&conn, &last).await;
@@ -365,9 +367,9 @@ impl Bell {
                 }
             }
             let due = refreshed.is_none_or(|t| t.elapsed() >= every(&self.refresh_ms));
-            if due && refreshed.is_some() && self.pushed {
-                // Wake-ups are the only news here: a wake stream found gone
-                // is a doubt, resolved before the next read.
+            if due && refreshed.is_some() {
+                // A wake stream found gone is a doubt, resolved before the
+                // next read.
                 match self.extend(&conn).await {
                     Some(true) => refreshed = Some(Instant::now()),
                     Some(false) => {
