@@ -127,13 +127,21 @@ fn a_lost_wake_stream_is_made_good_on_a_polled_tail() {
             .next()
             .expect("the reader's wake stream")
             .to_owned();
+        // No check until the commit below has dropped the registration.
+        reader.pace_wake_stream(Duration::from_secs(60), Duration::from_secs(3600));
         assert_eq!(primary.cli(&["DEL", &wake]).trim(), "1");
         // This commit finds no wake stream and drops the registration.
         writer.append("w", S, vec![msg(2)]).await.unwrap();
+        let started = std::time::Instant::now();
+        while followers() != "0" {
+            assert!(started.elapsed() < Duration::from_secs(2), "never dropped");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let second = tokio::time::timeout(Duration::from_secs(5), sub.next()).await;
         assert_eq!(second.expect("event 2 is read").unwrap().seq, 2);
-        // Within the check (every second, after a blocking read of up to a
-        // second): the wake stream again, and the registration with it.
+        // Within the check (every 100 ms now, after a blocking read of up
+        // to a second): the wake stream again, and the registration with it.
+        reader.pace_wake_stream(Duration::from_secs(60), Duration::from_millis(100));
         let started = std::time::Instant::now();
         while followers() != "1" || wakes().trim() != wake {
             assert!(

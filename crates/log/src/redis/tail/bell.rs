@@ -34,13 +34,14 @@
 //! seq, so a lost wake-up (an instance dying between its commit and the
 //! `XADD`, a failover, a wake stream trimmed before it was read) delays
 //! events, never skips them: until the next safety read on a cluster or with
-//! replicas; on one server, where there are none, until this reader notices
-//! the doubt (within [`CHECK_EVERY`] and one blocking read) and reads every
-//! stream it follows or is joining ([`Bell::resync`]). A wake stream found
-//! gone is such a doubt on every tail: the commits meanwhile dropped this
-//! instance's registrations, which the resync makes again (on a cluster or
-//! with replicas too, whose safety reads would otherwise be the only news
-//! of those streams for as long as they are followed). Its periodic refresh
+//! replicas (sooner: a doubt has every followed stream read once); on one
+//! server, where there are none, until this reader notices the doubt
+//! (within [`CHECK_EVERY`] and one blocking read) and reads every stream it
+//! follows or is joining ([`Bell::resync`]). A wake stream found gone is
+//! resynced on every tail: the commits meanwhile dropped this instance's
+//! registrations, which the resync makes again (on a cluster or with
+//! replicas too, whose safety reads would otherwise be the only news of
+//! those streams for as long as they are followed). Its periodic refresh
 //! only pushes back the wake stream's expiry: made again there, the
 //! dropped registrations would stay dropped and the check find nothing
 //! amiss.
@@ -57,6 +58,9 @@ use super::members::{self, followers_key};
 use super::Shard;
 
 mod form;
+mod upkeep;
+
+use upkeep::Health;
 
 /// How long a wake stream outlives its instance's last refresh.
 const TTL_MS: u64 = 600_000;
@@ -225,52 +229,6 @@ impl Bell {
         })
     }
 
-    /// Whether the wake stream is sound: it exists and nothing this reader
-    /// has not read (after `last`) was trimmed from it. Trims what it has
-    /// read, so the stream stays small.
-    async fn sound(&self, conn: &Conn, last: &str) -> bool {
-        let mut info = redis::cmd("XINFO");
-        info.arg("STREAM").arg(&self.key);
-        let Ok(v) = info.query_async::<Value>(&mut conn.clone()).await else {
-            return false; // gone (expired, Redis lost it) or unreachable
-        };
-        if super::reply::trimmed_past(&v, last) != Some(false) {
-            return false;
-        }
-        let _: Result<i64, _> = redis::cmd("XTRIM")
-            .arg(&self.key)
-            .arg("MINID")
-            .arg(last)
-            .query_async(&mut conn.clone())
-            .await;
-        true
-    }
-
-    /// Resolves a doubt about wake-ups: the wake stream made sure of (read
-    /// from its newest entry on), every followed stream registered again,
-    /// then each read once from its own last seq, so nothing committed
-    /// meanwhile waits for a wake-up that never comes. `false` when Redis
-    /// did not answer (to be tried again).
-    async fn resync(&self, conn: &Conn, shards: &[Arc<Shard>], last: &mut String) -> bool {
-        let Some(id) = self.create(conn).await else {
-            return false;
-        };
-        let keys: Vec<String> = shards.iter().flat_map(|s| s.keys()).collect();
-        let cmds = keys.iter().filter_map(|k| self.register(k)).collect();
-        if conn.each::<i64>(cmds).await.is_err() {
-            return false;
-        }
-        *last = id;
-        for shard in shards {
-            shard.mark_all();
-        }
-        tracing::info!(
-            streams = keys.len(),
-            "wake-ups were in doubt: every followed stream registered again and read"
-        );
-        true
-    }
-
     /// Drops this instance's registration for `stream` (best effort: a stale
     /// one costs a wasted wake-up, which drops it).
     pub async fn unfollow(&self, conn: &Conn, stream: &str) {
@@ -284,42 +242,6 @@ impl Bell {
             .arg(self.member(stream, false))
             .query_async(&mut conn.clone())
             .await;
-    }
-
-    /// Pushes back the wake stream's expiry: `Some(false)` when it is gone,
-    /// `None` when Redis did not answer. A gone stream is not made again
-    /// here: the registrations commits dropped while it was gone would stay
-    /// dropped unnoticed ([`Bell::resync`] makes it and registers again).
-    async fn extend(&self, conn: &Conn) -> Option<bool> {
-        let kept: i64 = redis::cmd("PEXPIRE")
-            .arg(&self.key)
-            .arg(TTL_MS)
-            .query_async(&mut conn.clone())
-            .await
-            .ok()?;
-        Some(kept == 1)
-    }
-
-    /// Creates (or refreshes) the wake stream and pushes back its expiry:
-    /// the stream must exist for `NOMKSTREAM` wake-ups to land. Returns the
-    /// id of the entry it added, from which a read misses no later wake-up.
-    async fn create(&self, conn: &Conn) -> Option<String> {
-        let (id, _): (String, i64) = redis::pipe()
-            .cmd("XADD")
-            .arg(&self.key)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(MAXLEN)
-            .arg("*")
-            .arg("k")
-            .arg("")
-            .cmd("PEXPIRE")
-            .arg(&self.key)
-            .arg(TTL_MS)
-            .query_async(&mut conn.clone())
-            .await
-            .ok()?;
-        Some(id)
     }
 
     /// Reads wake-ups after `last` until the log closes, marking the named
@@ -340,6 +262,9 @@ impl Bell {
         }
         let mut blocking = None;
         let mut checked = Instant::now();
+        // Between tries of a resync Redis refused (in part: on a cluster one
+        // master may refuse while the others answer).
+        let mut backoff = Duration::from_millis(200);
         let mut fleet_checked = Instant::now();
         while !closed.load(Ordering::Relaxed) && !self.stopped.load(Ordering::Relaxed) {
             if fleet_checked.elapsed() >= members::CHECK_EVERY {
@@ -355,15 +280,27 @@ impl Bell {
             let every = |ms: &AtomicU64| Duration::from_millis(ms.load(Ordering::Relaxed));
             if self.resync.load(Ordering::Relaxed) || checked.elapsed() >= every(&self.check_ms) {
                 checked = Instant::now();
-                let doubt =
-                    self.resync.swap(false, Ordering::Relaxed) || !self.sound(&conn, &last).await;
+                let doubt = self.resync.swap(false, Ordering::Relaxed)
+                    || match self.sound(&conn, &last).await {
+                        Health::Sound => false,
+                        Health::Gone => true,
+                        Health::Unsure if self.pushed => true,
+                        // The safety reads bring what lost wake-ups did not;
+                        // a read of every followed stream brings it sooner.
+                        Health::Unsure => {
+                            shards.iter().for_each(|s| s.mark_all());
+                            false
+                        }
+                    };
                 if doubt && !self.resync(&conn, &shards, &mut last).await {
                     self.resync.store(true, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
                     continue;
                 }
                 if doubt {
                     refreshed = Some(Instant::now());
+                    backoff = Duration::from_millis(200);
                 }
             }
             let due = refreshed.is_none_or(|t| t.elapsed() >= every(&self.refresh_ms));
@@ -414,12 +351,15 @@ impl Bell {
                         shard.mark_all();
                     }
                     blocking = None;
-                    refreshed = None;
-                    // Re-read from the new stream's first entry (the safety
-                    // reads, or on one server the resync, cover what was
-                    // lost meanwhile).
-                    last = "$".to_owned();
-                    self.resync.store(true, Ordering::Relaxed);
+                    if self.pushed {
+                        // Wake-ups are the only news here: resynced at
+                        // once, then read from the new stream's first entry.
+                        refreshed = None;
+                        last = "$".to_owned();
+                        self.resync.store(true, Ordering::Relaxed);
+                    }
+                    // A polled tail reads on from `last`; a stream lost
+                    // with its registrations is the check's to find.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
