@@ -94,6 +94,17 @@ impl ApiError {
     }
 }
 
+/// A backend that could not start, as the HTTP answer: 429 at a limit
+/// (children, sessions), 500 otherwise.
+impl From<crate::backend::BackendError> for ApiError {
+    fn from(e: crate::backend::BackendError) -> Self {
+        match e {
+            crate::backend::BackendError::Busy(why) => Self::TooMany(why),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
 impl From<LogError> for ApiError {
     fn from(e: LogError) -> Self {
         if let Some(d) = e.discontinuity() {

@@ -81,7 +81,7 @@ pub(super) async fn open_session(
         Ok(r) => r,
         Err(e) => {
             let _ = state.log.end_session(&sid).await;
-            return Err(backend_error(e));
+            return Err(e.into());
         }
     };
     let id = message["id"].clone();
@@ -111,12 +111,4 @@ pub(super) async fn open_session(
     );
     tracing::debug!(session = %sid, "session initialized by the backend");
     Ok((Some(sid), reply))
-}
-
-/// A backend that could not start, as the HTTP answer.
-fn backend_error(e: crate::backend::BackendError) -> ApiError {
-    match e {
-        crate::backend::BackendError::Busy(why) => ApiError::TooMany(why),
-        other => ApiError::Internal(other.to_string()),
-    }
 }

@@ -54,7 +54,7 @@ pub(super) async fn message(
     acc: Accepts,
     message: Value,
     taken: Option<Arc<SessionRoute>>,
-    read: Option<bytes::Bytes>,
+    mut read: Option<bytes::Bytes>,
 ) -> Result<Response, ApiError> {
     let state = &state;
     // The paths other than a call answered here are boxed: this future is
@@ -66,7 +66,6 @@ pub(super) async fn message(
         return Ok(StatusCode::ACCEPTED.into_response());
     }
     let mut taken = taken.filter(|r| !r.lease_lost(&*state.log));
-    let mut read = read;
     let mut moves = 0;
     let route = loop {
         let located = match taken.take() {

@@ -25,7 +25,6 @@ use mcp_resume_log::LogError;
 use serde_json::json;
 
 use super::{Routes, SessionRoute};
-use crate::backend::BackendError;
 use crate::error::ApiError;
 use crate::route::state::AppState;
 use crate::session::ListenRecord;
@@ -206,11 +205,12 @@ async fn open_here(
         (None, ..) => return Err(ApiError::NoSession(session.to_owned())),
     };
     state.routes.follow_bell(state).await?;
-    match state.routes.open(state, session, Some(init), lease) {
-        Ok(r) => Ok(Located::Here(r)),
-        Err(BackendError::Busy(why)) => Err(ApiError::TooMany(why)),
-        Err(e) => Err(ApiError::Internal(e.to_string())),
-    }
+    Ok(Located::Here(state.routes.open(
+        state,
+        session,
+        Some(init),
+        lease,
+    )?))
 }
 
 /// After `session`'s route here lost its lease (its heartbeat lapsed): the

@@ -253,10 +253,13 @@ impl Bell {
         closed: Arc<AtomicBool>,
         mut last: String,
     ) {
-        let mut refreshed = (last != "$").then(Instant::now);
+        // When the expiry was last pushed back (or the stream made).
+        let mut refreshed = Instant::now();
         // Not made at the start (Redis did not answer): readers may register
         // meanwhile and commits drop their registrations, finding no wake
-        // stream; a resync makes it and registers them again.
+        // stream; a resync makes it and registers them again. Every path
+        // that leaves the stream in doubt goes through a resync, so the
+        // refresh below only pushes back the expiry.
         if last == "$" {
             self.resync.store(true, Ordering::Relaxed);
         }
@@ -299,28 +302,20 @@ impl Bell {
                     continue;
                 }
                 if doubt {
-                    refreshed = Some(Instant::now());
+                    refreshed = Instant::now();
                     backoff = Duration::from_millis(200);
                 }
             }
-            let due = refreshed.is_none_or(|t| t.elapsed() >= every(&self.refresh_ms));
-            if due && refreshed.is_some() {
+            if refreshed.elapsed() >= every(&self.refresh_ms) {
                 // A wake stream found gone is a doubt, resolved before the
                 // next read.
                 match self.extend(&conn).await {
-                    Some(true) => refreshed = Some(Instant::now()),
+                    Some(true) => refreshed = Instant::now(),
                     Some(false) => {
                         self.resync.store(true, Ordering::Relaxed);
                         continue;
                     }
                     None => {}
-                }
-            } else if due {
-                if let Some(id) = self.create(&conn).await {
-                    refreshed = Some(Instant::now());
-                    if last == "$" {
-                        last = id;
-                    }
                 }
             }
             if blocking.is_none() {
@@ -354,7 +349,6 @@ impl Bell {
                     if self.pushed {
                         // Wake-ups are the only news here: resynced at
                         // once, then read from the new stream's first entry.
-                        refreshed = None;
                         last = "$".to_owned();
                         self.resync.store(true, Ordering::Relaxed);
                     }
