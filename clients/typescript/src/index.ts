@@ -20,5 +20,5 @@ export { TASK_STATUS_PREFIX, TaskEventStream } from "./task-stream.js";
 export type { StreamTaskOptions, TaskEvent, TaskStreamStats } from "./task-stream.js";
 export type { DiscontinuityDetails, DiscontinuityReason } from "./errors.js";
 export { REQUEST_STREAM_LOST } from "./request-stream.js";
-export { WEBSOCKET_MESSAGE_LOST } from "./session-stream.js";
+export { WEBSOCKET_MESSAGE_LOST } from "./session-outbox.js";
 export type { WebSocketConstructor, WebSocketLike } from "./ws/dom.js";

@@ -5,27 +5,25 @@
  * It follows the Rust reader (crates/client/src/reader), with one difference
  * the SDK's transport contract asks for: events without an id (a plain MCP
  * server without an event store) are delivered too, not dropped.
+ *
+ * This module holds the reconnect loop, the SSE connection and the cursor's
+ * bookkeeping; the upgrade is read by {@link SessionSocket}
+ * (session-socket.ts), client messages sent on it are kept by
+ * {@link FrameOutbox} (session-outbox.ts), the cursor is saved by
+ * {@link CursorSaver} (cursor-saver.ts).
  */
 
-import { ProtocolViolationError, SessionNotFoundError, TransientError } from "./errors.js";
+import { ProtocolViolationError, TransientError } from "./errors.js";
 import type { JSONRPCMessage, Link } from "./link.js";
-import {
-  asError,
-  backoffDelay,
-  childController,
-  fetchHeaders,
-  isFatal,
-  mediaType,
-  refusal,
-  refusalOf,
-  sleep,
-  utf8Length,
-  watchdog,
-} from "./link.js";
-import { decideStart, parseSeq, SeqChecker } from "./seq.js";
+import { asError, childController, fetchHeaders, isFatal, mediaType, refusal, sleep, watchdog } from "./link.js";
+import { CursorSaver } from "./cursor-saver.js";
+import { ResumeBackoff } from "./resume-backoff.js";
+import { parseSeq, SeqChecker } from "./seq.js";
+import { FrameOutbox } from "./session-outbox.js";
+import { SessionSocket } from "./session-socket.js";
 import { readSse, SseParser, type SseEvent } from "./sse.js";
 import type { CursorStore } from "./stores.js";
-import type { FrameSocket } from "./ws/types.js";
+import { UpgradeFallback } from "./upgrade-fallback.js";
 
 /** What the transport has done so far; for tests, benchmarks and dashboards. */
 export interface TransportStats {
@@ -48,41 +46,20 @@ export interface TransportStats {
 /** Stops the read of one SSE body at the priming event, to upgrade from it. */
 const PRIMED = Symbol("primed");
 
-/** Fallbacks in a row where the reason is uncertain (a browser's failed handshake, 503) before the upgrade is no longer tried. */
-const MAX_STRIKES = 3;
-
 /**
- * The most client messages sent as `message` frames whose reading by the
- * server is not yet confirmed (docs/protocol.md 3.5: the server handles 64 at
- * once per socket); past it messages go by POST, so the outbox stays bounded.
+ * One session's reader, from its start (or stored cursor) until the
+ * transport closes or the session ends: it owns the session's cursor and
+ * decides, connection by connection, between the upgrade and SSE.
  */
-const MAX_UNCONFIRMED = 64;
-
-/** How many requests failed with their socket are remembered, to recognise their late responses. */
-const MAX_ABANDONED = 1024;
-
-/** The JSON-RPC error code of a request whose socket closed before its response (as the SDK's ConnectionClosed). */
-export const WEBSOCKET_MESSAGE_LOST = -32000;
-
-/** A client message sent as a `message` frame on the current socket, not yet known to have been read. */
-interface Unconfirmed {
-  message: JSONRPCMessage;
-  /** A request (it has a method and an id): its response confirms it and everything sent before it. */
-  request: boolean;
-}
-
 export class SessionStream {
   private checker: SeqChecker | undefined;
   /** The last id from a server whose ids are not seqs (a plain Streamable HTTP server). */
   private opaqueId: string | undefined;
-  private wsDisabled: boolean;
-  private strikes = 0;
-  private sseOnce = false;
-  private retryMs: number | undefined;
-  private failures = 0;
+  /** Whether the next connection tries the upgrade. */
+  private readonly upgrade: UpgradeFallback;
+  private readonly backoff: ResumeBackoff;
   private progressed = false;
-  private savedCursor: number | undefined;
-  private saveQueued = false;
+  private readonly saver: CursorSaver;
   /** Drops the live connection (close, or a watchdog). */
   private drop: (() => void) | undefined;
   private stopped = false;
@@ -91,21 +68,14 @@ export class SessionStream {
   private readonly unlink: () => void;
   /** The session this reader reads (the transport's may change with a new initialize). */
   private readonly sid: string;
-  /** The socket client messages may be sent on: open, and its echo accepted. */
-  private socket: FrameSocket | undefined;
-  /** Messages sent on {@link socket} not yet confirmed read by the server, in the order sent. */
-  private outbox: Unconfirmed[] = [];
-  /** Whether any `message` frame went out on the current socket, and whether one was confirmed. */
-  private framesSent = false;
-  private framesConfirmed = false;
-  /** The server refused `message` frames: every message goes by POST from now on. */
-  private framesRefused = false;
-  /** Ids of requests failed when their socket closed: their responses, if they come, are reported, not delivered. */
-  private readonly abandoned = new Set<string | number>();
+  /** Client messages sent as frames on the open socket, until the server is shown to have read them. */
+  private readonly outbox: FrameOutbox;
+  /** The WebSocket upgrade of this reader's connections. */
+  private readonly websocket: SessionSocket;
 
   constructor(
     private readonly link: Link,
-    private readonly store: CursorStore,
+    store: CursorStore,
     startCursor: number | undefined,
     /** A session this transport created just now: its stream starts at 0. */
     private fresh: boolean,
@@ -113,12 +83,23 @@ export class SessionStream {
   ) {
     this.sid = link.sessionId as string;
     ({ ac: this.ac, unlink: this.unlink } = childController(link.signal));
-    this.wsDisabled = !link.opts.websocket;
+    this.upgrade = new UpgradeFallback(link.opts.websocket);
+    this.backoff = new ResumeBackoff(link.opts, "maxRetries", 1000);
     if (startCursor !== undefined) {
       this.checker = new SeqChecker(startCursor);
-      this.savedCursor = startCursor;
       this.fresh = false;
     }
+    this.saver = new CursorSaver(store, this.sid, () => this.checker?.cursor, (e) => this.link.report(e), startCursor);
+    this.outbox = new FrameOutbox(link);
+    this.websocket = new SessionSocket(link, this.sid, this.ac.signal, stats, this.upgrade, this.outbox, {
+      stopped: () => this.stopped,
+      setDrop: (drop) => (this.drop = drop),
+      accept: (message) => {
+        this.progressed = true;
+        this.deliver(message);
+        this.saver.queue();
+      },
+    });
   }
 
   /** The seq of the last event handed to the application. */
@@ -135,15 +116,13 @@ export class SessionStream {
   stop(): void {
     if (this.stopped) return;
     this.stopped = true;
-    this.socket = undefined;
-    const left = this.outbox;
-    this.outbox = [];
+    const left = this.outbox.stop();
     this.drop?.();
     this.ac.abort();
     this.unlink();
     // Requests sent on this reader's socket would be answered on its stream,
     // which nobody reads now: end their calls (a closed transport's are the SDK's).
-    if (!this.link.closed) for (const u of left) if (u.request) this.failRequest(u.message, "its session's reader stopped (the session ended or was replaced)");
+    if (!this.link.closed) for (const m of left) this.outbox.failRequest(m, "its session's reader stopped (the session ended or was replaced)");
   }
 
   /**
@@ -153,16 +132,7 @@ export class SessionStream {
    * A request's response comes back as a session-stream event.
    */
   sendFrame(message: JSONRPCMessage): boolean {
-    const socket = this.socket;
-    if (!socket || this.stopped || this.framesRefused || !this.link.opts.websocketMessages) return false;
-    if (this.outbox.length >= MAX_UNCONFIRMED) return false;
-    const text = JSON.stringify({ type: "message", message });
-    // The server's limit for a client's message (3.5); a larger one is POSTed and meets 413 there, loudly.
-    if (text.length > this.link.opts.maxMessageBytes || utf8Length(text) > this.link.opts.maxMessageBytes) return false;
-    if (!socket.send(text)) return false;
-    this.framesSent = true;
-    this.outbox.push({ message, request: message.method !== undefined && message.id !== undefined });
-    return true;
+    return this.outbox.send(message);
   }
 
   /** Reads until the transport closes or a fatal error (reported through `fail`). */
@@ -174,6 +144,7 @@ export class SessionStream {
     }
   }
 
+  /** Connections one after another, with the backoff between them, until the reader ends. */
   private async loop(): Promise<void> {
     const { link } = this;
     while (!link.closed && !this.stopped) {
@@ -184,18 +155,15 @@ export class SessionStream {
       } catch (e) {
         err = asError(e);
       }
-      this.flushCursor();
+      this.saver.flush();
       if (link.closed || this.stopped) return;
       if (err === NO_STREAM) return;
       if (isFatal(err)) return link.fail(err);
-      if (this.progressed) this.failures = 0;
-      this.failures += 1;
-      if (this.failures > link.opts.maxRetries) {
+      if (!this.backoff.failed(this.progressed)) {
         return link.fail(new Error(`gave up after ${link.opts.maxRetries} reconnects without an event: ${err.message}`));
       }
       this.stats.reconnects += 1;
-      const base = link.opts.initialDelayMs ?? this.retryMs ?? 1000;
-      const wait = backoffDelay(base, link.opts.maxDelayMs, this.failures);
+      const wait = this.backoff.delay();
       link.log(`session stream: ${err.message}; resuming after ${this.checker?.cursor ?? this.opaqueId ?? "-"} in ${Math.round(wait)} ms`);
       await sleep(wait, this.ac.signal);
     }
@@ -203,8 +171,7 @@ export class SessionStream {
 
   /** One connection: upgrade when wanted and possible, else SSE. Returns (or throws) why it ended. */
   private async once(): Promise<Error | undefined> {
-    const wantWs = !this.wsDisabled && !this.sseOnce;
-    this.sseOnce = false;
+    const wantWs = this.upgrade.take();
     if (wantWs) {
       if (!this.checker && this.opaqueId === undefined) {
         // Learn where "everything retained" starts from the priming event, so
@@ -212,8 +179,8 @@ export class SessionStream {
         const primed = await this.sse(true);
         if (primed !== PRIMED) return primed;
       }
-      if (this.checker && !this.wsDisabled) {
-        const ended = await this.websocket(this.checker);
+      if (this.checker && !this.upgrade.disabled) {
+        const ended = await this.websocket.connect(this.checker);
         if (ended !== "fallback") return ended;
       }
     }
@@ -223,6 +190,7 @@ export class SessionStream {
 
   // ----------------------------------------------------------------- SSE ---
 
+  /** One SSE GET of the session stream from the cursor; with `stopAtPriming`, only up to its priming event. */
   private async sse(stopAtPriming: boolean): Promise<Error | typeof PRIMED> {
     const { link } = this;
     const sid = this.sid;
@@ -267,7 +235,7 @@ export class SessionStream {
             for (const ev of events) {
               if (this.onSseEvent(ev) && stopAtPriming && this.checker) throw PRIMED;
             }
-            this.queueSave();
+            this.saver.queue();
           },
           () => dog?.touch(),
         );
@@ -288,11 +256,11 @@ export class SessionStream {
 
   /** Handles one SSE block; true for a priming event that set or confirmed the cursor. */
   private onSseEvent(ev: SseEvent): boolean {
-    if (ev.retry !== undefined) this.retryMs = Math.min(Math.max(ev.retry, 10), 60_000);
+    if (ev.retry !== undefined) this.backoff.serverRetry(ev.retry);
     if (ev.id === undefined) {
       // No id: a server that cannot resume this event. Deliver it, as the SDK does.
       if (ev.data) {
-        this.wsDisabled = true;
+        this.upgrade.disable();
         this.deliverText(ev.data);
       }
       return false;
@@ -337,13 +305,15 @@ export class SessionStream {
     return false;
   }
 
+  /** Ids that are not seqs: the reader resumes by `Last-Event-ID` alone, without the upgrade. */
   private plainServer(id: string): void {
     // Ids that are not seqs: a plain Streamable HTTP server. No cursor-safe
     // upgrade there; resume by Last-Event-ID as the SDK's transport does.
     this.opaqueId = id;
-    this.wsDisabled = true;
+    this.upgrade.disable();
   }
 
+  /** Delivers an event's data, reported (not delivered) when it is not JSON. */
   private deliverText(data: string): void {
     let message: JSONRPCMessage;
     try {
@@ -363,273 +333,10 @@ export class SessionStream {
    */
   private deliver(message: JSONRPCMessage): void {
     if (this.stopped || this.link.closed) throw new TransientError("stopped");
-    const id = message.id;
-    if (id !== undefined && message.method === undefined) {
-      if (this.outbox.length) {
-        const i = this.outbox.findIndex((u) => u.request && u.message.id === id);
-        if (i >= 0) {
-          this.outbox.splice(0, i + 1);
-          this.framesConfirmed = true;
-        }
-      }
-      if (this.abandoned.delete(id)) {
-        this.link.report(
-          new Error(
-            `the response to request ${JSON.stringify(id)} arrived after its call was failed when its WebSocket closed: the request did run`,
-          ),
-        );
-        return;
-      }
-    }
+    if (this.outbox.lateResponse(message)) return;
     this.link.deliver(message);
   }
-
-  // ----------------------------------------------------------- WebSocket ---
-
-  /** The upgrade from the checker's cursor; "fallback" to read SSE instead. */
-  private async websocket(checker: SeqChecker): Promise<Error | "fallback"> {
-    const { link } = this;
-    const sid = this.sid;
-    const prior = checker.cursor;
-    const base = new URL(link.url);
-    base.protocol = base.protocol === "https:" ? "wss:" : "ws:";
-    base.pathname = `${base.pathname.replace(/\/$/, "")}/session/${sid}/events`;
-    const hs = await link.opts.connector({
-      url: base.toString(),
-      prior,
-      sessionId: sid,
-      protocolVersion: link.protocolVersion,
-      token: await link.token(),
-      headers: link.extraHeaders,
-      timeoutMs: link.opts.handshakeTimeoutMs,
-      signal: this.ac.signal,
-      maxMessageBytes: link.opts.maxMessageBytes,
-    });
-    if (link.closed || this.stopped) {
-      if (hs.kind === "open") hs.socket.close(1000, "closing");
-      return new TransientError("closed");
-    }
-    if (hs.kind === "refused") return this.refused(hs.status, hs.body, hs.detail, prior, sid);
-    const decision = decideStart(prior, hs.echo);
-    if (!decision.ok) {
-      // Not resumable: close at once, read nothing from it (5.6).
-      hs.socket.close(1000, "no committed cursor");
-      this.stats.fallbacks += 1;
-      if (decision.why === "missing-echo") this.wsDisabled = true;
-      else this.sseOnce = true;
-      link.log(`the upgrade is not resumable (${decision.detail}${hs.rawEcho ? `: ${hs.rawEcho}` : ""}); SSE from ${prior}`);
-      return "fallback";
-    }
-    this.strikes = 0;
-    this.stats.upgrades += 1;
-    this.stats.transport = "websocket";
-    this.stats.lastCommitted = decision.committed;
-    checker.expectReplayUntil(decision.committed);
-    return this.readSocket(hs.socket, checker);
-  }
-
-  private refused(status: number | undefined, body: string, detail: string, prior: number, sid: string): Error | "fallback" {
-    if (status === 409 || status === 401 || status === 403) return refusalOf(status, body, "the upgrade", prior, "session", sid);
-    if (status === 404 && body.includes("session-not-found")) return new SessionNotFoundError(sid, "the upgrade answered 404");
-    if (status === 400 && /invalid-cursor|protocol-version|session-mismatch/.test(body)) {
-      return refusalOf(status, body, "the upgrade", prior, "session", sid);
-    }
-    this.stats.fallbacks += 1;
-    this.link.log(`the upgrade was refused (${detail}); SSE from ${prior}`);
-    if (status === undefined || status === 503) {
-      // Maybe passing (a browser cannot tell 426 from a restart): SSE now, the upgrade again next time.
-      this.strikes += 1;
-      if (this.strikes >= MAX_STRIKES) this.wsDisabled = true;
-      else this.sseOnce = true;
-    } else {
-      // 426, or a server that does not know the upgrade: stay on SSE.
-      this.wsDisabled = true;
-    }
-    return "fallback";
-  }
-
-  private readSocket(socket: FrameSocket, checker: SeqChecker): Promise<Error> {
-    const { link } = this;
-    this.socket = socket;
-    this.framesSent = false;
-    this.framesConfirmed = false;
-    return new Promise<Error>((resolve) => {
-      let ended = false;
-      const end = (e: Error, code?: number, serverCode?: number) => {
-        if (ended) return;
-        ended = true;
-        dog.stop();
-        this.ac.signal.removeEventListener("abort", onAbort);
-        this.drop = undefined;
-        if (this.socket === socket) this.socket = undefined;
-        if (code !== undefined) socket.close(code, e.message);
-        this.settleOutbox(serverCode);
-        resolve(e);
-      };
-      const onAbort = () => end(new TransientError("closed"), 1000);
-      this.ac.signal.addEventListener("abort", onAbort, { once: true });
-      this.drop = onAbort;
-      const dog = watchdog(link.opts.idleTimeoutMs, () =>
-        end(new TransientError(`no frame for ${link.opts.idleTimeoutMs} ms`), 1000),
-      );
-      const ack = () => {
-        const c = checker.ackDue();
-        if (c === undefined) return;
-        socket.send(JSON.stringify({ type: "cursor-ack", cursor: c }));
-        checker.acked();
-      };
-      socket.attach({
-        onText: (text) => {
-          dog.touch();
-          try {
-            this.onFrame(text, checker);
-            ack();
-          } catch (e) {
-            const err = asError(e);
-            end(err, err instanceof ProtocolViolationError ? 4400 : 4409);
-          }
-        },
-        onClose: (code, reason) => {
-          if (this.framesSent && REFUSED_FRAME.has(code)) {
-            // The server refused what this client sent on the socket: a
-            // `message` frame (the only other frame is the ack). The session
-            // stream resumes; messages go by POST from now on.
-            return end(new TransientError(`the server closed the socket ${code} after a message frame (${reason}); POST from now on`), undefined, code);
-          }
-          end(closeError(code, reason, this.sid), undefined, code);
-        },
-      });
-      // prior = C: nothing to replay, the gate opens at once.
-      try {
-        ack();
-      } catch (e) {
-        end(asError(e), 1000);
-      }
-    });
-  }
-
-  /**
-   * What happens to the messages of a socket that ended before the server was
-   * shown to have read them (no response to a later request came back). The
-   * protocol has no receipt for a frame, so:
-   *
-   * - a notification or a response (an answer to a server request) is POSTed
-   *   again: the server drops an answer it already has (3.4) and a repeated
-   *   cancellation changes nothing, so at least once is safe for them;
-   * - a request may have run: like a POST whose connection broke before its
-   *   answer, its call ends at once with a JSON-RPC error -32000
-   *   (`data.reason: "websocket-closed"`) and the application decides; if its
-   *   response still arrives on the session stream, it is reported through
-   *   `onerror` as proof that it ran, not delivered;
-   * - if the server refused the frames (a close of 1003, 1009 or 4400 after
-   *   message frames), frames stay off for this transport; when none of this
-   *   socket's frames had been confirmed, none was handled, and requests too
-   *   are POSTed again.
-   */
-  private settleOutbox(serverCode: number | undefined): void {
-    const left = this.outbox;
-    this.outbox = [];
-    const refused = serverCode !== undefined && this.framesSent && REFUSED_FRAME.has(serverCode);
-    if (refused) {
-      this.framesRefused = true;
-      this.link.log(`the server refused message frames (close ${serverCode}); client messages go by POST from now on`);
-    }
-    if (this.stopped || this.link.closed) return;
-    const replayRequests = refused && !this.framesConfirmed;
-    for (const u of left) {
-      if (!u.request || replayRequests) {
-        this.link.resend(u.message);
-        continue;
-      }
-      const id = u.message.id as string | number;
-      this.abandoned.add(id);
-      if (this.abandoned.size > MAX_ABANDONED) this.abandoned.delete(this.abandoned.values().next().value as string | number);
-      this.failRequest(u.message, "the WebSocket that carried it closed before its response");
-    }
-  }
-
-  /** Ends a request's call with a JSON-RPC error made here (-32000, `data.reason: "websocket-closed"`), and reports why. */
-  private failRequest(message: JSONRPCMessage, why: string): void {
-    const id = message.id as string | number;
-    this.link.report(new Error(`request ${JSON.stringify(id)} (${message.method}): ${why}; it may or may not have run`));
-    this.link.deliver({
-      jsonrpc: "2.0",
-      id,
-      error: {
-        code: WEBSOCKET_MESSAGE_LOST,
-        message: `${why}: the request may or may not have run`,
-        data: { reason: "websocket-closed", method: message.method },
-      },
-    });
-  }
-
-  private onFrame(text: string, checker: SeqChecker): void {
-    let f: { type?: unknown; seq?: unknown; head?: unknown; message?: unknown };
-    try {
-      f = JSON.parse(text);
-    } catch {
-      throw new ProtocolViolationError(`a frame that is not JSON: ${text.slice(0, 100)}`);
-    }
-    if (f.type === "event") {
-      if (!Number.isSafeInteger(f.seq) || typeof f.message !== "object" || f.message === null) {
-        throw new ProtocolViolationError(`a malformed event frame: ${text.slice(0, 100)}`);
-      }
-      const gap = checker.onEvent(f.seq as number);
-      if (gap) {
-        this.stats.gaps += 1;
-        throw new TransientError(gap.why);
-      }
-      this.progressed = true;
-      this.deliver(f.message as JSONRPCMessage);
-      this.queueSave();
-    } else if (f.type === "heartbeat") {
-      if (!Number.isSafeInteger(f.head)) throw new ProtocolViolationError(`a malformed heartbeat: ${text.slice(0, 100)}`);
-      const gap = checker.onHeartbeat(f.head as number);
-      if (gap) {
-        this.stats.gaps += 1;
-        throw new TransientError(gap.why);
-      }
-    }
-    // Anything else (a cursor frame this reader did not ask for) carries no event.
-  }
-
-  // -------------------------------------------------------------- cursor ---
-
-  /** Saves the cursor once per batch (a chunk, a run of frames), after delivery. */
-  private queueSave(): void {
-    if (this.saveQueued) return;
-    this.saveQueued = true;
-    queueMicrotask(() => {
-      this.saveQueued = false;
-      this.flushCursor();
-    });
-  }
-
-  private flushCursor(): void {
-    const c = this.checker?.cursor;
-    const sid = this.sid;
-    if (c === undefined || c === this.savedCursor) return;
-    this.savedCursor = c;
-    try {
-      const p = this.store.save(sid, c);
-      if (p) p.catch((e) => this.link.report(asError(e)));
-    } catch (e) {
-      this.link.report(asError(e));
-    }
-  }
 }
-
-/** Close codes by which a server refuses what a client sent (docs/protocol.md 5.5: binary, too big, malformed). */
-const REFUSED_FRAME = new Set([1003, 1009, 4400]);
 
 /** The server has no standalone GET stream (405): the reader stops quietly. */
 const NO_STREAM = new Error("no session stream");
-
-/** What a close code means for the reader (docs/protocol.md 5.5). */
-function closeError(code: number, reason: string, sid: string): Error {
-  if (code === 4404) return new SessionNotFoundError(sid, `the WebSocket closed 4404 ${reason}`);
-  if (code === 1003 || code === 1008 || code === 1009 || code === 4400) {
-    return new ProtocolViolationError(`the WebSocket closed ${code}: ${reason}`);
-  }
-  return new TransientError(`the WebSocket closed ${code}${reason ? ` ${reason}` : ""}; resuming`);
-}

@@ -12,9 +12,11 @@ import { HttpStatusError, SessionNotFoundError } from "./errors.js";
 import type { JSONRPCMessage, Link, ReconnectOptions, Resolved } from "./link.js";
 import { asError, mediaType } from "./link.js";
 import { followRequestStream } from "./request-stream.js";
-import { SessionStream, WEBSOCKET_MESSAGE_LOST, type TransportStats } from "./session-stream.js";
+import { WEBSOCKET_MESSAGE_LOST } from "./session-outbox.js";
+import { SessionStream, type TransportStats } from "./session-stream.js";
 import { MemoryCursorStore, type CursorStore } from "./stores.js";
-import { TaskEventStream, type StreamTaskOptions, type TaskLink } from "./task-stream.js";
+import type { TaskLink } from "./task-connection.js";
+import { TaskEventStream, type StreamTaskOptions } from "./task-stream.js";
 import { domConnector, type WebSocketConstructor } from "./ws/dom.js";
 import { DEFAULT_MAX_MESSAGE_BYTES } from "./ws/frames.js";
 import { nodeConnector } from "./ws/node.js";
@@ -87,7 +89,7 @@ export interface ResumableTransportOptions {
    * remains the path when no socket is open, after the server refused a
    * frame, for oversized messages and for messages with per-message headers.
    * What happens to messages on a socket that closes before the server was
-   * shown to have read them is described at `SessionStream.settleOutbox`
+   * shown to have read them is described at `FrameOutbox.settle`
    * and in README.md.
    */
   websocketMessages?: boolean;
