@@ -39,8 +39,14 @@ impl Drop for Fleet {
     }
 }
 
-fn fleet(instances: usize) -> Fleet {
-    let mut child = Command::new(crate::servers::our_binary())
+/// `workers`: the instances' runtime threads (`TOKIO_WORKER_THREADS`),
+/// for instances moved to CPUs of their own once started.
+fn fleet(instances: usize, workers: Option<usize>) -> Fleet {
+    let mut fleet = Command::new(crate::servers::our_binary());
+    if let Some(n) = workers {
+        fleet.env("TOKIO_WORKER_THREADS", n.to_string());
+    }
+    let mut child = fleet
         .args(["fleet", "--listen", "127.0.0.1:0", "--instances"])
         .arg(instances.to_string())
         .env("RUST_LOG", "error")
@@ -185,23 +191,40 @@ async fn measured(
     }
 }
 
+/// Where the instances run while measured: a share of the cores, and
+/// which CPUs.
+pub struct Placement {
+    /// The cores the instances share (a cgroup's quota), so that they, not
+    /// the balancer or the client, bound the calls.
+    pub cores: Option<f64>,
+    /// The CPUs the instances run on, as given and parsed. This tool (the
+    /// client) was bound to the others before its runtime started, and the
+    /// fleet it starts (HAProxy, Redis) inherits them.
+    pub cpus: Option<(String, Vec<usize>)>,
+}
+
 /// Runs the comparison and prints (and appends to `out`) its table.
-/// `instances_cpu`: the cores the instances share (a cgroup's quota), so
-/// that they, not the balancer or the client, bound the calls.
 pub async fn run(
     instances: usize,
     conns: usize,
     secs: u64,
     rounds: usize,
-    instances_cpu: Option<f64>,
+    place: Placement,
     out: Option<PathBuf>,
 ) {
-    let f = fleet(instances.max(1));
+    // An instance sized to the CPUs it gets: one worker thread each.
+    let f = fleet(instances.max(1), place.cpus.as_ref().map(|(_, c)| c.len()));
+    let instances_cpu = place.cores;
     // Dropped before the fleet: its processes move back, then stop.
     let _quota = instances_cpu.map(|cores| {
         crate::quota::Quota::new(cores, &instance_pids(f.child.id()))
             .unwrap_or_else(|e| panic!("--instances-cpu {cores}: {e}"))
     });
+    if let Some((_, cpus)) = &place.cpus {
+        for pid in instance_pids(f.child.id()) {
+            crate::affinity::pin(pid, cpus).unwrap_or_else(|e| panic!("--instances-cpus: {e}"));
+        }
+    }
     let secs = Duration::from_secs(secs);
     let (mut via, mut straight) = (Vec::new(), Vec::new());
     for round in 0..rounds.max(1) {
@@ -222,7 +245,10 @@ pub async fn run(
         format!("### echo through HAProxy against direct, {instances} instances on one Redis"),
     );
     crate::emit(&mut md, String::new());
-    let quota = instances_cpu.map_or(String::new(), |c| format!(" --instances-cpu {c}"));
+    let mut quota = instances_cpu.map_or(String::new(), |c| format!(" --instances-cpu {c}"));
+    if let Some((list, _)) = &place.cpus {
+        quota.push_str(&format!(" --instances-cpus {list}"));
+    }
     crate::emit(
         &mut md,
         format!(

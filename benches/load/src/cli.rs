@@ -225,6 +225,14 @@ pub(crate) enum Cmd {
         /// share the machine's cores.
         #[arg(long, value_name = "CORES")]
         instances_cpu: Option<f64>,
+        /// The CPUs the instances run on (a list as taskset takes it: 0,
+        /// 0,2, 1-3); the client, HAProxy and Redis run on the others, so
+        /// that the instances are not preempted by the balancer they are
+        /// measured behind. Needs util-linux's taskset. With
+        /// --instances-cpu, the instances also share only that much of
+        /// these CPUs.
+        #[arg(long, value_name = "LIST")]
+        instances_cpus: Option<String>,
         /// Append the table to this file.
         #[arg(long)]
         out: Option<PathBuf>,

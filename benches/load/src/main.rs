@@ -10,6 +10,7 @@
 //! ulimit -n 200000; target/release/mcp-resume-load compare --out benches/results/compare.md
 //! ```
 
+mod affinity;
 mod balancer;
 mod bare;
 mod baseline;
@@ -72,12 +73,27 @@ fn main() {
     if let Cmd::StdioChild = cli.cmd {
         return stdio_child::run();
     }
+    // `balancer --instances-cpus`: this process (the client) and what it
+    // starts run on the other CPUs, its runtime sized to them.
+    let mut cpus = None;
+    if let Cmd::Balancer {
+        instances_cpus: Some(list),
+        ..
+    } = &cli.cmd
+    {
+        let bind = affinity::parse(list).and_then(|theirs| {
+            affinity::pin(std::process::id(), &affinity::others(&theirs)).map(|()| theirs)
+        });
+        cpus = Some(bind.unwrap_or_else(|e| panic!("--instances-cpus {list}: {e}")));
+    }
     tokio::runtime::Runtime::new()
         .expect("an async runtime")
-        .block_on(run(cli));
+        .block_on(run(cli, cpus));
 }
 
-async fn run(cli: Cli) {
+/// `cpus`: the instances' CPUs of `balancer --instances-cpus`, parsed
+/// (this process already bound to the others).
+async fn run(cli: Cli, mut cpus: Option<Vec<usize>>) {
     match cli.cmd {
         Cmd::StdioChild => unreachable!("served before the runtime starts"),
         Cmd::TaskEvents {
@@ -93,8 +109,15 @@ async fn run(cli: Cli) {
             secs,
             rounds,
             instances_cpu,
+            instances_cpus,
             out,
-        } => balancer::run(instances, conns, secs, rounds, instances_cpu, out).await,
+        } => {
+            let place = balancer::Placement {
+                cores: instances_cpu,
+                cpus: instances_cpus.zip(cpus.take()),
+            };
+            balancer::run(instances, conns, secs, rounds, place, out).await
+        }
         Cmd::Paths(args) => paths::run(args).await,
         Cmd::BareServer => bare::run().await,
         Cmd::Stateless {
