@@ -310,55 +310,6 @@ async fn a_handler_that_panics_still_ends_its_call_with_an_error() {
 }
 
 #[tokio::test]
-async fn metrics_healthz_and_readyz() {
-    let s = TestServer::start(ServerConfig::default()).await;
-    let base = format!("http://{}", s.addr);
-    let sid = s.init().await;
-    s.emit_and_wait(&sid, 5).await;
-    let reader = s.session_stream(&sid, None).send().await.unwrap();
-    let _ = read_sse(reader, 5, 1000).await;
-    let (_ws, _) = common::ws_upgrade(&s.ws_url(&sid), Some(5)).await;
-    let _ = s
-        .post(
-            Some(&"0".repeat(64)),
-            json!({"jsonrpc":"2.0","id":1,"method":"ping"}),
-        )
-        .await;
-    // The socket's task starts just after the 101.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let text = reqwest::get(format!("{base}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for want in [
-        "mcp_resume_sessions_live 1",
-        "mcp_resume_events_committed_total 5",
-        "mcp_resume_commit_duration_seconds_bucket",
-        "mcp_resume_upgrades_total{outcome=\"upgraded\"} 1",
-        "mcp_resume_refusals_total{status=\"404\"} 1",
-        "mcp_resume_readers{transport=\"websocket\"} 1",
-    ] {
-        assert!(text.contains(want), "{want} missing from:\n{text}");
-    }
-    assert_eq!(
-        reqwest::get(format!("{base}/healthz"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        reqwest::get(format!("{base}/readyz"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-}
-
-#[tokio::test]
 async fn cors_preflight_and_exposed_headers_for_allowed_origins_only() {
     let mut config = ServerConfig::default();
     config.allowed_origins = vec!["https://app.example".into()];
