@@ -197,10 +197,10 @@ pub struct Placement {
     /// The cores the instances share (a cgroup's quota), so that they, not
     /// the balancer or the client, bound the calls.
     pub cores: Option<f64>,
-    /// The CPUs the instances run on, as given and parsed. This tool (the
-    /// client) was bound to the others before its runtime started, and the
-    /// fleet it starts (HAProxy, Redis) inherits them.
-    pub cpus: Option<(String, Vec<usize>)>,
+    /// The CPUs the instances run on. This tool (the client) was bound to
+    /// the others before its runtime started, and the fleet it starts
+    /// (HAProxy, Redis, the supervising `fleet` process) inherits them.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// Runs the comparison and prints (and appends to `out`) its table.
@@ -213,15 +213,21 @@ pub async fn run(
     out: Option<PathBuf>,
 ) {
     // An instance sized to the CPUs it gets: one worker thread each.
-    let f = fleet(instances.max(1), place.cpus.as_ref().map(|(_, c)| c.len()));
+    let f = fleet(instances.max(1), place.cpus.as_ref().map(Vec::len));
     let instances_cpu = place.cores;
     // Dropped before the fleet: its processes move back, then stop.
     let _quota = instances_cpu.map(|cores| {
         crate::quota::Quota::new(cores, &instance_pids(f.child.id()))
             .unwrap_or_else(|e| panic!("--instances-cpu {cores}: {e}"))
     });
-    if let Some((_, cpus)) = &place.cpus {
-        for pid in instance_pids(f.child.id()) {
+    if let Some(cpus) = &place.cpus {
+        // The instances only: what the supervisor starts later stays off
+        // their CPUs.
+        let supervisor = f.child.id();
+        for pid in instance_pids(supervisor)
+            .into_iter()
+            .filter(|&p| p != supervisor)
+        {
             crate::affinity::pin(pid, cpus).unwrap_or_else(|e| panic!("--instances-cpus: {e}"));
         }
     }
@@ -246,8 +252,11 @@ pub async fn run(
     );
     crate::emit(&mut md, String::new());
     let mut quota = instances_cpu.map_or(String::new(), |c| format!(" --instances-cpu {c}"));
-    if let Some((list, _)) = &place.cpus {
-        quota.push_str(&format!(" --instances-cpus {list}"));
+    if let Some(cpus) = &place.cpus {
+        quota.push_str(&format!(
+            " --instances-cpus {}",
+            crate::affinity::join(cpus)
+        ));
     }
     crate::emit(
         &mut md,

@@ -81,9 +81,9 @@ fn main() {
         ..
     } = &cli.cmd
     {
-        let bind = affinity::parse(list).and_then(|theirs| {
-            affinity::pin(std::process::id(), &affinity::others(&theirs)).map(|()| theirs)
-        });
+        let bind = affinity::allowed()
+            .and_then(|allowed| affinity::split(list, &allowed))
+            .and_then(|(theirs, ours)| affinity::pin(std::process::id(), &ours).map(|()| theirs));
         cpus = Some(bind.unwrap_or_else(|e| panic!("--instances-cpus {list}: {e}")));
     }
     tokio::runtime::Runtime::new()
@@ -114,7 +114,7 @@ async fn run(cli: Cli, mut cpus: Option<Vec<usize>>) {
         } => {
             let place = balancer::Placement {
                 cores: instances_cpu,
-                cpus: instances_cpus.zip(cpus.take()),
+                cpus: instances_cpus.and(cpus.take()),
             };
             balancer::run(instances, conns, secs, rounds, place, out).await
         }
