@@ -2,21 +2,26 @@
 # What one event's commit costs Redis itself: lua/append.lua as the server
 # runs it (one server, no replicas: the ring in the script), against the
 # layout redis-path.md names as the floor (benches/redis/floor-append.lua),
-# each run alone on a Redis of its own by redis-benchmark, rounds
-# alternating. One session, one stream, one follower (a compact member), a
-# 150-byte notification an event: what `scale` commits per event.
+# each on a Redis of its own state (flushed between runs), rounds
+# alternating. Each session has one stream with one follower (a compact
+# member); the appends go to the sessions in turn, a 150-byte notification
+# each, sent by `redis-cli --pipe` (benches/redis/append-resp.py writes
+# them).
 #
-#   benches/redis/append-cost.sh [N] [ROUNDS]
+#   benches/redis/append-cost.sh [SESSIONS] [N] [ROUNDS]
 #
-# N: appends a round (default 200000); ROUNDS: rounds of each (default 2).
-# Prints per round Redis's time per append (`usec_per_call` of EVALSHA,
-# which includes the script's own commands) and the commands per append
-# (INFO commandstats, the script's own counted). Needs redis-server,
-# redis-cli, redis-benchmark, python3, bc.
+# SESSIONS: sessions (default 1); N: appends a round (default 200000);
+# ROUNDS: rounds of each (default 2). Prints per round Redis's time per
+# append (`usec_per_call` of EVALSHA, the script's own commands included;
+# wall time inside Redis, so run it on a quiet machine) and the commands
+# per append (INFO commandstats, the script's own counted). Redis runs with
+# `stream-node-max-bytes 1024` and `hash-max-ziplist-value 1024`, as the
+# scale runs of redis-path.md. Needs redis-server, redis-cli, python3, bc.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-N=${1:-200000}
-ROUNDS=${2:-2}
+SESSIONS=${1:-1}
+N=${2:-200000}
+ROUNDS=${3:-2}
 WORK=$(mktemp -d)
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 cleanup() {
@@ -24,42 +29,29 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --dir "$WORK" --logfile "$WORK/redis.log" >/dev/null
+redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --dir "$WORK" --logfile "$WORK/redis.log" \
+  --stream-node-max-bytes 1024 --hash-max-ziplist-value 1024 >/dev/null
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 R=(redis-cli -p "$PORT")
-MSG='{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"tick 000123 from the emit tool, about a hundred and fifty bytes"}}'
-NONCE=123456789012
-S='mcpr:{0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef}'
+GEN=benches/redis/append-resp.py
 for round in $(seq "$ROUNDS"); do
   for layout in append.lua floor-append.lua; do
     "${R[@]}" FLUSHALL >/dev/null
-    # The follower's wake stream, the session (live, unfenced), its stream's
-    # state and follower set as create.lua and bounds.lua leave them; the
-    # floor's session hash holds the member in `w`.
-    "${R[@]}" XADD "mcpr:wake:{$NONCE}" '*' x 1 >/dev/null
-    "${R[@]}" HSET "$S" e 0 c 1 r 1 a 1 x 1 w "${NONCE}0" >/dev/null
-    "${R[@]}" HSET "$S:st:0" h 0 f 1 c 0 >/dev/null
-    "${R[@]}" SADD "$S:f" "${NONCE}0" >/dev/null
-    if [ "$layout" = append.lua ]; then
-      SHA=$("${R[@]}" SCRIPT LOAD "$(cat crates/log/src/redis/lua/append.lua)")
-      "${R[@]}" CONFIG RESETSTAT >/dev/null
-      # KEYS: session, stream state, events, pins, once, index, followers;
-      # ARGV: stream 0, now, no count limit, no floor, committed at the
-      # append (no replicas), no key, no fence, ring, the message.
-      redis-benchmark -p "$PORT" -n "$N" -c 4 -q EVALSHA "$SHA" 7 "$S" "$S:st:0" "$S:ev:0" "$S:pin" "$S:once" "$S:rs" "$S:f" \
-        0 1700000000000 1000000000 0 1 "" "" 1 "$MSG" >/dev/null
-    else
-      SHA=$("${R[@]}" SCRIPT LOAD "$(cat benches/redis/floor-append.lua)")
-      "${R[@]}" CONFIG RESETSTAT >/dev/null
-      redis-benchmark -p "$PORT" -n "$N" -c 4 -q EVALSHA "$SHA" 2 "$S" "$S:ev:0" 1700000000000 "$MSG" >/dev/null
-    fi
+    if [ "$layout" = append.lua ]; then script=crates/log/src/redis/lua/append.lua; else script=benches/redis/floor-append.lua; fi
+    SHA=$("${R[@]}" SCRIPT LOAD "$(cat "$script")")
+    python3 "$GEN" setup "$SESSIONS" | "${R[@]}" --pipe >/dev/null
+    python3 "$GEN" "$layout" "$SESSIONS" "$N" "$SHA" >"$WORK/appends"
+    "${R[@]}" CONFIG RESETSTAT >/dev/null
+    piped=$("${R[@]}" --pipe <"$WORK/appends" | tail -1)
+    case "$piped" in "errors: 0, replies: $N") ;; *) echo "$layout: $piped" >&2; exit 1 ;; esac
     stats=$("${R[@]}" INFO commandstats | tr -d '\r')
     calls=$(echo "$stats" | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p')
     usec=$(echo "$stats" | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\),.*/\1/p')
     all=$(echo "$stats" | grep -v '^cmdstat_info:' | sed -n 's/^cmdstat_[a-z|]*:calls=\([0-9]*\),.*/\1/p' | paste -sd+ | bc)
     [ "$calls" = "$N" ] || { echo "$layout: $calls of $N appends counted" >&2; exit 1; }
-    [ "$("${R[@]}" XLEN "$S:ev:0")" = "$N" ] || { echo "$layout: the stream does not hold $N events" >&2; exit 1; }
-    printf '%-17s round %s: %s µs of Redis time an append, %s commands an append\n' \
-      "$layout" "$round" "$usec" "$(echo "scale=2; $all / $calls" | bc)"
+    held=$(for s in 0 $((SESSIONS - 1)); do python3 -c "print('mcpr:{%064x}:ev:0' % ($s * 2654435761 % (1 << 255)))"; done | xargs -I{} "${R[@]}" XLEN {} | paste -sd+ | bc)
+    [ "$held" -gt 0 ] || { echo "$layout: no event held" >&2; exit 1; }
+    printf '%-17s round %s, %s sessions: %s µs of Redis time an append, %s commands an append\n' \
+      "$layout" "$round" "$SESSIONS" "$usec" "$(echo "scale=2; $all / $calls" | bc)"
   done
 done
