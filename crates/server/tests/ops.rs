@@ -107,18 +107,11 @@ async fn metrics_healthz_and_readyz() {
     ] {
         assert!(text.contains(want), "{want} missing from:\n{text}");
     }
-    assert_eq!(
-        reqwest::get(format!("{base}/healthz"))
+    for probe in ["healthz", "readyz"] {
+        let status = reqwest::get(format!("{base}/{probe}"))
             .await
             .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        reqwest::get(format!("{base}/readyz"))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+            .status();
+        assert_eq!(status, 200, "{probe}");
+    }
 }
