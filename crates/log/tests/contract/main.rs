@@ -6,3 +6,4 @@ mod core;
 mod expiry;
 mod live_streams;
 mod requests;
+mod retention;
