@@ -214,9 +214,8 @@ pub async fn run(
 ) {
     // An instance sized to the CPUs it gets: one worker thread each.
     let f = fleet(instances.max(1), place.cpus.as_ref().map(Vec::len));
-    let instances_cpu = place.cores;
     // Dropped before the fleet: its processes move back, then stop.
-    let _quota = instances_cpu.map(|cores| {
+    let _quota = place.cores.map(|cores| {
         crate::quota::Quota::new(cores, &instance_pids(f.child.id()))
             .unwrap_or_else(|e| panic!("--instances-cpu {cores}: {e}"))
     });
@@ -251,9 +250,11 @@ pub async fn run(
         format!("### echo through HAProxy against direct, {instances} instances on one Redis"),
     );
     crate::emit(&mut md, String::new());
-    let mut quota = instances_cpu.map_or(String::new(), |c| format!(" --instances-cpu {c}"));
+    let mut placed = place
+        .cores
+        .map_or(String::new(), |c| format!(" --instances-cpu {c}"));
     if let Some(cpus) = &place.cpus {
-        quota.push_str(&format!(
+        placed.push_str(&format!(
             " --instances-cpus {}",
             crate::affinity::join(cpus)
         ));
@@ -261,7 +262,7 @@ pub async fn run(
     crate::emit(
         &mut md,
         format!(
-            "`mcp-resume-load balancer --instances {instances} --conns {conns} --secs {} --rounds {rounds}{quota}`",
+            "`mcp-resume-load balancer --instances {instances} --conns {conns} --secs {} --rounds {rounds}{placed}`",
             secs.as_secs()
         ),
     );

@@ -93,7 +93,7 @@ fn main() {
 
 /// `cpus`: the instances' CPUs of `balancer --instances-cpus`, parsed
 /// (this process already bound to the others).
-async fn run(cli: Cli, mut cpus: Option<Vec<usize>>) {
+async fn run(cli: Cli, cpus: Option<Vec<usize>>) {
     match cli.cmd {
         Cmd::StdioChild => unreachable!("served before the runtime starts"),
         Cmd::TaskEvents {
@@ -109,12 +109,12 @@ async fn run(cli: Cli, mut cpus: Option<Vec<usize>>) {
             secs,
             rounds,
             instances_cpu,
-            instances_cpus,
+            instances_cpus: _,
             out,
         } => {
             let place = balancer::Placement {
                 cores: instances_cpu,
-                cpus: instances_cpus.and(cpus.take()),
+                cpus,
             };
             balancer::run(instances, conns, secs, rounds, place, out).await
         }

@@ -2,14 +2,38 @@
 //! a live pin, by age at a maintenance pass (and idle sessions ended by
 //! it), and nothing at all on a pass whose reads fail.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::{backends, msg};
 use bytes::Bytes;
-use mcp_resume_log::{LogError, Retention, StreamKey};
+use mcp_resume_log::{Log, LogError, Retention, StreamKey};
 use mcp_resume_testkit::rt;
 
 const S: StreamKey = StreamKey::Session;
+
+/// Retention by age: 2 s, with room for 100 events.
+fn by_age() -> Retention {
+    let mut retention = Retention::default();
+    retention.max_events = 100;
+    // Event 4 of [`three_old_then_one_new`] must stay younger than this
+    // through both passes of the tests; at 50 ms, a loaded machine (Redis
+    // Cluster, both cores busy) once took longer and the second pass
+    // rightly trimmed it too.
+    retention.max_age = Duration::from_secs(2);
+    retention
+}
+
+/// Session `a` with events 1 to 3 older than [`by_age`] keeps, and event 4
+/// new.
+async fn three_old_then_one_new(log: &Arc<dyn Log>) {
+    log.create_session("a", Bytes::new()).await.unwrap();
+    log.append("a", S, (1..=3).map(msg).collect())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    log.append("a", S, vec![msg(4)]).await.unwrap();
+}
 
 #[test]
 fn retention_never_passes_a_pin() {
@@ -43,20 +67,9 @@ fn retention_never_passes_a_pin() {
 #[test]
 fn age_retention_and_idle_expiry() {
     rt().block_on(async {
-        let mut retention = Retention::default();
-        retention.max_events = 100;
-        // Event 4 must stay younger than this through both passes below;
-        // at 50 ms, a loaded machine (Redis Cluster, both cores busy) once
-        // took longer and the second pass rightly trimmed it too.
-        retention.max_age = Duration::from_secs(2);
-        for b in backends(retention, 1024).await {
+        for b in backends(by_age(), 1024).await {
             let log = b.log();
-            log.create_session("a", Bytes::new()).await.unwrap();
-            log.append("a", S, (1..=3).map(msg).collect())
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(2200)).await;
-            log.append("a", S, vec![msg(4)]).await.unwrap();
+            three_old_then_one_new(log).await;
             assert!(log
                 .maintain(Duration::from_secs(60), Duration::from_secs(3600))
                 .await
@@ -87,20 +100,9 @@ fn age_retention_and_idle_expiry() {
 #[test]
 fn a_read_that_fails_during_maintenance_trims_nothing() {
     rt().block_on(async {
-        let mut retention = Retention::default();
-        retention.max_events = 100;
-        // Event 4 must stay younger than this through both passes below;
-        // at 50 ms, a loaded machine (Redis Cluster, both cores busy) once
-        // took longer and the second pass rightly trimmed it too.
-        retention.max_age = Duration::from_secs(2);
-        for b in backends(retention, 1024).await {
+        for b in backends(by_age(), 1024).await {
             let log = b.log();
-            log.create_session("a", Bytes::new()).await.unwrap();
-            log.append("a", S, (1..=3).map(msg).collect())
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(2200)).await;
-            log.append("a", S, vec![msg(4)]).await.unwrap();
+            three_old_then_one_new(log).await;
             if !b.fail_reads(u64::MAX) {
                 continue; // memory: housekeeping reads nothing that could fail
             }
