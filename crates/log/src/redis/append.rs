@@ -2,7 +2,8 @@
 //! assigns seqs, appends, trims and moves the heads (`scripts::APPEND`),
 //! then `WAIT` for the replicas and the move of the committed head `c`
 //! that readers see, then the wake-up of followers (inside the script on
-//! one server without replicas). The age
+//! one server without replicas, where this instance's own readers get the
+//! commit from the script's reply: `tail/local.rs`). The age
 //! trim of maintenance runs the same script with no events.
 
 use bytes::Bytes;
@@ -18,7 +19,8 @@ impl RedisLog {
     /// Runs the append script on stream `stream` of `id`: appends
     /// `messages` (at most once per `key` when given, [`crate::EventLog::append_once`];
     /// only while `owner` holds the lease when given, [`crate::EventLog::append_fenced`]),
-    /// trims by count and to `floor`; the reply's head.
+    /// trims by count and to `floor`, at `at_ms`; the reply's head.
+    #[allow(clippy::too_many_arguments)]
     async fn run_append(
         &self,
         id: &str,
@@ -27,6 +29,7 @@ impl RedisLog {
         floor: Seq,
         key: Option<u64>,
         owner: Option<&str>,
+        at_ms: u64,
     ) -> Result<(i64, i64), LogError> {
         let p = prefix(id);
         let n = stream.number();
@@ -38,13 +41,20 @@ impl RedisLog {
             .key(format!("{p}:rs"))
             .key(tail::followers_key(&p))
             .arg(n)
-            .arg(now_ms())
+            .arg(at_ms)
             .arg(self.retention.max_events)
             .arg(floor)
             .arg(self.commit_at_ack())
             .arg(key.map(|k| k.to_string()).unwrap_or_default())
             .arg(owner.unwrap_or_default())
-            .arg(if self.rings_in_script() { "1" } else { "" });
+            .arg(if self.rings_in_script() { "1" } else { "" })
+            // Not rung: this instance hands the commit to its own readers
+            // from the reply (`tail/local.rs`).
+            .arg(if self.rings_in_script() {
+                self.tails.wake_key()
+            } else {
+                ""
+            });
         for m in messages {
             inv.arg(m.as_ref());
         }
@@ -77,11 +87,42 @@ impl RedisLog {
         if messages.is_empty() {
             return Ok(self.bounds_of(id, stream).await?.head);
         }
-        let (h, _) = self
-            .run_append(id, stream, &messages, 0, key, owner)
-            .await?;
         let p = prefix(id);
         let n = stream.number();
+        let at_ms = now_ms();
+        // Made before the script runs: a commit whose reply never comes
+        // still reaches this instance's readers (a read of the stream).
+        let local = self
+            .rings_in_script()
+            .then(|| self.tails.local_commit(id, format!("{p}:ev:{n}")));
+        let r = self
+            .run_append(id, stream, &messages, 0, key, owner, at_ms)
+            .await;
+        let h = match (r, local) {
+            // A retry of a keyed batch already appended: the first try's
+            // commit handed it over, or left the stream marked for a read.
+            (Ok((h, -3)), _) | (Ok((h, _)), None) => h,
+            (Ok((h, _)), Some(local)) => {
+                let first = (h as u64 + 1).saturating_sub(messages.len() as u64);
+                local.committed(first, at_ms, messages);
+                h
+            }
+            (
+                Err(
+                    e @ (LogError::NoSession(_)
+                    | LogError::NoStream { .. }
+                    | LogError::LeaseLost(_)),
+                ),
+                local,
+            ) => {
+                if let Some(local) = local {
+                    local.refused();
+                }
+                return Err(e);
+            }
+            // Unknown outcome: `local`'s drop marks the stream for a read.
+            (Err(e), _) => return Err(e),
+        };
         if self.replicas > 0 {
             // Readers see nothing above `c`, and `c` moves only once the
             // replicas hold the events: nothing sent can be taken back by a
@@ -125,7 +166,10 @@ impl RedisLog {
         stream: StreamKey,
         floor: Seq,
     ) -> Result<bool, LogError> {
-        match self.run_append(id, stream, &[], floor, None, None).await {
+        match self
+            .run_append(id, stream, &[], floor, None, None, now_ms())
+            .await
+        {
             Ok((_, reached)) => Ok(reached >= floor as i64),
             // Ended (or never opened) meanwhile: nothing to trim.
             Err(LogError::NoSession(_) | LogError::NoStream { .. }) => Ok(false),

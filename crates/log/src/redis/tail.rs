@@ -42,6 +42,7 @@ mod bell;
 mod blocking;
 mod endings;
 mod join;
+mod local;
 mod members;
 mod poll;
 

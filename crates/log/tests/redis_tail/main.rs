@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod join;
+mod local;
 
 use std::time::Duration;
 

@@ -34,7 +34,8 @@ local commit_at_ack = ARGV[5]
 local once = ARGV[6] or ''
 local owner = ARGV[7] or ''
 local ring = ARGV[8] or ''
--- ARGV[9..]: the messages, in order
+local me = ARGV[9] or ''
+-- ARGV[10..]: the messages, in order
 -- The session's state and the stream's, one read each.
 local s = redis.call('HMGET', session, 'e', 'o')
 if s[1] ~= '0' then return {-1} end
@@ -52,13 +53,13 @@ local h = tonumber(st[1])
 if not h then return {-2} end
 local f = tonumber(st[2])
 local emptied = false
-if stream ~= '0' and #ARGV >= 9 and h > 0 and f > h then
+if stream ~= '0' and #ARGV >= 10 and h > 0 and f > h then
   -- Events again on a stream retention emptied: it holds something again.
   redis.call('PERSIST', stream_state)
   redis.call('SADD', index, stream)
 end
 local first = h + 1
-for i = 9, #ARGV do
+for i = 10, #ARGV do
   h = h + 1
   redis.call('XADD', events, h .. '-0', 't', now_ms, 'm', ARGV[i])
 end
@@ -103,7 +104,7 @@ if once ~= '' then
   redis.call('HSET', once_keys, slot, once, once, h)
   redis.call('PEXPIRE', once_keys, 600000)
 end
-if ring == '1' and #ARGV >= 9 then
+if ring == '1' and #ARGV >= 10 then
   -- The wake streams are not declared keys: one server only (`ring` is
   -- never set on a cluster, whose instances ring after the commit).
   local members = redis.call('SMEMBERS', followers)
@@ -117,15 +118,15 @@ if ring == '1' and #ARGV >= 9 then
       local nonce, n = string.match(m, '^(%d%d%d%d%d%d%d%d%d%d%d%d)(%d+)$')
       if n == stream then target = 'mcpr:wake:{' .. nonce .. '}' end
     end
-    if target then
+    if target and target ~= me then
       if not wake then
         wake = {'NOMKSTREAM', 'MAXLEN', '~', 16384, '*', 'k', events}
         local bytes = 0
-        for i = 9, #ARGV do bytes = bytes + #ARGV[i] end
-        if bytes <= 1024 and #ARGV - 8 <= 16 then
+        for i = 10, #ARGV do bytes = bytes + #ARGV[i] end
+        if bytes <= 1024 and #ARGV - 9 <= 16 then
           table.insert(wake, 's'); table.insert(wake, first)
           table.insert(wake, 't'); table.insert(wake, now_ms)
-          for i = 9, #ARGV do
+          for i = 10, #ARGV do
             table.insert(wake, 'm'); table.insert(wake, ARGV[i])
           end
         end
