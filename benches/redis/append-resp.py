@@ -46,9 +46,10 @@ def main():
         if what == 'append.lua':
             # KEYS: session, stream state, events, pins, once, index,
             # followers; ARGV: stream 0, now, no count limit, no floor,
-            # committed at the append, no key, no fence, ring, the message.
+            # committed at the append, no key, no fence, ring, not the
+            # follower's instance (`me`: it would not be rung), the message.
             cmd('EVALSHA', sha, 7, s, s + ':st:0', s + ':ev:0', s + ':pin', s + ':once',
-                s + ':rs', s + ':f', 0, 1700000000000, 1000000000, 0, 1, '', '', 1, MSG)
+                s + ':rs', s + ':f', 0, 1700000000000, 1000000000, 0, 1, '', '', 1, '', MSG)
         else:
             cmd('EVALSHA', sha, 2, s, s + ':ev:0', 1700000000000, MSG)
 

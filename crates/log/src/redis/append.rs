@@ -99,8 +99,9 @@ impl RedisLog {
             .run_append(id, stream, &messages, 0, key, owner, at_ms)
             .await;
         let h = match (r, local) {
-            // A retry of a keyed batch already appended: the first try's
-            // commit handed it over, or left the stream marked for a read.
+            // A retry of a keyed batch already appended: `local` is dropped
+            // unsettled, so the stream is read (the first try's commit may
+            // have landed after that try stopped waiting).
             (Ok((h, -3)), _) | (Ok((h, _)), None) => h,
             (Ok((h, _)), Some(local)) => {
                 let first = (h as u64 + 1).saturating_sub(messages.len() as u64);

@@ -12,7 +12,8 @@
 //! A shard reads with non-blocking single-key reads ([`poll`]): the streams a
 //! commit woke ([`bell`]: the commit adds the stream's key to the wake stream
 //! of each instance registered as its follower, inside the append script on
-//! one server) and the rare new stream that something may have passed by
+//! one server, and this instance's own commits come from the script's reply,
+//! [`local`]) and the rare new stream that something may have passed by
 //! while its reader joined ([`join`]), sent concurrently (pipelined per
 //! node); on a cluster, or with replicas, where the ring comes after the
 //! commit, also every followed stream once per safety period (growing while

@@ -10,7 +10,8 @@
 -- lease (field `o`): `{-4}`, the fence of a stalled owner; `owner` `-`
 -- appends only while no instance holds it.
 -- With `ring` (one server, no replicas: the commit is this script), each
--- instance that follows the stream (the follower set: `WAKE|STREAM`
+-- instance other than `me` (the committing one's wake stream) that follows
+-- the stream (the follower set: `WAKE|STREAM`
 -- members, or compact ones, the wake stream's 12-digit nonce then the
 -- stream's number) gets the stream's key on its wake stream, in the
 -- commit's own step; a wake stream gone with its instance drops the registration. A

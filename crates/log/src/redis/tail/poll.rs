@@ -165,8 +165,9 @@ impl Shard {
                 };
                 next_full = Instant::now() + safety;
                 if self.pushed {
-                    // Every commit wakes this instance in its own step, and
-                    // a doubt about that is resolved when it arises: no
+                    // Every commit wakes this instance in its own step (its
+                    // own commits from the script's reply, `local`), and a
+                    // doubt about that is resolved when it arises: no
                     // safety reads (`bell`).
                     next_full = Instant::now() + NEVER;
                 }
