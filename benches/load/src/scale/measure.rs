@@ -199,6 +199,9 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
     if redis && !redis_args.is_empty() {
         settings += &format!("; redis-server {}", redis_args.join(" "));
     }
+    if redis && args.calls_elsewhere {
+        settings += "; each session's calls to another instance than its GET stream's";
+    }
     println!("scale: {sessions} sessions, {where_}, HTTP/2 (100 streams per connection){settings}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before: Vec<u64> = servers.iter().map(Server::rss_kib).collect();
@@ -226,15 +229,19 @@ pub async fn run(args: &super::Args, redis: bool) -> Figures {
         let permit = opening.clone().acquire_owned().await.unwrap();
         let http = clients[i / 100].clone();
         let url = servers[i % n].url.clone();
+        // Where its calls go: the GET stream's instance, or the next one.
+        let calls = servers[(i + usize::from(args.calls_elsewhere)) % n]
+            .url
+            .clone();
         let totals = totals.clone();
         tasks.spawn(async move {
-            let s = Arc::new(session_with(http, &url).await);
+            let s = session_with(http, &url).await;
             let tally = Arc::new(Tally::default());
             let resp = s.get(None).await;
             assert!(resp.status().is_success(), "GET: {}", resp.status());
             tokio::spawn(read(resp, tally.clone(), totals));
             drop(permit);
-            (s, tally)
+            (Arc::new(Session { url: calls, ..s }), tally)
         });
         while let Some(done) = tasks.try_join_next() {
             held.push(done.unwrap());

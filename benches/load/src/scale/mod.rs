@@ -70,6 +70,14 @@ pub struct Args {
     /// Instances on that Redis (sessions spread round-robin).
     #[arg(long, default_value_t = 2)]
     instances: usize,
+    /// Send each session's `emit` calls to the next instance, not the one
+    /// that holds its GET stream: every event is committed on one instance
+    /// and delivered by another, as behind a balancer without stickiness
+    /// (half the time with two instances). By default a session's calls go
+    /// to its GET stream's instance, whose readers get the commit from the
+    /// append script's reply. The disk log's one instance is both.
+    #[arg(long)]
+    calls_elsewhere: bool,
     /// Append the report to this file.
     #[arg(long)]
     out: Option<PathBuf>,
