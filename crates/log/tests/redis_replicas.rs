@@ -152,3 +152,41 @@ fn a_lost_wake_stream_is_made_good_on_a_polled_tail() {
         }
     });
 }
+
+/// With replicas the committing instance rings the followers after the
+/// commit (and its `WAIT`), leaving itself out: its own reader gets each
+/// event from the append's reply once committed, another instance's from
+/// its wake stream. Each commit costs the primary its event's `XADD` and
+/// the other instance's wake-up, no third for the committing one's.
+#[test]
+fn a_reader_on_the_committing_instance_gets_the_commit_from_its_reply() {
+    let primary = RedisServer::start();
+    let _replica = replica_of(&primary);
+    rt().block_on(async {
+        replicas_online(&primary.url, 1).await;
+        let connect = || RedisLog::connect(&primary.url, Retention::default(), 1);
+        let (writer, other) = (connect().await.unwrap(), connect().await.unwrap());
+        writer.create_session("w", Bytes::new()).await.unwrap();
+        let (_, mut here) = writer.subscribe("w", S).await.unwrap();
+        let (_, mut there) = other.subscribe("w", S).await.unwrap();
+        let before = primary.commands_by_name();
+        for i in 1..=10 {
+            writer.append("w", S, vec![msg(i)]).await.unwrap();
+            for sub in [&mut here, &mut there] {
+                let ev = tokio::time::timeout(Duration::from_secs(1), sub.next())
+                    .await
+                    .expect("woken within a second")
+                    .unwrap();
+                assert_eq!((ev.seq, ev.message), (i, msg(i)));
+            }
+        }
+        // The last ring runs after its append returned.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ran = common::ran(&before, &primary.commands_by_name());
+        assert_eq!(
+            ran.get("xadd").copied().unwrap_or(0),
+            20,
+            "10 events and the other instance's 10 wake-ups, nothing more: {ran:?}"
+        );
+    });
+}

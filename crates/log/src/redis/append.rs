@@ -2,8 +2,8 @@
 //! assigns seqs, appends, trims and moves the heads (`scripts::APPEND`),
 //! then `WAIT` for the replicas and the move of the committed head `c`
 //! that readers see, then the wake-up of followers (inside the script on
-//! one server without replicas, where this instance's own readers get the
-//! commit from the script's reply: `tail/local.rs`). The age
+//! one server without replicas), of every follower but this instance, whose
+//! own readers get the commit from the script's reply (`tail/local.rs`). The age
 //! trim of maintenance runs the same script with no events.
 
 use bytes::Bytes;
@@ -90,39 +90,22 @@ impl RedisLog {
         let p = prefix(id);
         let n = stream.number();
         let at_ms = now_ms();
-        // Made before the script runs: a commit whose reply never comes
-        // still reaches this instance's readers (a read of the stream).
-        let local = self
-            .rings_in_script()
-            .then(|| self.tails.local_commit(id, format!("{p}:ev:{n}")));
-        let r = self
+        // Made before the script runs: a commit whose outcome this instance
+        // never learns still reaches its readers (a read of the stream).
+        let local = self.tails.local_commit(id, format!("{p}:ev:{n}"));
+        let (h, again) = match self
             .run_append(id, stream, &messages, 0, key, owner, at_ms)
-            .await;
-        let h = match (r, local) {
-            // A retry of a keyed batch already appended: `local` is dropped
-            // unsettled, so the stream is read (the first try's commit may
-            // have landed after that try stopped waiting).
-            (Ok((h, -3)), _) | (Ok((h, _)), None) => h,
-            (Ok((h, _)), Some(local)) => {
-                let first = (h as u64 + 1).saturating_sub(messages.len() as u64);
-                local.committed(first, at_ms, messages);
-                h
-            }
-            (
-                Err(
-                    e @ (LogError::NoSession(_)
-                    | LogError::NoStream { .. }
-                    | LogError::LeaseLost(_)),
-                ),
-                local,
+            .await
+        {
+            Ok((h, f)) => (h, f == -3),
+            Err(
+                e @ (LogError::NoSession(_) | LogError::NoStream { .. } | LogError::LeaseLost(_)),
             ) => {
-                if let Some(local) = local {
-                    local.refused();
-                }
+                local.refused();
                 return Err(e);
             }
             // Unknown outcome: `local`'s drop marks the stream for a read.
-            (Err(e), _) => return Err(e),
+            Err(e) => return Err(e),
         };
         if self.replicas > 0 {
             // Readers see nothing above `c`, and `c` moves only once the
@@ -139,14 +122,23 @@ impl RedisLog {
                 .map_err(unavailable)?;
         }
         if !self.rings_in_script() {
-            // Committed: wake the instances that follow it (a hint; their
-            // safety reads cover a lost one). On one server without
+            // Committed: wake the other instances that follow it (a hint;
+            // their safety reads cover a lost one). On one server without
             // replicas the append script did, in the commit's own step.
             tokio::spawn(tail::ring(
                 self.conn.clone(),
                 p.clone(),
                 format!("{p}:ev:{n}"),
+                self.tails.wake_key().to_owned(),
             ));
+        }
+        // This instance's own readers, from the reply. A retry of a keyed
+        // batch already appended (`again`) leaves `local` to its drop: the
+        // stream is read (the first try's commit may have landed after
+        // that try stopped waiting).
+        if !again {
+            let first = (h as u64 + 1).saturating_sub(messages.len() as u64);
+            local.committed(first, at_ms, messages);
         }
         Ok(h as u64)
     }

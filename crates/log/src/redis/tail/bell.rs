@@ -17,10 +17,10 @@
 //! script itself, in the commit's own round trip (`append.lua`); on a
 //! cluster, where the wake streams live in other slots, and after a `WAIT`
 //! for replicas, by the appending instance right after ([`members::ring`]).
-//! On one server without replicas the appending instance's own wake stream
-//! is left out: it hands the commit to its own readers from the script's
-//! reply ([`super::local`]). Each instance blocks on its own wake stream on a connection of its own and
-//! marks the named streams for an immediate read.
+//! Either way the appending instance's own wake stream is left out: it
+//! hands the commit to its own readers from the script's reply
+//! ([`super::local`]). Each instance blocks on its own wake stream on a
+//! connection of its own and marks the named streams for an immediate read.
 //!
 //! On one server without replicas a small commit (at most 1 KiB, 16
 //! messages: a wake stream nobody reads any more, its instance gone,

@@ -5,10 +5,10 @@
 //!
 //! Registered and bounded at one instant in Redis, every commit is either
 //! at or below the head the script returns, or rings this instance (on one
-//! server inside the commit's own script, or, for this instance's own
-//! commits, from the script's reply, [`super::local`]; on a cluster or with
-//! replicas the appending instance rings after it, and a ring lost there is
-//! made good by the safety reads, [`super::poll`]). What
+//! server inside the commit's own script; on a cluster or with replicas the
+//! appending instance rings after it, and a ring lost there is made good by
+//! the safety reads, [`super::poll`]; this instance's own commits from the
+//! script's reply, [`super::local`]). What
 //! rings it before the stream is in its shard is not lost: from prepare to
 //! join the stream has a [`Joiners`] entry in its shard, and the stream is
 //! read once on joining if, meanwhile,

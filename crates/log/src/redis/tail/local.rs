@@ -1,11 +1,13 @@
 //! A commit's wake-up for this instance's own readers, handed over in
 //! memory instead of through Redis.
 //!
-//! On one server without replicas the append script rings each follower's
-//! wake stream in the commit's own step ([`super::bell`]), except the
-//! committing instance's own (`append.lua`'s `me`): that one learns of the
-//! commit from the script's reply, and hands the events to its shard here
-//! ([`LocalCommit::committed`]), as a wake-up carrying them would. A reader
+//! A commit rings each follower's wake stream ([`super::bell`]): on one
+//! server without replicas in the append script's own step, on a cluster or
+//! with replicas right after the commit ([`super::members::ring`]). Both
+//! leave out the committing instance's own (`append.lua`'s `me`): that one
+//! learns of the commit from the script's reply (and, with replicas, from
+//! the move of the committed head after it), and hands the events to its
+//! shard here ([`LocalCommit::committed`]), as a wake-up carrying them would. A reader
 //! on the instance that commits (a tool's notification to its own
 //! session's stream, the common case behind a balancer that keeps a
 //! session on one instance) so costs Redis no `XADD` to a wake stream and

@@ -117,8 +117,10 @@ pub(in crate::redis) fn followers_key(prefix: &str) -> String {
 }
 
 /// After a commit on `stream` (of the session whose keys start with
-/// `prefix`): wakes every instance that follows it.
-pub(in crate::redis) async fn ring(conn: Conn, prefix: String, stream: String) {
+/// `prefix`): wakes every instance that follows it but the committing one,
+/// whose wake stream is `me` (it hands the commit to its own readers,
+/// [`super::local`]).
+pub(in crate::redis) async fn ring(conn: Conn, prefix: String, stream: String, me: String) {
     let fkey = followers_key(&prefix);
     let Ok(registered) = redis::cmd("SMEMBERS")
         .arg(&fkey)
@@ -131,7 +133,7 @@ pub(in crate::redis) async fn ring(conn: Conn, prefix: String, stream: String) {
         let Some((wake, s)) = parse(&m, &prefix) else {
             continue;
         };
-        if s != stream {
+        if s != stream || wake == me {
             continue;
         }
         let added: Result<Option<String>, _> = redis::cmd("XADD")
