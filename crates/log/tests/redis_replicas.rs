@@ -46,25 +46,30 @@ fn nothing_is_readable_before_the_replicas_hold_it() {
         let log = RedisLog::connect(&primary.url, Retention::default(), 1)
             .await
             .unwrap();
-        // Another instance reads what this one writes.
+        // Another instance reads what this one writes, and so does this one
+        // (handed its commits from their replies, once committed).
         let other = RedisLog::connect(&primary.url, Retention::default(), 1)
             .await
             .unwrap();
         log.create_session("a", Bytes::new()).await.unwrap();
-        let (b, mut sub) = other.subscribe("a", S).await.unwrap();
+        let (b, sub) = other.subscribe("a", S).await.unwrap();
         assert_eq!(b.head, 0);
+        let (_, here) = log.subscribe("a", S).await.unwrap();
+        let mut subs = [sub, here];
         assert_eq!(
             log.append("a", S, (1..=10).map(msg).collect())
                 .await
                 .unwrap(),
             10
         );
-        for want in 1..=10 {
-            let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
-                .await
-                .expect("delivered")
-                .unwrap();
-            assert_eq!(ev.seq, want);
+        for sub in &mut subs {
+            for want in 1..=10 {
+                let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
+                    .await
+                    .expect("delivered")
+                    .unwrap();
+                assert_eq!(ev.seq, want);
+            }
         }
 
         // The replica goes: an append is in Redis but not committed.
@@ -77,23 +82,27 @@ fn nothing_is_readable_before_the_replicas_hold_it() {
             other.read("a", S, 10, 100).await.unwrap().is_empty(),
             "not read"
         );
-        assert!(
-            tokio::time::timeout(Duration::from_millis(800), sub.next())
-                .await
-                .is_err(),
-            "not sent to a subscriber"
-        );
+        for sub in &mut subs {
+            assert!(
+                tokio::time::timeout(Duration::from_millis(800), sub.next())
+                    .await
+                    .is_err(),
+                "not sent to a subscriber"
+            );
+        }
 
         // A replica again: the next commit covers both, delivered in order.
         replica = Some(replica_of(&primary));
         replicas_online(&primary.url, 1).await;
         assert_eq!(log.append("a", S, vec![msg(12)]).await.unwrap(), 12);
-        for want in [11, 12] {
-            let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
-                .await
-                .expect("delivered")
-                .unwrap();
-            assert_eq!(ev.seq, want);
+        for sub in &mut subs {
+            for want in [11, 12] {
+                let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
+                    .await
+                    .expect("delivered")
+                    .unwrap();
+                assert_eq!(ev.seq, want);
+            }
         }
         assert_eq!(other.bounds("a", S).await.unwrap().head, 12);
     });
@@ -167,19 +176,10 @@ fn a_reader_on_the_committing_instance_gets_the_commit_from_its_reply() {
         let connect = || RedisLog::connect(&primary.url, Retention::default(), 1);
         let (writer, other) = (connect().await.unwrap(), connect().await.unwrap());
         writer.create_session("w", Bytes::new()).await.unwrap();
-        let (_, mut here) = writer.subscribe("w", S).await.unwrap();
-        let (_, mut there) = other.subscribe("w", S).await.unwrap();
+        let (_, here) = writer.subscribe("w", S).await.unwrap();
+        let (_, there) = other.subscribe("w", S).await.unwrap();
         let before = primary.commands_by_name();
-        for i in 1..=10 {
-            writer.append("w", S, vec![msg(i)]).await.unwrap();
-            for sub in [&mut here, &mut there] {
-                let ev = tokio::time::timeout(Duration::from_secs(1), sub.next())
-                    .await
-                    .expect("woken within a second")
-                    .unwrap();
-                assert_eq!((ev.seq, ev.message), (i, msg(i)));
-            }
-        }
+        common::append_each_reaching(&writer, "w", 10, &mut [here, there]).await;
         // The last ring runs after its append returned.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let ran = common::ran(&before, &primary.commands_by_name());

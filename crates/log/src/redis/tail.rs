@@ -287,7 +287,8 @@ impl Shard {
     }
 
     /// Hands on the events a wake-up carried (`first` and on, committed:
-    /// one server, whose commit is the script that rang), unless they do
+    /// one server, whose commit is the script that rang) or this instance's
+    /// own commit ([`local`], once committed in every topology), unless they do
     /// not follow what the shard has read: then the stream is marked for a
     /// read from its last seq, which brings them and anything before them.
     /// `false` if this shard does not follow the stream.

@@ -187,3 +187,27 @@ pub fn ran(
         .filter(|(_, v)| *v > 0)
         .collect()
 }
+
+/// Appends events 1 to `n` to the session stream of `id` on `writer`, one at
+/// a time, each reaching every one of `subs` within a second, in order.
+pub async fn append_each_reaching(
+    writer: &RedisLog,
+    id: &str,
+    n: u64,
+    subs: &mut [mcp_resume_log::Subscription],
+) {
+    use mcp_resume_log::{EventLog, StreamKey};
+    for i in 1..=n {
+        writer
+            .append(id, StreamKey::Session, vec![msg(i)])
+            .await
+            .unwrap();
+        for sub in subs.iter_mut() {
+            let ev = tokio::time::timeout(std::time::Duration::from_secs(1), sub.next())
+                .await
+                .expect("woken within a second")
+                .unwrap();
+            assert_eq!((ev.seq, ev.message), (i, msg(i)));
+        }
+    }
+}

@@ -15,19 +15,10 @@ fn a_reader_on_the_committing_instance_costs_no_wake_up() {
     mcp_resume_testkit::rt().block_on(async {
         let (writer, other) = (instance(&redis).await, instance(&redis).await);
         writer.create_session("w", Bytes::new()).await.unwrap();
-        let (_, mut here) = writer.subscribe("w", S).await.unwrap();
-        let (_, mut there) = other.subscribe("w", S).await.unwrap();
+        let (_, here) = writer.subscribe("w", S).await.unwrap();
+        let (_, there) = other.subscribe("w", S).await.unwrap();
         let before = redis.commands_by_name();
-        for i in 1..=20 {
-            writer.append("w", S, vec![msg(i)]).await.unwrap();
-            for sub in [&mut here, &mut there] {
-                let ev = tokio::time::timeout(Duration::from_secs(1), sub.next())
-                    .await
-                    .expect("woken within a second")
-                    .unwrap();
-                assert_eq!((ev.seq, ev.message), (i, msg(i)));
-            }
-        }
+        common::append_each_reaching(&writer, "w", 20, &mut [here, there]).await;
         let ran = ran(&before, &redis.commands_by_name());
         assert_eq!(
             ran.get("xadd").copied().unwrap_or(0),

@@ -232,7 +232,8 @@ impl Bell {
     }
 
     /// Drops this instance's registration for `stream` (best effort: a stale
-    /// one costs a wasted wake-up, which drops it).
+    /// one costs another instance's commit a wasted wake-up, which drops it
+    /// on a polled tail; this instance's own commits skip it).
     pub async fn unfollow(&self, conn: &Conn, stream: &str) {
         let Some(prefix) = prefix_of(stream) else {
             return;

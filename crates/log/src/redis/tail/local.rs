@@ -21,7 +21,9 @@
 //! the commit if it happened; and again [`RECHECK`] later, in case the
 //! script ran after that read (sent before a reconnect that the read went
 //! over): so such a commit reaches them within a bound, never only with the
-//! stream's next one.
+//! stream's next one. With replicas a commit reaches readers only once its
+//! committed head moved: events whose `WAIT` failed stay held, here as on
+//! every instance, until a later commit moves it past them.
 
 use std::sync::Arc;
 use std::time::Duration;
