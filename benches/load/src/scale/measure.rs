@@ -11,7 +11,7 @@
 //! instance reports (`mcp_resume_maintenance_pass_duration_seconds`).
 //! The last line names `lost N` and `duplicates N`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::json;
 
+use super::probes::{busiest, commands_ran, redis_memory, scrape, servers_cpu};
 use super::Figures;
 use crate::servers::{self, Server};
 use crate::workloads::{session_with, Session};
@@ -51,23 +52,6 @@ fn delivered(held: &[(Arc<Session>, Arc<Tally>)]) -> u64 {
     held.iter()
         .map(|(_, t)| t.got.load(Ordering::Relaxed))
         .sum()
-}
-
-/// CPU seconds (user + system) of a process so far.
-pub(crate) fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|i| f.get(*i)?.parse::<f64>().ok())
-        .sum();
-    ticks / 100.0
-}
-
-/// CPU seconds of every instance so far.
-fn servers_cpu(servers: &[Server]) -> f64 {
-    servers.iter().map(|s| cpu_secs(s.pid())).sum()
 }
 
 /// The seq at the end of an SSE id (`5`, `0/5`, ...).
@@ -117,58 +101,6 @@ async fn read(resp: reqwest::Response, tally: Arc<Tally>, totals: Arc<Totals>) {
             }
         }
     }
-}
-
-/// A sample (sum of a counter or gauge) from an instance's scrape.
-async fn scrape(url: &str, name: &str) -> f64 {
-    let base = url.trim_end_matches("/mcp");
-    let Ok(r) = reqwest::get(format!("{base}/metrics")).await else {
-        return f64::NAN;
-    };
-    let text = r.text().await.unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
-/// The growth of each command's figure (calls, or microseconds) between
-/// two `INFO commandstats` readings,
-/// the most first.
-fn commands_ran(
-    before: &BTreeMap<String, u64>,
-    after: &BTreeMap<String, u64>,
-) -> Vec<(u64, String)> {
-    let mut ran: Vec<(u64, String)> = after
-        .iter()
-        .map(|(name, n)| {
-            (
-                n.saturating_sub(before.get(name).copied().unwrap_or(0)),
-                name.clone(),
-            )
-        })
-        .filter(|(n, _)| *n > 0)
-        .collect();
-    ran.sort_unstable_by(|a, b| b.cmp(a));
-    ran
-}
-
-/// The eight busiest of `ran` over `secs`, as `evalsha 812/s, xadd 400/s, ...`.
-fn busiest(ran: &[(u64, String)], secs: f64) -> String {
-    ran.iter()
-        .take(8)
-        .map(|(n, name)| format!("{name} {:.0}/s", *n as f64 / secs))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn redis_memory(redis: &mcp_resume_testkit::RedisServer) -> u64 {
-    redis
-        .cli(&["INFO", "memory"])
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// One run: on the disk log (one instance), or with `instances` on one

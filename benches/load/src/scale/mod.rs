@@ -12,8 +12,9 @@
 //! what moving from one machine to a fleet costs per event.
 
 mod measure;
+mod probes;
 
-pub(crate) use measure::cpu_secs;
+pub(crate) use probes::cpu_secs;
 
 use std::path::PathBuf;
 
