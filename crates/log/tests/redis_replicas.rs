@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{msg, RedisServer};
 use mcp_resume_log::{EventLog, SessionRecords};
-use mcp_resume_log::{LogError, RedisLog, Retention, StreamKey};
+use mcp_resume_log::{LogError, RedisLog, Retention, StreamKey, Subscription};
 use mcp_resume_testkit::rt;
 
 const S: StreamKey = StreamKey::Session;
@@ -37,6 +37,19 @@ async fn replicas_online(url: &str, n: usize) {
     panic!("the primary never saw {n} replicas online");
 }
 
+/// Each of `subs` gets the events `seqs`, in order, each within 5 s.
+async fn delivered(subs: &mut [Subscription], seqs: impl IntoIterator<Item = u64> + Clone) {
+    for sub in subs {
+        for want in seqs.clone() {
+            let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
+                .await
+                .expect("delivered")
+                .unwrap();
+            assert_eq!(ev.seq, want);
+        }
+    }
+}
+
 #[test]
 fn nothing_is_readable_before_the_replicas_hold_it() {
     let primary = RedisServer::start();
@@ -62,15 +75,7 @@ fn nothing_is_readable_before_the_replicas_hold_it() {
                 .unwrap(),
             10
         );
-        for sub in &mut subs {
-            for want in 1..=10 {
-                let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
-                    .await
-                    .expect("delivered")
-                    .unwrap();
-                assert_eq!(ev.seq, want);
-            }
-        }
+        delivered(&mut subs, 1..=10).await;
 
         // The replica goes: an append is in Redis but not committed.
         drop(replica.take());
@@ -95,15 +100,7 @@ fn nothing_is_readable_before_the_replicas_hold_it() {
         replica = Some(replica_of(&primary));
         replicas_online(&primary.url, 1).await;
         assert_eq!(log.append("a", S, vec![msg(12)]).await.unwrap(), 12);
-        for sub in &mut subs {
-            for want in [11, 12] {
-                let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
-                    .await
-                    .expect("delivered")
-                    .unwrap();
-                assert_eq!(ev.seq, want);
-            }
-        }
+        delivered(&mut subs, [11, 12]).await;
         assert_eq!(other.bounds("a", S).await.unwrap().head, 12);
     });
     drop(replica);

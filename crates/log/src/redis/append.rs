@@ -50,11 +50,7 @@ impl RedisLog {
             .arg(if self.rings_in_script() { "1" } else { "" })
             // Not rung: this instance hands the commit to its own readers
             // from the reply (`tail/local.rs`).
-            .arg(if self.rings_in_script() {
-                self.tails.wake_key()
-            } else {
-                ""
-            });
+            .arg(self.tails.wake_key());
         for m in messages {
             inv.arg(m.as_ref());
         }
@@ -90,9 +86,10 @@ impl RedisLog {
         let p = prefix(id);
         let n = stream.number();
         let at_ms = now_ms();
+        let events = format!("{p}:ev:{n}");
         // Made before the script runs: a commit whose outcome this instance
         // never learns still reaches its readers (a read of the stream).
-        let local = self.tails.local_commit(id, format!("{p}:ev:{n}"));
+        let local = self.tails.local_commit(id, events.clone());
         let (h, again) = match self
             .run_append(id, stream, &messages, 0, key, owner, at_ms)
             .await
@@ -128,7 +125,7 @@ impl RedisLog {
             tokio::spawn(tail::ring(
                 self.conn.clone(),
                 p.clone(),
-                format!("{p}:ev:{n}"),
+                events,
                 self.tails.wake_key().to_owned(),
             ));
         }
