@@ -137,6 +137,18 @@ pub struct ServeArgs {
     #[arg(long, env = "MCP_RESUME_REDIS_SAFETY_READ_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600), help_heading = "Storage")]
     pub(super) redis_safety_read_secs: u64,
 
+    /// With a redis:// store (one server, no --redis-replicas): create new
+    /// sessions in the seq-id layout, in which Redis numbers each stream's
+    /// entries itself, so an event costs Redis three commands instead of
+    /// six. Every instance of this release reads both layouts, and new
+    /// sessions take it only while every live instance does; a release
+    /// before it cannot read such a session (its requests fail). Turn it on
+    /// once no instance of an older release will run against this Redis
+    /// again, a rollback included (docs/operator.md, Redis). Sessions keep
+    /// the layout they were created in.
+    #[arg(long, env = "MCP_RESUME_REDIS_SEQ_IDS", help_heading = "Storage")]
+    pub(super) redis_seq_ids: bool,
+
     /// Most events kept per stream; older ones are trimmed (never past an active pin).
     #[arg(
         long,

@@ -27,10 +27,17 @@ async fn open_log(
     match args.store.as_deref() {
         Some("memory") => Ok((Arc::new(MemoryLog::new(retention)), "memory".into(), 0)),
         Some(s) if s.starts_with("redis://") || s.starts_with("redis-cluster://") => {
+            if args.redis_seq_ids && (args.redis_replicas > 0 || s.starts_with("redis-cluster://")) {
+                return Err(format!(
+                    "--redis-seq-ids needs one Redis server without --redis-replicas (its commit is the append script); {s} with {} replicas commits after it",
+                    args.redis_replicas
+                ));
+            }
             let log = RedisLog::connect(s, retention, args.redis_replicas)
                 .await
                 .map_err(|e| format!("connecting to {s}: {e}"))?;
             log.set_safety_read_max(Duration::from_secs(args.redis_safety_read_secs));
+            log.set_seq_ids(args.redis_seq_ids);
             // A session's use reaches Redis at most this late: an eighth of
             // its TTL, so idle expiry never ends a session in use.
             log.set_touch_interval(touch_interval(args.session_ttl_secs));

@@ -65,6 +65,9 @@ impl RedisLog {
                 stream: n,
             }),
             [-4] => Err(LogError::LeaseLost(id.to_owned())),
+            [-5] => Err(LogError::Storage(format!(
+                "session {id} is stored in the seq-id layout, which only one Redis server without replicas commits; this instance runs on a cluster or with --redis-replicas"
+            ))),
             [h, f] => Ok((*h, *f)),
             _ => Err(LogError::Corrupt(format!("unexpected append reply {r:?}"))),
         }
@@ -138,6 +141,15 @@ impl RedisLog {
             local.committed(first, at_ms, messages);
         }
         Ok(h as u64)
+    }
+
+    /// Whether a session created now takes the seq-id layout (`layout.rs`):
+    /// allowed ([`RedisLog::set_seq_ids`]), on one server without replicas,
+    /// and every live instance reads it (as last checked, [`tail::Tails::fleet_reads_seq_ids`]).
+    pub(super) async fn creates_seq_ids(&self) -> bool {
+        self.seq_ids.load(std::sync::atomic::Ordering::Relaxed)
+            && self.rings_in_script()
+            && self.tails.fleet_reads_seq_ids().await
     }
 
     /// Whether the append script itself wakes a stream's followers: on one

@@ -79,12 +79,17 @@ impl Liveness {
 /// What this release reads of the keys instances share, written as the value
 /// of its heartbeat key so that the others know (releases before the
 /// generations wrote `1`).
-pub(super) const GENERATION: u32 = 2;
+pub(super) const GENERATION: u32 = 3;
 
 /// The first generation that reads compact follower members
 /// ([`super::tail`]'s `members`): others register them only while every live
 /// instance is at least this.
 pub(super) const COMPACT_FOLLOWERS: u32 = 2;
+
+/// The first generation that reads sessions of the seq-id layout
+/// (`layout.rs`): others create them only while every live instance is at
+/// least this.
+pub(super) const SEQ_IDS: u32 = 3;
 
 /// The key that says `instance` is alive, and its [`GENERATION`].
 pub(super) fn key(instance: &str) -> String {

@@ -53,6 +53,7 @@ impl RedisLog {
             .request_meta
             .key(format!("{p}:s"))
             .key(format!("{p}:st:{r}"))
+            .key(format!("{p}:ev:{r}"))
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;

@@ -40,6 +40,7 @@ mod durability;
 mod heal;
 mod hooks;
 mod instance;
+mod layout;
 mod leases;
 mod live;
 mod lookups;
@@ -51,6 +52,7 @@ mod scripts;
 mod tail;
 mod touched;
 
+use layout::Layout;
 use scripts::Scripts;
 
 use crate::{
@@ -97,14 +99,18 @@ pub struct RedisLog {
     due: maintain::Due,
     /// When this handle last walked its sessions' state ([`maintain`]).
     walks: maintain::Walks,
+    /// The operator allows new sessions in the seq-id layout
+    /// ([`RedisLog::set_seq_ids`]).
+    seq_ids: AtomicBool,
 }
 
 impl RedisLog {
     async fn bounds_of(&self, id: &str, stream: StreamKey) -> Result<Bounds, LogError> {
-        self.bounds_registering(id, stream, None).await
+        Ok(self.bounds_registering(id, stream, None).await?.0)
     }
 
-    /// [`Self::bounds_of`], registering `follow` (a follower set and this
+    /// [`Self::bounds_of`] and the layout of the session's streams
+    /// ([`layout`]), registering `follow` (a follower set and this
     /// instance's member: a new reader's, `tail::Tails::prepare`) in the
     /// same step when the session is live and the stream exists.
     async fn bounds_registering(
@@ -112,10 +118,13 @@ impl RedisLog {
         id: &str,
         stream: StreamKey,
         follow: Option<(&str, &str)>,
-    ) -> Result<Bounds, LogError> {
+    ) -> Result<(Bounds, Layout), LogError> {
         let p = prefix(id);
+        let n = stream.number();
         let mut inv = self.scripts.bounds.key(format!("{p}:s"));
-        inv.key(format!("{p}:st:{}", stream.number()));
+        inv.key(format!("{p}:st:{n}"))
+            .key(format!("{p}:ev:{n}"))
+            .arg(n);
         if let Some((followers, member)) = follow {
             inv.key(followers).arg(member);
         }
@@ -127,9 +136,9 @@ impl RedisLog {
             [-1] => Err(LogError::NoSession(id.to_owned())),
             [-2] => Err(LogError::NoStream {
                 session: id.to_owned(),
-                stream: stream.number(),
+                stream: n,
             }),
-            [h, f] => Ok(Bounds::new(*h as u64, *f as u64)),
+            [h, f, l] => Ok((Bounds::new(*h as u64, *f as u64), Layout::from_reply(*l)?)),
             _ => Err(LogError::Corrupt(format!("unexpected bounds reply {r:?}"))),
         }
     }
@@ -341,7 +350,7 @@ impl EventLog for RedisLog {
         max: usize,
     ) -> Result<Vec<Event>, LogError> {
         self.faults.check()?;
-        let b = self.bounds_of(id, stream).await?;
+        let (b, layout) = self.bounds_registering(id, stream, None).await?;
         b.admit(after).map_err(LogError::from_discontinuity)?;
         if after == b.head {
             return Ok(Vec::new());
@@ -349,8 +358,8 @@ impl EventLog for RedisLog {
         let upper = b.head.min(after.saturating_add(max as u64));
         let v: Value = redis::cmd("XRANGE")
             .arg(format!("{}:ev:{}", prefix(id), stream.number()))
-            .arg(format!("{}-0", after + 1))
-            .arg(format!("{upper}-0"))
+            .arg(layout.id(after + 1))
+            .arg(layout.id(upper))
             .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;
@@ -382,14 +391,16 @@ impl EventLog for RedisLog {
         // when something may have passed the reader by (`tail/join.rs`).
         let (p, n) = (prefix(id), stream.number());
         let joining = self.tails.prepare(id, format!("{p}:ev:{n}")).await;
-        let b = self
+        let (b, layout) = self
             .bounds_registering(id, stream, joining.registration())
             .await?;
         let hold = self.join_hold_ms.load(Ordering::Relaxed);
         if hold > 0 {
             tokio::time::sleep(Duration::from_millis(hold)).await;
         }
-        let (head, sub) = self.tails.join(joining, id, format!("{p}:st:{n}"), b.head);
+        let (head, sub) = self
+            .tails
+            .join(joining, id, format!("{p}:st:{n}"), b.head, layout);
         Ok((Bounds::new(head, b.floor), sub))
     }
 

@@ -19,6 +19,7 @@ impl SessionRecords for RedisLog {
         // reader is started here as a touch would.
         self.tails.follow_endings().await;
         let since = self.touched.generation();
+        let seq_ids = self.creates_seq_ids().await;
         let mut inv = self.scripts.create.key(format!("{p}:s"));
         inv.key(format!("{p}:st:0"));
         if !self.cluster() {
@@ -28,6 +29,7 @@ impl SessionRecords for RedisLog {
             .arg(now_ms())
             .arg(meta.as_ref())
             .arg(id)
+            .arg(if seq_ids { "2" } else { "1" })
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)?;

@@ -24,11 +24,8 @@ pub(super) fn entries(v: &Value) -> Result<Vec<Event>, LogError> {
             return Err(bad());
         };
         let id = std::str::from_utf8(id).map_err(|_| bad())?;
-        let seq: u64 = id
-            .split('-')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(bad)?;
+        // Either layout (`layout.rs`): `SEQ-0` or `0-SEQ`.
+        let seq = super::layout::seq_of(id).ok_or_else(bad)?;
         let (mut at_ms, mut message) = (0, Bytes::new());
         for kv in fields.chunks(2) {
             if let [Value::BulkString(k), Value::BulkString(v)] = kv {

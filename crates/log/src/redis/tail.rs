@@ -34,6 +34,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::conn::Conn;
+use super::layout::Layout;
 use super::reply;
 
 use crate::subscription::{EndReason, Feed};
@@ -84,6 +85,8 @@ struct Fanout {
     session: String,
     /// The stream's state hash, whose `c` is the committed head.
     state_key: String,
+    /// How its entries are numbered.
+    layout: Layout,
     /// The seq the shard has read this stream up to.
     last: Seq,
     subs: Vec<Sub>,
@@ -254,6 +257,16 @@ impl Tails {
         self.endings.start(&self.shards, &self.closed).await;
     }
 
+    /// Whether every live instance reads the seq-id layout, as last checked
+    /// (`layout.rs`); starts the wake stream's reader, whose first step is
+    /// the check, if it is not running yet.
+    pub async fn fleet_reads_seq_ids(&self) -> bool {
+        self.bell
+            .start(&self.conn, &self.shards, &self.closed)
+            .await;
+        self.bell.seq_ids.load(Ordering::SeqCst)
+    }
+
     /// Sets the longest interval between the safety reads of followed
     /// streams on a cluster ([`poll`]): the bound on the delay a lost
     /// wake-up causes once the interval has grown to it.
@@ -376,9 +389,9 @@ impl Shard {
         st.running = false;
     }
 
-    /// What to read, from where, after dropping the streams nobody reads
+    /// What to read, from which entry id, after dropping the streams nobody reads
     /// any more; `None` when the shard stops (closed, or nothing to follow).
-    fn followed(&self) -> Option<Vec<(String, Seq)>> {
+    fn followed(&self) -> Option<Vec<(String, String)>> {
         let mut st = self.lock();
         if self.closed.load(Ordering::Relaxed) {
             drop(st);
@@ -396,14 +409,14 @@ impl Shard {
         Some(
             st.streams
                 .iter()
-                .map(|(k, f)| (k.clone(), f.last))
+                .map(|(k, f)| (k.clone(), f.layout.id(f.last + 1)))
                 .collect(),
         )
     }
 
-    /// The streams marked for an immediate read, from where, dropping those
+    /// The streams marked for an immediate read, from which entry id, dropping those
     /// nobody reads any more; `None` when the shard stops (closed).
-    fn marked(&self) -> Option<Vec<(String, Seq)>> {
+    fn marked(&self) -> Option<Vec<(String, String)>> {
         if self.closed.load(Ordering::Relaxed) {
             self.end_everything(EndReason::Closed);
             return None;
@@ -419,7 +432,8 @@ impl Shard {
             if f.subs.is_empty() {
                 st.streams.remove(&k);
             } else {
-                out.push((k, f.last));
+                let from = f.layout.id(f.last + 1);
+                out.push((k, from));
             }
         }
         Some(out)

@@ -16,6 +16,8 @@ pub struct Backend {
     redis: Option<RedisServer>,
     /// A Redis Cluster (3 masters, 3 replicas) instead of one server.
     cluster: Option<RedisCluster>,
+    /// Redis creates its sessions in the seq-id layout (`RedisLog::set_seq_ids`).
+    pub seq_ids: bool,
     retention: Retention,
     capacity: usize,
     /// Arms the backend's read fault hook (none for memory, whose
@@ -85,6 +87,7 @@ impl Backend {
             let log = RedisLog::connect_with(&url, self.retention, 0, self.capacity)
                 .await
                 .expect("reconnect");
+            log.set_seq_ids(self.seq_ids);
             let log = Arc::new(log);
             self.fail_reads = redis_faults(&log);
             self.log = Some(log);
@@ -101,7 +104,8 @@ impl Backend {
 }
 
 /// Every backend, with the given retention and subscriber capacity; Redis on
-/// a `redis-server` started for this call.
+/// a `redis-server` started for this call, once in each layout of its
+/// sessions (`redis`: ids `SEQ-0`, heads in state hashes; `redis-seq-ids`).
 pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("tempdir");
     let disk = Arc::new(
@@ -113,6 +117,13 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             .await
             .expect("connect redis"),
     );
+    let seq_server = RedisServer::start();
+    let seq_ids = Arc::new(
+        RedisLog::connect_with(&seq_server.url, retention, 0, capacity)
+            .await
+            .expect("connect redis"),
+    );
+    seq_ids.set_seq_ids(true);
     vec![
         Backend {
             name: "memory",
@@ -122,6 +133,7 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             dir: None,
             redis: None,
             cluster: None,
+            seq_ids: false,
             retention,
             capacity,
             fail_reads: None,
@@ -133,6 +145,7 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             dir: Some(dir),
             redis: None,
             cluster: None,
+            seq_ids: false,
             retention,
             capacity,
         },
@@ -143,6 +156,18 @@ pub async fn backends(retention: Retention, capacity: usize) -> Vec<Backend> {
             dir: None,
             redis: Some(server),
             cluster: None,
+            seq_ids: false,
+            retention,
+            capacity,
+        },
+        Backend {
+            name: "redis-seq-ids",
+            fail_reads: redis_faults(&seq_ids),
+            log: Some(seq_ids),
+            dir: None,
+            redis: Some(seq_server),
+            cluster: None,
+            seq_ids: true,
             retention,
             capacity,
         },
@@ -164,6 +189,7 @@ pub async fn cluster_backend(retention: Retention, capacity: usize) -> Backend {
         dir: None,
         redis: None,
         cluster: Some(cluster),
+        seq_ids: false,
         retention,
         capacity,
     }

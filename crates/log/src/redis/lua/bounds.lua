@@ -1,16 +1,31 @@
--- A stream's committed head and floor, or why there are none.
--- With KEYS[3] (the session's follower set, mcpr:{SESSION}:f) and ARGV[1]
--- (this instance's member for the stream), a new reader's: the instance is
--- registered as the stream's follower in the same step, so every commit
--- after the head returned rings it (tail/join.rs). Only a live session's
--- existing stream is followed: no follower set is left behind for one
--- that ended.
+-- A stream's committed head and floor, and its layout (1: ids `SEQ-0`,
+-- the heads in the stream's state hash; 2: seq ids, `seq_ids.lua`), or why
+-- there are none.
+-- With ARGV[2] (this instance's member for the stream) and KEYS[4] (the
+-- session's follower set, mcpr:{SESSION}:f), a new reader's: the instance
+-- is registered as the stream's follower in the same step (in field `w`
+-- of the session's hash in the seq-id layout), so every commit after the
+-- head returned rings it (tail/join.rs). Only a live session's existing
+-- stream is followed: no follower set is left behind for one that ended.
 local session = KEYS[1]
 local state = KEYS[2]
-if redis.call('HGET', session, 'e') ~= '0' then return {-1} end
+local events = KEYS[3]
+local stream = ARGV[1]
+local member = ARGV[2]
+local s = redis.call('HMGET', session, 'e', 'v', 'w')
+if s[1] ~= '0' then return {-1} end
+if s[2] == '2' then
+  if stream ~= '0' and redis.call('EXISTS', state) == 0 then return {-2} end
+  local h, f = seq_bounds(events)
+  if member then
+    local w = w_add(s[3], member)
+    if w ~= s[3] then redis.call('HSET', session, 'w', w) end
+  end
+  return {h, f, 2}
+end
 local b = redis.call('HMGET', state, 'c', 'f')
 if not b[1] then return {-2} end
 local c, f = tonumber(b[1]), tonumber(b[2])
 if f > c + 1 then f = c + 1 end
-if KEYS[3] then redis.call('SADD', KEYS[3], ARGV[1]) end
-return {c, f}
+if member then redis.call('SADD', KEYS[4], member) end
+return {c, f, 1}

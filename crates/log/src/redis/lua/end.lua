@@ -34,7 +34,7 @@ else
 end
 redis.call('DEL', prefix .. ':rs', prefix .. ':pin', prefix .. ':f', prefix .. ':once')
 redis.call('HSET', session, 'e', 1)
-redis.call('HDEL', session, 'm', 'a', 'r', 'o', 'x')
+redis.call('HDEL', session, 'm', 'a', 'r', 'o', 'x', 'v', 'w', 'p')
 if live_set then
   redis.call('SREM', live_set, id)
   redis.call('ZADD', ended_index, ended_ms, id)

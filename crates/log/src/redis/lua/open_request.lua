@@ -10,11 +10,16 @@ local prefix = ARGV[1]
 local meta = ARGV[2]
 local owner = ARGV[3] or ''
 local max = tonumber(ARGV[4])
-local state = redis.call('HMGET', session, 'e', 'o', 'r')
+local state = redis.call('HMGET', session, 'e', 'o', 'r', 'v')
 if state[1] ~= '0' then return -1 end
 if owner ~= '' and state[2] ~= owner then return -2 end
 if tonumber(state[3] or '1') > max then return -3 end
 local r = redis.call('HINCRBY', session, 'r', 1) - 1
-redis.call('HSET', prefix .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0, 'm', meta)
+if state[4] == '2' then
+  -- Seq ids (`seq_ids.lua`): the stream holds its own head.
+  redis.call('HSET', prefix .. ':st:' .. r, 'm', meta)
+else
+  redis.call('HSET', prefix .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0, 'm', meta)
+end
 redis.call('SADD', prefix .. ':rs', r)
 return r

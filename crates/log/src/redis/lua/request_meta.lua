@@ -2,7 +2,17 @@
 -- stream, `{-3, c, f}` retention took it with the events.
 local session = KEYS[1]
 local state = KEYS[2]
-if redis.call('HGET', session, 'e') ~= '0' then return {-1} end
+local events = KEYS[3]
+local s = redis.call('HMGET', session, 'e', 'v')
+if s[1] ~= '0' then return {-1} end
+if s[2] == '2' then
+  -- Seq ids (`seq_ids.lua`): `x` alone, a stream retention emptied.
+  local b = redis.call('HMGET', state, 'm', 'x')
+  if b[1] then return {0, b[1]} end
+  if not b[2] then return {-2} end
+  local h, f = seq_bounds(events)
+  return {-3, h, f}
+end
 local b = redis.call('HMGET', state, 'c', 'f', 'm')
 if not b[1] then return {-2} end
 if not b[3] then return {-3, tonumber(b[1]), tonumber(b[2])} end

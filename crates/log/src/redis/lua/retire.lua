@@ -11,13 +11,23 @@ local events = KEYS[3]
 local index = KEYS[4]
 local followers = KEYS[5]
 local n = ARGV[1]
-if redis.call('HGET', session, 'e') ~= '0' then return -1 end
+local s = redis.call('HMGET', session, 'e', 'v', 'w')
+if s[1] ~= '0' then return -1 end
 redis.call('DEL', stream_state, events)
 redis.call('SREM', index, n)
 local suffix = '|' .. events
-for _, m in ipairs(redis.call('SMEMBERS', followers)) do
-  if string.sub(m, -#suffix) == suffix or string.match(m, '^%d%d%d%d%d%d%d%d%d%d%d%d(%d+)$') == n then
-    redis.call('SREM', followers, m)
+local function its(m)
+  return string.sub(m, -#suffix) == suffix or string.match(m, '^%d%d%d%d%d%d%d%d%d%d%d%d(%d+)$') == n
+end
+if s[2] == '2' then
+  -- Seq ids (`seq_ids.lua`): the followers are field `w`.
+  if s[3] then
+    local w = w_keep(s[3], its)
+    if w ~= s[3] then w_set(session, w) end
+  end
+else
+  for _, m in ipairs(redis.call('SMEMBERS', followers)) do
+    if its(m) then redis.call('SREM', followers, m) end
   end
 end
 return 0

@@ -88,8 +88,11 @@ pub(super) struct Bell {
     /// members carry.
     nonce: u64,
     /// Every live instance reads compact follower members: registrations
-    /// take that form ([`members::fleet_reads_compact`]).
+    /// take that form ([`members::fleet_generation`]).
     compact: AtomicBool,
+    /// Every live instance reads sessions of the seq-id layout
+    /// (`layout.rs`), as last checked: new sessions may take it.
+    pub seq_ids: AtomicBool,
     /// Counts the changes of `compact`: a registration made under an older
     /// count may be in the old form and missed by the [`Bell::reform`] of
     /// the change (its stream joined its shard after the reform listed
@@ -139,6 +142,7 @@ impl Bell {
             key: members::wake_key(nonce),
             nonce,
             compact: AtomicBool::new(false),
+            seq_ids: AtomicBool::new(false),
             form: AtomicU64::new(0),
             reform: AtomicBool::new(false),
             source,
@@ -239,10 +243,8 @@ impl Bell {
             return;
         };
         // Either form: it may have been registered before the form changed.
-        let _: Result<i64, _> = redis::cmd("SREM")
-            .arg(followers_key(&prefix))
-            .arg(self.member(stream, true))
-            .arg(self.member(stream, false))
+        let members = [self.member(stream, true), self.member(stream, false)];
+        let _: Result<i64, _> = unfollow(&prefix, &members)
             .query_async(&mut conn.clone())
             .await;
     }
@@ -404,6 +406,19 @@ impl Bell {
 }
 
 /// `mcpr:{SESSION}` of a stream key `mcpr:{SESSION}:ev:N`.
+/// What drops `members` from the followers of the session whose keys
+/// start with `prefix`: its follower set and, in the seq-id layout, field
+/// `w` of its hash (`lua/unfollow.lua`; sent whole, on rare paths).
+fn unfollow(prefix: &str, members: &[String]) -> redis::Cmd {
+    let mut c = redis::cmd("EVAL");
+    c.arg(crate::redis::scripts::UNFOLLOW)
+        .arg(2)
+        .arg(format!("{prefix}:s"))
+        .arg(followers_key(prefix))
+        .arg(members);
+    c
+}
+
 fn prefix_of(stream: &str) -> Option<String> {
     stream.split_once("}:").map(|(p, _)| format!("{p}}}"))
 }

@@ -25,6 +25,7 @@
 
 use std::sync::Arc;
 
+use super::super::layout::Layout;
 use super::{bell, shard_index, Fanout, Shard, ShardState, Sub, Tails};
 use crate::subscription::{EndReason, Feed};
 use crate::{Seq, Subscription};
@@ -101,6 +102,7 @@ impl Tails {
         session: &str,
         state_key: String,
         head: Seq,
+        layout: Layout,
     ) -> (Seq, Subscription) {
         joining.joined = true;
         let shard = joining.shard.clone();
@@ -128,6 +130,7 @@ impl Tails {
             let f = st.streams.entry(key).or_insert_with(|| Fanout {
                 session: session.to_owned(),
                 state_key,
+                layout,
                 last: head,
                 subs: Vec::new(),
             });

@@ -17,7 +17,7 @@
 //! would not wake a follower registered by it. Every instance's heartbeat
 //! (`mcpr:instance:ID`) therefore says which forms it reads
 //! ([`super::super::instance::GENERATION`]): an instance registers compact
-//! members only while every live instance reads them ([`fleet_reads_compact`],
+//! members only while every live instance reads them ([`fleet_generation`],
 //! checked every [`CHECK_EVERY`]); when that changes it registers what it
 //! follows again in the other form (an older instance joining: within the
 //! check, and every followed stream is read once, so a commit of the older
@@ -87,9 +87,9 @@ pub(super) fn parse(member: &str, prefix: &str) -> Option<(String, String)> {
     Some((format!("mcpr:wake:{{{nonce}}}"), format!("{prefix}:ev:{n}")))
 }
 
-/// Whether every live instance reads compact members: each registered
-/// instance's heartbeat says its generation (`None`: Redis did not answer).
-pub(super) async fn fleet_reads_compact(conn: &Conn) -> Option<bool> {
+/// The lowest generation among the live instances: each registered
+/// instance's heartbeat says its own (`None`: Redis did not answer).
+pub(super) async fn fleet_generation(conn: &Conn) -> Option<u32> {
     let registered: Vec<String> = redis::cmd("SMEMBERS")
         .arg(buckets::INSTANCES)
         .query_async(&mut conn.clone())
@@ -104,11 +104,16 @@ pub(super) async fn fleet_reads_compact(conn: &Conn) -> Option<bool> {
         })
         .collect();
     let generations: Vec<Option<String>> = conn.each(cmds).await.ok()?;
-    // A missing key is a dead instance, which commits nothing.
-    Some(generations.into_iter().flatten().all(|g| {
-        g.parse::<u32>()
-            .is_ok_and(|g| g >= instance::COMPACT_FOLLOWERS)
-    }))
+    // A missing key is a dead instance, which commits nothing; a value
+    // that is no number, the oldest.
+    Some(
+        generations
+            .into_iter()
+            .flatten()
+            .map(|g| g.parse::<u32>().unwrap_or(1))
+            .min()
+            .unwrap_or(instance::GENERATION),
+    )
 }
 
 /// The follower set of the session whose keys start with `prefix` (`mcpr:{id}`).

@@ -12,7 +12,9 @@
 //! [`SAFETY_MAX`] by default); a safety read that finds events no wake-up
 //! announced (one was lost) starts it again from [`SAFETY_MIN`].
 //!
-//! A read is one `XRANGE key (last+1)-0 + COUNT 512` per stream, all sent at
+//! A read is one `XRANGE key FROM + COUNT 512` per stream (`FROM` the id
+//! of the seq after the last read, `(last+1)-0` or `0-(last+1)` by the
+//! session's layout), all sent at
 //! once, pipelined (the cluster connection routes each to its slot's master,
 //! following `MOVED`/`ASK`, and pipelines those bound for one node), so a
 //! round costs one round trip per node, not per stream. A stream is read
@@ -35,7 +37,7 @@ use redis::{Cmd, RedisResult, Value};
 
 use super::{reply, Shard, END_BACKSTOP};
 use crate::subscription::EndReason;
-use crate::{Event, Seq};
+use crate::Event;
 
 /// The first interval between safety reads of every followed stream,
 /// woken or not, and the one after a safety read found a lost wake-up.
@@ -81,7 +83,7 @@ impl Shard {
             // Otherwise only the streams marked (woken): a round costs
             // what it reads, not the number of streams the shard follows.
             let mut woken = None;
-            let keys: Vec<(String, Seq)> = if Instant::now() >= next_full {
+            let keys: Vec<(String, String)> = if Instant::now() >= next_full {
                 let Some(all) = self.followed() else { return };
                 woken = Some(std::mem::take(&mut self.lock().dirty));
                 all
@@ -103,11 +105,11 @@ impl Shard {
             }
             let cmds: Vec<Cmd> = keys
                 .iter()
-                .map(|(k, last)| {
+                .map(|(k, from)| {
                     let mut c = Cmd::new();
                     c.arg("XRANGE")
                         .arg(k)
-                        .arg(format!("{}-0", last + 1))
+                        .arg(from)
                         .arg("+")
                         .arg("COUNT")
                         .arg(COUNT);

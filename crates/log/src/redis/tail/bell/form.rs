@@ -6,15 +6,20 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::super::super::conn::Conn;
-use super::super::members::{self, followers_key};
+use super::super::super::instance;
+use super::super::members;
 use super::super::Shard;
-use super::{prefix_of, Bell};
+use super::{prefix_of, unfollow, Bell};
 
 impl Bell {
     /// Checks which member form every live instance reads; when it changed,
     /// what this instance follows is to be registered again in the new form.
+    /// Also whether every live instance reads the seq-id layout.
     pub(super) async fn check_fleet(&self, conn: &Conn) {
-        if let Some(compact) = members::fleet_reads_compact(conn).await {
+        if let Some(generation) = members::fleet_generation(conn).await {
+            self.seq_ids
+                .store(generation >= instance::SEQ_IDS, Ordering::SeqCst);
+            let compact = generation >= instance::COMPACT_FOLLOWERS;
             if self.compact.swap(compact, Ordering::SeqCst) != compact {
                 self.form.fetch_add(1, Ordering::SeqCst);
                 self.reform.store(true, Ordering::SeqCst);
@@ -46,11 +51,7 @@ impl Bell {
             .iter()
             .filter_map(|k| {
                 let then = self.member(k, !compact);
-                (then != self.member(k, compact)).then(|| {
-                    let mut drop = redis::cmd("SREM");
-                    drop.arg(followers_key(&prefix_of(k)?)).arg(then);
-                    Some(drop)
-                })?
+                (then != self.member(k, compact)).then(|| Some(unfollow(&prefix_of(k)?, &[then])))?
             })
             .collect();
         if conn.each::<i64>(adds).await.is_err() {

@@ -1,0 +1,213 @@
+//! The seq-id layout of a session's streams (src/redis/layout.rs): entry
+//! ids `0-SEQ` that Redis numbers itself, the head the stream's own, the
+//! followers in the session's hash. What it costs an event, that instances
+//! read sessions of both layouts side by side, and that new sessions take
+//! it only where allowed and while every live instance reads it. The
+//! contract suite runs it whole as backend `redis-seq-ids`
+//! (tests/common/mod.rs).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{msg, ran, RedisServer};
+use mcp_resume_log::{EventLog, LogError, RedisLog, Retention, SessionRecords, StreamKey};
+
+const S: StreamKey = StreamKey::Session;
+const OLD_APPEND: &str = include_str!("fixtures/append-generation-1.lua");
+
+async fn instance(redis: &RedisServer, seq_ids: bool) -> RedisLog {
+    let log = RedisLog::connect(&redis.url, Retention::default(), 0)
+        .await
+        .unwrap();
+    log.set_seq_ids(seq_ids);
+    log
+}
+
+/// What `redis-cli` answers, trimmed.
+fn cli(redis: &RedisServer, args: &[&str]) -> String {
+    redis.cli(args).trim().to_owned()
+}
+
+/// The layout field of session `id`'s hash (empty: seq-zero).
+fn layout(redis: &RedisServer, id: &str) -> String {
+    cli(redis, &["HGET", &format!("mcpr:{{{id}}}:s"), "v"])
+}
+
+/// With its reader on the committing instance, an event of a seq-id
+/// session costs Redis the append script, its read of the session's hash
+/// and the `XADD`: three commands, against the six of a seq-zero session
+/// measured the same way.
+#[test]
+fn an_event_costs_three_commands_with_its_reader_here() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = instance(&redis, true).await;
+        let old = instance(&redis, false).await;
+        log.create_session("new", Bytes::new()).await.unwrap();
+        old.create_session("old", Bytes::new()).await.unwrap();
+        assert_eq!(layout(&redis, "new"), "2");
+        assert_eq!(layout(&redis, "old"), "");
+        for (writer, id, per_event) in [(&log, "new", 3), (&old, "old", 6)] {
+            // The append script loaded before counting.
+            let warm = format!("{id}-warm");
+            writer.create_session(&warm, Bytes::new()).await.unwrap();
+            writer.append(&warm, S, vec![msg(1)]).await.unwrap();
+            let (_, sub) = writer.subscribe(id, S).await.unwrap();
+            let before = redis.commands_by_name();
+            common::append_each_reaching(writer, id, 20, &mut [sub]).await;
+            let mut ran = ran(&before, &redis.commands_by_name());
+            // The count's own `INFO`.
+            ran.remove("info");
+            let total: u64 = ran.values().sum();
+            assert_eq!(total, 20 * per_event, "{id}: {ran:?}");
+            assert_eq!(ran.get("xadd").copied(), Some(20), "{id}: {ran:?}");
+        }
+    });
+}
+
+/// Two instances, one creating seq-id sessions and one not: each reads,
+/// tails and appends to the sessions of both, and every reader gets every
+/// event once, in order, whoever committed it.
+#[test]
+fn sessions_of_both_layouts_are_served_side_by_side() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let a = instance(&redis, true).await;
+        let b = instance(&redis, false).await;
+        a.create_session("x", Bytes::new()).await.unwrap();
+        b.create_session("y", Bytes::new()).await.unwrap();
+        assert_eq!((layout(&redis, "x"), layout(&redis, "y")), ("2".into(), "".into()));
+        for id in ["x", "y"] {
+            let (_, mut on_a) = a.subscribe(id, S).await.unwrap();
+            let (_, mut on_b) = b.subscribe(id, S).await.unwrap();
+            for seq in 1..=10u64 {
+                let writer = if seq % 2 == 0 { &a } else { &b };
+                assert_eq!(writer.append(id, S, vec![msg(seq)]).await.unwrap(), seq);
+                for sub in [&mut on_a, &mut on_b] {
+                    let ev = tokio::time::timeout(Duration::from_secs(2), sub.next())
+                        .await
+                        .unwrap_or_else(|_| panic!("{id}: event {seq} did not arrive"))
+                        .unwrap();
+                    assert_eq!((ev.seq, ev.message), (seq, msg(seq)), "{id}");
+                }
+            }
+            for log in [&a, &b] {
+                let seqs: Vec<u64> = log
+                    .read(id, S, 3, 100)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|e| e.seq)
+                    .collect();
+                assert_eq!(seqs, (4..=10).collect::<Vec<_>>(), "{id}");
+                let bounds = log.bounds(id, S).await.unwrap();
+                assert_eq!((bounds.head, bounds.floor), (10, 1), "{id}");
+            }
+        }
+        // A request stream of a seq-id session: opened, appended, read by
+        // the other instance, retired.
+        let r = b.open_request_stream("x", Bytes::from_static(b"rec"), 16).await.unwrap();
+        assert_eq!(a.append("x", StreamKey::from_number(r), vec![msg(1)]).await.unwrap(), 1);
+        assert_eq!(b.read("x", StreamKey::from_number(r), 0, 10).await.unwrap()[0].message, msg(1));
+        assert_eq!(b.request_meta("x", r).await.unwrap(), Bytes::from_static(b"rec"));
+        a.retire_request_stream("x", r).await.unwrap();
+        assert!(matches!(
+            b.append("x", StreamKey::from_number(r), vec![msg(2)]).await,
+            Err(LogError::NoStream { .. })
+        ));
+    });
+}
+
+/// While an instance of generation 2 (the release before the layout) is
+/// alive, an instance allowed the layout still creates seq-zero sessions;
+/// once it is gone, and the fleet check has seen it go, seq-id ones.
+#[test]
+fn an_older_instance_alive_keeps_new_sessions_in_the_old_layout() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        redis.cli(&["SET", "mcpr:instance:older", "2", "PX", "60000"]);
+        redis.cli(&["SADD", "mcpr:instances", "older"]);
+        let log = instance(&redis, true).await;
+        log.create_session("while", Bytes::new()).await.unwrap();
+        assert_eq!(layout(&redis, "while"), "", "an older instance is alive");
+        redis.cli(&["DEL", "mcpr:instance:older"]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut n = 0;
+        loop {
+            n += 1;
+            let id = format!("after{n}");
+            log.create_session(&id, Bytes::new()).await.unwrap();
+            if layout(&redis, &id) == "2" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "still seq-zero 10 s after the older instance went");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // The session made while it lived keeps its layout, and works.
+        assert_eq!(log.append("while", S, vec![msg(1)]).await.unwrap(), 1);
+        assert_eq!(layout(&redis, "while"), "");
+    });
+}
+
+/// An instance of an older release meeting a seq-id session fails loudly
+/// (no stream), and appends nothing: played by the generation-1 append
+/// script.
+#[test]
+fn an_older_release_refuses_a_seq_id_session_loudly() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = instance(&redis, true).await;
+        log.create_session("w", Bytes::new()).await.unwrap();
+        log.append("w", S, vec![msg(1)]).await.unwrap();
+        let client = redis::Client::open(redis.url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let p = "mcpr:{w}";
+        let r: Vec<i64> = redis::Script::new(OLD_APPEND)
+            .key(format!("{p}:s"))
+            .key(format!("{p}:st:0"))
+            .key(format!("{p}:ev:0"))
+            .key(format!("{p}:pin"))
+            .key(format!("{p}:once"))
+            .key(format!("{p}:rs"))
+            .key(format!("{p}:f"))
+            .arg(0)
+            .arg(1)
+            .arg(100_000)
+            .arg(0)
+            .arg("1")
+            .arg("")
+            .arg("")
+            .arg("1")
+            .arg(msg(2).as_ref())
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(r, vec![-2], "the older release's append found no stream");
+        assert_eq!(log.bounds("w", S).await.unwrap().head, 1, "nothing appended");
+    });
+}
+
+/// The followers of a seq-id session are in its hash: a reader's
+/// registration puts this instance there, and retiring the stream takes
+/// it out; the session's end deletes the field with the rest.
+#[test]
+fn followers_live_in_the_session_hash() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = instance(&redis, true).await;
+        log.create_session("w", Bytes::new()).await.unwrap();
+        let r = log.open_request_stream("w", Bytes::new(), 16).await.unwrap();
+        let (_, _s0) = log.subscribe("w", S).await.unwrap();
+        let (_, _sr) = log.subscribe("w", StreamKey::from_number(r)).await.unwrap();
+        let w = cli(&redis, &["HGET", "mcpr:{w}:s", "w"]);
+        assert_eq!(w.split_whitespace().count(), 2, "two followed streams: {w:?}");
+        assert_eq!(cli(&redis, &["EXISTS", "mcpr:{w}:f"]), "0", "no follower set");
+        log.retire_request_stream("w", r).await.unwrap();
+        let w = cli(&redis, &["HGET", "mcpr:{w}:s", "w"]);
+        assert_eq!(w.split_whitespace().count(), 1, "the retired stream's went: {w:?}");
+        log.end_session("w").await.unwrap();
+        assert_eq!(cli(&redis, &["HGET", "mcpr:{w}:s", "w"]), "");
+    });
+}
