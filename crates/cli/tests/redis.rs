@@ -16,9 +16,46 @@ use tokio_tungstenite::tungstenite::Message;
 
 #[test]
 fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
+    lives_on_every_instance(&[]);
+}
+
+/// The same with sessions in the seq-id layout (`--redis-seq-ids`: entry
+/// ids `0-SEQ`, numbered by Redis).
+#[test]
+fn a_seq_id_session_lives_on_every_instance_and_survives_the_loss_of_one() {
+    lives_on_every_instance(&["--redis-seq-ids"]);
+}
+
+/// `--redis-seq-ids` where the commit comes after the append script
+/// (replicas, a cluster) is refused at start-up, naming why.
+#[test]
+fn seq_ids_with_replicas_are_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args([
+            "--store",
+            "redis://127.0.0.1:1/0",
+            "--redis-replicas",
+            "1",
+            "--redis-seq-ids",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--redis-seq-ids needs one Redis server without --redis-replicas"),
+        "{stderr}"
+    );
+}
+
+fn lives_on_every_instance(extra: &[&str]) {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let store = ["--store", redis.url.as_str()];
+    let mut store = vec!["--store", redis.url.as_str()];
+    store.extend_from_slice(extra);
     let mut a = Serve::spawn(dir.path(), "127.0.0.1:0", &store);
     let b = Serve::spawn(dir.path(), "127.0.0.1:0", &store);
     rt().block_on(async {
@@ -26,6 +63,13 @@ fn a_session_lives_on_every_instance_and_survives_the_loss_of_one() {
         let mut on_a = McpClient::new(&a.url);
         on_a.initialize().await.unwrap();
         let sid = on_a.session_id().unwrap().to_owned();
+        let layout = redis.cli(&["HGET", &format!("mcpr:{{{sid}}}:s"), "v"]);
+        let seq_ids = extra.contains(&"--redis-seq-ids");
+        assert_eq!(
+            layout.trim(),
+            if seq_ids { "2" } else { "" },
+            "the session's layout"
+        );
         on_a.call_tool("emit", json!({"count": 20})).await.unwrap();
         // ... read, resumed and upgraded on B; POSTs to B work too.
         let on_b = McpClient::new(&b.url).with_session(&sid);
@@ -277,10 +321,22 @@ fn redis_unreachable_ends_open_streams_loudly_answers_503_and_recovers_by_itself
 /// them across instances too).
 #[test]
 fn chaos_across_three_instances_with_kills_loses_nothing() {
+    chaos_across_three_instances("false");
+}
+
+/// The same with sessions in the seq-id layout (the instances `chaos`
+/// spawns inherit `MCP_RESUME_REDIS_SEQ_IDS`).
+#[test]
+fn chaos_across_three_instances_with_kills_loses_nothing_in_the_seq_id_layout() {
+    chaos_across_three_instances("true");
+}
+
+fn chaos_across_three_instances(seq_ids: &str) {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("chaos.json");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
+        .env("MCP_RESUME_REDIS_SEQ_IDS", seq_ids)
         .args(["chaos", "--spawn", "--store", redis.url.as_str()])
         .args(["--instances", "3", "--compare-legacy", "--iterations", "60"])
         .args(["--parallel", "8", "--seed", "7", "--quiet", "--report"])
@@ -303,4 +359,18 @@ fn chaos_across_three_instances_with_kills_loses_nothing() {
     );
     assert!(legacy["silent_gaps"].as_u64().unwrap() > 0, "{stdout}");
     assert!(out.status.success());
+    // The sessions took the layout asked for (the live ones say it: an
+    // ended session's hash keeps only its creation and end).
+    let created = redis.cli(&["--scan", "--pattern", "mcpr:{*}:s"]);
+    let layouts: Vec<String> = created
+        .lines()
+        .filter(|k| redis.cli(&["HGET", k, "e"]).trim() == "0")
+        .take(5)
+        .map(|k| redis.cli(&["HGET", k, "v"]).trim().to_owned())
+        .collect();
+    let want = if seq_ids == "true" { "2" } else { "" };
+    assert!(
+        !layouts.is_empty() && layouts.iter().all(|l| l == want),
+        "{layouts:?}"
+    );
 }

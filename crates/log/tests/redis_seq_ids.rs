@@ -78,7 +78,10 @@ fn sessions_of_both_layouts_are_served_side_by_side() {
         let b = instance(&redis, false).await;
         a.create_session("x", Bytes::new()).await.unwrap();
         b.create_session("y", Bytes::new()).await.unwrap();
-        assert_eq!((layout(&redis, "x"), layout(&redis, "y")), ("2".into(), "".into()));
+        assert_eq!(
+            (layout(&redis, "x"), layout(&redis, "y")),
+            ("2".into(), "".into())
+        );
         for id in ["x", "y"] {
             let (_, mut on_a) = a.subscribe(id, S).await.unwrap();
             let (_, mut on_b) = b.subscribe(id, S).await.unwrap();
@@ -108,10 +111,24 @@ fn sessions_of_both_layouts_are_served_side_by_side() {
         }
         // A request stream of a seq-id session: opened, appended, read by
         // the other instance, retired.
-        let r = b.open_request_stream("x", Bytes::from_static(b"rec"), 16).await.unwrap();
-        assert_eq!(a.append("x", StreamKey::from_number(r), vec![msg(1)]).await.unwrap(), 1);
-        assert_eq!(b.read("x", StreamKey::from_number(r), 0, 10).await.unwrap()[0].message, msg(1));
-        assert_eq!(b.request_meta("x", r).await.unwrap(), Bytes::from_static(b"rec"));
+        let r = b
+            .open_request_stream("x", Bytes::from_static(b"rec"), 16)
+            .await
+            .unwrap();
+        assert_eq!(
+            a.append("x", StreamKey::from_number(r), vec![msg(1)])
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(
+            b.read("x", StreamKey::from_number(r), 0, 10).await.unwrap()[0].message,
+            msg(1)
+        );
+        assert_eq!(
+            b.request_meta("x", r).await.unwrap(),
+            Bytes::from_static(b"rec")
+        );
         a.retire_request_stream("x", r).await.unwrap();
         assert!(matches!(
             b.append("x", StreamKey::from_number(r), vec![msg(2)]).await,
@@ -142,7 +159,10 @@ fn an_older_instance_alive_keeps_new_sessions_in_the_old_layout() {
             if layout(&redis, &id) == "2" {
                 break;
             }
-            assert!(Instant::now() < deadline, "still seq-zero 10 s after the older instance went");
+            assert!(
+                Instant::now() < deadline,
+                "still seq-zero 10 s after the older instance went"
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         // The session made while it lived keeps its layout, and works.
@@ -185,7 +205,11 @@ fn an_older_release_refuses_a_seq_id_session_loudly() {
             .await
             .unwrap();
         assert_eq!(r, vec![-2], "the older release's append found no stream");
-        assert_eq!(log.bounds("w", S).await.unwrap().head, 1, "nothing appended");
+        assert_eq!(
+            log.bounds("w", S).await.unwrap().head,
+            1,
+            "nothing appended"
+        );
     });
 }
 
@@ -198,15 +222,30 @@ fn followers_live_in_the_session_hash() {
     mcp_resume_testkit::rt().block_on(async {
         let log = instance(&redis, true).await;
         log.create_session("w", Bytes::new()).await.unwrap();
-        let r = log.open_request_stream("w", Bytes::new(), 16).await.unwrap();
+        let r = log
+            .open_request_stream("w", Bytes::new(), 16)
+            .await
+            .unwrap();
         let (_, _s0) = log.subscribe("w", S).await.unwrap();
         let (_, _sr) = log.subscribe("w", StreamKey::from_number(r)).await.unwrap();
         let w = cli(&redis, &["HGET", "mcpr:{w}:s", "w"]);
-        assert_eq!(w.split_whitespace().count(), 2, "two followed streams: {w:?}");
-        assert_eq!(cli(&redis, &["EXISTS", "mcpr:{w}:f"]), "0", "no follower set");
+        assert_eq!(
+            w.split_whitespace().count(),
+            2,
+            "two followed streams: {w:?}"
+        );
+        assert_eq!(
+            cli(&redis, &["EXISTS", "mcpr:{w}:f"]),
+            "0",
+            "no follower set"
+        );
         log.retire_request_stream("w", r).await.unwrap();
         let w = cli(&redis, &["HGET", "mcpr:{w}:s", "w"]);
-        assert_eq!(w.split_whitespace().count(), 1, "the retired stream's went: {w:?}");
+        assert_eq!(
+            w.split_whitespace().count(),
+            1,
+            "the retired stream's went: {w:?}"
+        );
         log.end_session("w").await.unwrap();
         assert_eq!(cli(&redis, &["HGET", "mcpr:{w}:s", "w"]), "");
     });

@@ -27,7 +27,8 @@ async fn open_log(
     match args.store.as_deref() {
         Some("memory") => Ok((Arc::new(MemoryLog::new(retention)), "memory".into(), 0)),
         Some(s) if s.starts_with("redis://") || s.starts_with("redis-cluster://") => {
-            if args.redis_seq_ids && (args.redis_replicas > 0 || s.starts_with("redis-cluster://")) {
+            if args.redis_seq_ids && (args.redis_replicas > 0 || s.starts_with("redis-cluster://"))
+            {
                 return Err(format!(
                     "--redis-seq-ids needs one Redis server without --redis-replicas (its commit is the append script); {s} with {} replicas commits after it",
                     args.redis_replicas

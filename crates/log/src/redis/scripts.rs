@@ -8,7 +8,10 @@ use redis::Script;
 // first (`local session = KEYS[1]`); the key layout is in `README.md`. The
 // scripts that meet sessions of the seq-id layout begin with its helpers
 // (`lua/seq_ids.lua`).
-pub(super) const APPEND: &str = concat!(include_str!("lua/seq_ids.lua"), include_str!("lua/append.lua"));
+pub(super) const APPEND: &str = concat!(
+    include_str!("lua/seq_ids.lua"),
+    include_str!("lua/append.lua")
+);
 pub(super) const CREATE: &str = include_str!("lua/create.lua");
 pub(super) const END: &str = include_str!("lua/end.lua");
 pub(super) const FORGET: &str = include_str!("lua/forget.lua");
@@ -17,19 +20,32 @@ pub(super) const OPEN_REQUEST: &str = include_str!("lua/open_request.lua");
 pub(super) const IF_LIVE_HSET: &str = include_str!("lua/if_live_hset.lua");
 pub(super) const SWAP_META: &str = include_str!("lua/swap_meta.lua");
 pub(super) const COMMIT: &str = include_str!("lua/commit.lua");
-pub(super) const REQUEST_META: &str = concat!(include_str!("lua/seq_ids.lua"), include_str!("lua/request_meta.lua"));
-pub(super) const BOUNDS: &str = concat!(include_str!("lua/seq_ids.lua"), include_str!("lua/bounds.lua"));
+pub(super) const REQUEST_META: &str = concat!(
+    include_str!("lua/seq_ids.lua"),
+    include_str!("lua/request_meta.lua")
+);
+pub(super) const BOUNDS: &str = concat!(
+    include_str!("lua/seq_ids.lua"),
+    include_str!("lua/bounds.lua")
+);
 pub(super) const CLAIM: &str = include_str!("lua/claim.lua");
 pub(super) const RELEASE: &str = include_str!("lua/release.lua");
 pub(super) const PIN: &str = include_str!("lua/pin.lua");
-pub(super) const RETIRE: &str = concat!(include_str!("lua/seq_ids.lua"), include_str!("lua/retire.lua"));
+pub(super) const RETIRE: &str = concat!(
+    include_str!("lua/seq_ids.lua"),
+    include_str!("lua/retire.lua")
+);
 pub(super) const BUCKET_LEASES: &str = include_str!("lua/buckets.lua");
 /// Sent as `EVAL` by `tail/bell.rs` on its rare paths, not loaded.
-pub(in crate::redis) const SADD_IF_LIVE: &str =
-    concat!(include_str!("lua/seq_ids.lua"), include_str!("lua/sadd_if_live.lua"));
+pub(in crate::redis) const SADD_IF_LIVE: &str = concat!(
+    include_str!("lua/seq_ids.lua"),
+    include_str!("lua/sadd_if_live.lua")
+);
 /// Sent as `EVAL` by `tail/bell.rs` when it drops followers, not loaded.
-pub(in crate::redis) const UNFOLLOW: &str =
-    concat!(include_str!("lua/seq_ids.lua"), include_str!("lua/unfollow.lua"));
+pub(in crate::redis) const UNFOLLOW: &str = concat!(
+    include_str!("lua/seq_ids.lua"),
+    include_str!("lua/unfollow.lua")
+);
 
 /// Every script, loaded once per log (the library sends `EVALSHA` and falls back to `EVAL`).
 pub(super) struct Scripts {

@@ -51,7 +51,8 @@ impl Bell {
             .iter()
             .filter_map(|k| {
                 let then = self.member(k, !compact);
-                (then != self.member(k, compact)).then(|| Some(unfollow(&prefix_of(k)?, &[then])))?
+                (then != self.member(k, compact))
+                    .then(|| Some(unfollow(&prefix_of(k)?, &[then])))?
             })
             .collect();
         if conn.each::<i64>(adds).await.is_err() {
