@@ -31,24 +31,24 @@ fn a_seq_id_session_lives_on_every_instance_and_survives_the_loss_of_one() {
 #[test]
 fn seq_ids_with_replicas_are_refused_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .args([
-            "--store",
-            "redis://127.0.0.1:1/0",
-            "--redis-replicas",
-            "1",
-            "--redis-seq-ids",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("--redis-seq-ids needs one Redis server without --redis-replicas"),
-        "{stderr}"
-    );
+    for store in [
+        &["--store", "redis://127.0.0.1:1/0", "--redis-replicas", "1"][..],
+        &["--store", "redis-cluster://127.0.0.1:1"][..],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-resume"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .args(store)
+            .arg("--redis-seq-ids")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{store:?}: {stderr}");
+        assert!(
+            stderr.contains("--redis-seq-ids needs one Redis server without --redis-replicas"),
+            "{store:?}: {stderr}"
+        );
+    }
 }
 
 fn lives_on_every_instance(extra: &[&str]) {

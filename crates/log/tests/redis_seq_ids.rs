@@ -250,3 +250,115 @@ fn followers_live_in_the_session_hash() {
         assert_eq!(cli(&redis, &["HGET", "mcpr:{w}:s", "w"]), "");
     });
 }
+
+/// An instance that waits for replicas (a strict tail, which delivers up
+/// to each stream's committed head `c`) reading a seq-id session, whose
+/// streams have no `c`: what is in them is committed, and it is delivered.
+#[test]
+fn a_strict_tail_delivers_a_seq_id_stream() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let writer = instance(&redis, true).await;
+        let strict = RedisLog::connect(&redis.url, Retention::default(), 1)
+            .await
+            .unwrap();
+        writer.create_session("w", Bytes::new()).await.unwrap();
+        assert_eq!(layout(&redis, "w"), "2");
+        let (_, mut sub) = strict.subscribe("w", S).await.unwrap();
+        // More than a wake-up carries (16 messages): the strict tail reads
+        // the stream, and delivers only what it takes for committed.
+        writer
+            .append("w", S, (1..=20).map(msg).collect())
+            .await
+            .unwrap();
+        for seq in 1..=20u64 {
+            let ev = tokio::time::timeout(Duration::from_secs(5), sub.next())
+                .await
+                .unwrap_or_else(|_| panic!("event {seq} held by the strict tail"))
+                .unwrap();
+            assert_eq!(ev.seq, seq);
+        }
+        // Its own appends to it are refused, loudly: it commits after the
+        // script, which this layout leaves no room for.
+        let e = strict.append("w", S, vec![msg(9)]).await.unwrap_err();
+        assert!(
+            matches!(e, LogError::Storage(ref m) if m.contains("seq-id")),
+            "{e:?}"
+        );
+    });
+}
+
+/// A request stream an instance of an older release opened in a seq-id
+/// session (its `open_request.lua` writes the old layout's heads, played
+/// here by hand) is neither appended to nor read by this release: the two
+/// numberings in one stream would let the older instance skip events.
+#[test]
+fn a_request_stream_an_older_release_opened_is_refused_loudly() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = instance(&redis, true).await;
+        log.create_session("w", Bytes::new()).await.unwrap();
+        // What generation 2's open_request.lua writes for stream 1.
+        redis.cli(&["HINCRBY", "mcpr:{w}:s", "r", "1"]);
+        redis.cli(&[
+            "HSET",
+            "mcpr:{w}:st:1",
+            "h",
+            "0",
+            "f",
+            "1",
+            "c",
+            "0",
+            "m",
+            "rec",
+        ]);
+        redis.cli(&["SADD", "mcpr:{w}:rs", "1"]);
+        let r = StreamKey::from_number(1);
+        for e in [
+            log.append("w", r, vec![msg(1)]).await.unwrap_err(),
+            log.bounds("w", r).await.unwrap_err(),
+            log.read("w", r, 0, 10).await.unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, LogError::Storage(ref m) if m.contains("older release")),
+                "{e:?}"
+            );
+        }
+        assert_eq!(
+            cli(&redis, &["EXISTS", "mcpr:{w}:ev:1"]),
+            "0",
+            "nothing appended"
+        );
+    });
+}
+
+/// A request stream opened under a session id used before (its tombstone
+/// forgotten) starts from nothing, not from the last id of the earlier
+/// session's stream that retention emptied (kept a day, past the end).
+#[test]
+fn a_reused_id_does_not_inherit_an_emptied_stream() {
+    let redis = RedisServer::start();
+    mcp_resume_testkit::rt().block_on(async {
+        let log = instance(&redis, true).await;
+        log.create_session("w", Bytes::new()).await.unwrap();
+        let r = log
+            .open_request_stream("w", Bytes::new(), 16)
+            .await
+            .unwrap();
+        let stream = StreamKey::from_number(r);
+        log.append("w", stream, vec![msg(1), msg(2)]).await.unwrap();
+        // What an emptied stream leaves behind, as if its session's id came back.
+        redis.cli(&["DEL", "mcpr:{w}:s", "mcpr:{w}:rs"]);
+        redis.cli(&["SREM", "mcpr:sessions", "w"]);
+        redis.cli(&["HSET", &format!("mcpr:{{w}}:st:{r}"), "x", "1"]);
+        log.create_session("w", Bytes::new()).await.unwrap();
+        let again = log
+            .open_request_stream("w", Bytes::new(), 16)
+            .await
+            .unwrap();
+        assert_eq!(again, r, "the same number");
+        let b = log.bounds("w", stream).await.unwrap();
+        assert_eq!((b.head, b.floor), (0, 1));
+        assert_eq!(log.append("w", stream, vec![msg(1)]).await.unwrap(), 1);
+    });
+}

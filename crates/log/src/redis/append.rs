@@ -42,7 +42,8 @@ impl RedisLog {
             .key(tail::followers_key(&p))
             .arg(n)
             .arg(at_ms)
-            .arg(self.retention.max_events)
+            // `XADD MAXLEN` takes at most i64::MAX (the seq-id layout's trim).
+            .arg(self.retention.max_events.min(i64::MAX as u64))
             .arg(floor)
             .arg(self.commit_at_ack())
             .arg(key.map(|k| k.to_string()).unwrap_or_default())
@@ -65,6 +66,7 @@ impl RedisLog {
                 stream: n,
             }),
             [-4] => Err(LogError::LeaseLost(id.to_owned())),
+            [-6] => Err(super::layout::older_release_stream(id, n)),
             [-5] => Err(LogError::Storage(format!(
                 "session {id} is stored in the seq-id layout, which only one Redis server without replicas commits; this instance runs on a cluster or with --redis-replicas"
             ))),

@@ -12,7 +12,9 @@
 //!   the script, its `HMGET` and its `XADD`.
 //!
 //! A session keeps the layout it was created in (field `v` of its hash).
-//! An instance of an older release cannot read a seq-id session, so new
+//! An instance of an older release cannot read a seq-id session (and a
+//! request stream it opens in one has the older layout's heads, which this
+//! release refuses: [`older_release_stream`]), so new
 //! sessions take it only where the operator allowed it
 //! ([`super::RedisLog::set_seq_ids`]) and while every live instance reads
 //! it; only on one server without replicas, whose commit is the script.
@@ -46,6 +48,16 @@ impl Layout {
             Self::SeqIds => format!("0-{seq}"),
         }
     }
+}
+
+/// Request stream `n` of seq-id session `id` was opened by an instance of a
+/// release before the layout, in its own: this release neither reads nor
+/// appends to it (mixing the two numberings in one stream would let that
+/// instance skip events), loudly.
+pub(super) fn older_release_stream(id: &str, n: u64) -> LogError {
+    LogError::Storage(format!(
+        "request stream {n} of session {id} was opened by an instance of an older release, which does not read the session's layout (seq ids): run one release across the fleet before --redis-seq-ids"
+    ))
 }
 
 /// The seq of entry id `id` in either layout: the part that is not zero

@@ -2,9 +2,10 @@
 //!
 //! Seq assignment, append, retention and head update are one Lua script, so
 //! they are atomic in Redis. Events live in a Redis stream per log stream,
-//! with entry id `seq-0`, so a replay is `XRANGE` and the tail after the head
-//! is `XREAD BLOCK` from `C-0`, which cannot miss an entry appended between
-//! the two: the stream itself is the cursor's ground truth. An instance reads
+//! with entry id `SEQ-0` or, in the seq-id layout, `0-SEQ` ([`layout`]), so
+//! a replay is `XRANGE` and the tail after the head a read from the entry
+//! after it, which cannot miss an entry appended between the two: the
+//! stream itself is the cursor's ground truth. An instance reads
 //! the tails of all its readers' streams over a few shared connections
 //! ([`tail`]), not one per reader. "Committed" is acknowledged by Redis, plus
 //! `WAIT` for the configured number of replicas.
@@ -138,6 +139,7 @@ impl RedisLog {
                 session: id.to_owned(),
                 stream: n,
             }),
+            [-6] => Err(layout::older_release_stream(id, n)),
             [h, f, l] => Ok((Bounds::new(*h as u64, *f as u64), Layout::from_reply(*l)?)),
             _ => Err(LogError::Corrupt(format!("unexpected bounds reply {r:?}"))),
         }

@@ -41,7 +41,7 @@ pub(in crate::redis) const SADD_IF_LIVE: &str = concat!(
     include_str!("lua/seq_ids.lua"),
     include_str!("lua/sadd_if_live.lua")
 );
-/// Sent as `EVAL` by `tail/bell.rs` when it drops followers, not loaded.
+/// Run by `tail/bell.rs` when it drops followers.
 pub(in crate::redis) const UNFOLLOW: &str = concat!(
     include_str!("lua/seq_ids.lua"),
     include_str!("lua/unfollow.lua")

@@ -488,24 +488,36 @@ impl Shard {
         if !self.strict || batches.is_empty() {
             return Ok(vec![Seq::MAX; batches.len()]);
         }
+        // A seq-id stream has no `c`: only a script that is the commit
+        // (one server without replicas) appends to it, so what is in it is
+        // committed (`layout.rs`).
         let keys: Vec<Option<String>> = {
             let st = self.lock();
             batches
                 .iter()
-                .map(|(k, _)| st.streams.get(k).map(|f| f.state_key.clone()))
+                .map(|(k, _)| match st.streams.get(k) {
+                    Some(f) if f.layout == Layout::SeqIds => None,
+                    f => Some(f.map_or_else(|| "mcpr:none".to_owned(), |f| f.state_key.clone())),
+                })
                 .collect()
         };
         let cmds = keys
             .iter()
+            .flatten()
             .map(|k| {
                 let mut c = redis::Cmd::new();
-                c.arg("HGET")
-                    .arg(k.as_deref().unwrap_or("mcpr:none"))
-                    .arg("c");
+                c.arg("HGET").arg(k).arg("c");
                 c
             })
             .collect();
         let c: Vec<Option<Seq>> = self.conn.each(cmds).await?;
-        Ok(c.into_iter().map(|c| c.unwrap_or(0)).collect())
+        let mut c = c.into_iter();
+        Ok(keys
+            .iter()
+            .map(|k| match k {
+                None => Seq::MAX,
+                Some(_) => c.next().flatten().unwrap_or(0),
+            })
+            .collect())
     }
 }

@@ -68,6 +68,16 @@ impl Backend {
         }
     }
 
+    /// On one Redis server, field `v` of session `id`'s hash: `Some("2")`
+    /// in the seq-id layout; `None` elsewhere.
+    pub fn layout_of(&self, id: &str) -> Option<String> {
+        let v = self
+            .redis
+            .as_ref()?
+            .cli(&["HGET", &format!("mcpr:{{{id}}}:s"), "v"]);
+        Some(v.trim().to_owned()).filter(|v| !v.is_empty())
+    }
+
     /// Makes the next `n` reads fail (`u64::MAX`: all, until `fail_reads(0)`);
     /// `false` when this backend has no such hook.
     pub fn fail_reads(&self, n: u64) -> bool {

@@ -18,6 +18,13 @@ fn append_read_bounds() {
             log.create_session("a", Bytes::from_static(b"{}"))
                 .await
                 .unwrap();
+            // The seq-id backend runs what it is named for.
+            assert_eq!(
+                b.layout_of("a"),
+                b.seq_ids.then_some("2".to_owned()),
+                "{}",
+                b.name
+            );
             assert_eq!(log.bounds("a", S).await.unwrap().head, 0, "{}", b.name);
             assert_eq!(log.bounds("a", S).await.unwrap().floor, 1);
             assert_eq!(log.append("a", S, vec![msg(1)]).await.unwrap(), 1);

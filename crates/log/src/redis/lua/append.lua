@@ -25,7 +25,8 @@
 -- Returns `{head, floor}` (floor 0, not read, for a seq-id append trimmed
 -- by count), or `{-1}` no live session, `{-2}` no stream, `{head, -3}`
 -- already appended under `once`, `{-4}` not the owner, `{-5}` a seq-id
--- session met by a cluster or with replicas, which commit after the script.
+-- session met by a cluster or with replicas, which commit after the script,
+-- `{-6}` a request stream an older release opened in a seq-id session.
 local session = KEYS[1]
 local stream_state = KEYS[2]
 local events = KEYS[3]
@@ -79,7 +80,9 @@ if seq_ids then
   -- on stream 0 this read of the session's hash is the only one.
   if commit_at_ack ~= '1' or ring ~= '1' then return {-5} end
   if stream ~= '0' then
-    local st = redis.call('HMGET', stream_state, 'm', 'x')
+    local st = redis.call('HMGET', stream_state, 'm', 'x', 'h')
+    -- Opened by an instance of an older release, in its layout.
+    if st[3] then return {-6} end
     if not st[1] and not st[2] then return {-2} end
     if st[2] == '1' and #ARGV >= 10 then
       -- Events again on a stream retention emptied (below).

@@ -1,6 +1,7 @@
 -- A stream's committed head and floor, and its layout (1: ids `SEQ-0`,
 -- the heads in the stream's state hash; 2: seq ids, `seq_ids.lua`), or why
--- there are none.
+-- there are none: `{-1}` no live session, `{-2}` no stream, `{-6}` a
+-- request stream an older release opened in a seq-id session.
 -- With ARGV[2] (this instance's member for the stream) and KEYS[4] (the
 -- session's follower set, mcpr:{SESSION}:f), a new reader's: the instance
 -- is registered as the stream's follower in the same step (in field `w`
@@ -15,7 +16,12 @@ local member = ARGV[2]
 local s = redis.call('HMGET', session, 'e', 'v', 'w')
 if s[1] ~= '0' then return {-1} end
 if s[2] == '2' then
-  if stream ~= '0' and redis.call('EXISTS', state) == 0 then return {-2} end
+  if stream ~= '0' then
+    local st = redis.call('HMGET', state, 'm', 'x', 'h')
+    -- Opened by an instance of an older release, in its layout.
+    if st[3] then return {-6} end
+    if not st[1] and not st[2] then return {-2} end
+  end
   local h, f = seq_bounds(events)
   if member then
     local w = w_add(s[3], member)

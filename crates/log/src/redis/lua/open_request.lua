@@ -16,7 +16,10 @@ if owner ~= '' and state[2] ~= owner then return -2 end
 if tonumber(state[3] or '1') > max then return -3 end
 local r = redis.call('HINCRBY', session, 'r', 1) - 1
 if state[4] == '2' then
-  -- Seq ids (`seq_ids.lua`): the stream holds its own head.
+  -- Seq ids (`seq_ids.lua`): the stream holds its own head, so one left
+  -- by a session of the same id before (emptied by retention, kept a
+  -- day, past the end) must not number this one's events.
+  redis.call('DEL', prefix .. ':ev:' .. r, prefix .. ':st:' .. r)
   redis.call('HSET', prefix .. ':st:' .. r, 'm', meta)
 else
   redis.call('HSET', prefix .. ':st:' .. r, 'h', 0, 'f', 1, 'c', 0, 'm', meta)

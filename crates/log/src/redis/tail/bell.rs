@@ -243,9 +243,16 @@ impl Bell {
             return;
         };
         // Either form: it may have been registered before the form changed.
-        let members = [self.member(stream, true), self.member(stream, false)];
-        let _: Result<i64, _> = unfollow(&prefix, &members)
-            .query_async(&mut conn.clone())
+        // Loaded once (`EVALSHA`): a polled tail drops a registration for
+        // each stray wake-up.
+        static SCRIPT: std::sync::LazyLock<redis::Script> =
+            std::sync::LazyLock::new(|| redis::Script::new(crate::redis::scripts::UNFOLLOW));
+        let _: Result<i64, _> = SCRIPT
+            .key(format!("{prefix}:s"))
+            .key(followers_key(&prefix))
+            .arg(self.member(stream, true))
+            .arg(self.member(stream, false))
+            .invoke_async(&mut conn.clone())
             .await;
     }
 
@@ -405,10 +412,9 @@ impl Bell {
     }
 }
 
-/// `mcpr:{SESSION}` of a stream key `mcpr:{SESSION}:ev:N`.
 /// What drops `members` from the followers of the session whose keys
 /// start with `prefix`: its follower set and, in the seq-id layout, field
-/// `w` of its hash (`lua/unfollow.lua`; sent whole, on rare paths).
+/// `w` of its hash (`lua/unfollow.lua`; sent whole: a reform is rare).
 fn unfollow(prefix: &str, members: &[String]) -> redis::Cmd {
     let mut c = redis::cmd("EVAL");
     c.arg(crate::redis::scripts::UNFOLLOW)
@@ -419,6 +425,7 @@ fn unfollow(prefix: &str, members: &[String]) -> redis::Cmd {
     c
 }
 
+/// `mcpr:{SESSION}` of a stream key `mcpr:{SESSION}:ev:N`.
 fn prefix_of(stream: &str) -> Option<String> {
     stream.split_once("}:").map(|(p, _)| format!("{p}}}"))
 }
