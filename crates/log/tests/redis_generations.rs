@@ -16,7 +16,6 @@ use common::{msg, RedisServer};
 use mcp_resume_log::{EventLog, RedisLog, Retention, SessionRecords, StreamKey, Subscription};
 
 const S: StreamKey = StreamKey::Session;
-const OLD_APPEND: &str = include_str!("fixtures/append-generation-1.lua");
 
 /// Commits `seq`'s message on session `w`'s stream as an instance of
 /// generation 1 does on one server: its own append script, which rings
@@ -27,33 +26,7 @@ async fn old_commit(url: &str, seq: u64) {
 
 /// [`old_commit`] to session `id`.
 async fn old_commit_to(url: &str, id: &str, seq: u64) {
-    let client = redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let p = format!("mcpr:{{{id}}}");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    let r: Vec<i64> = redis::Script::new(OLD_APPEND)
-        .key(format!("{p}:s"))
-        .key(format!("{p}:st:0"))
-        .key(format!("{p}:ev:0"))
-        .key(format!("{p}:pin"))
-        .key(format!("{p}:once"))
-        .key(format!("{p}:rs"))
-        .key(format!("{p}:f"))
-        .arg(0)
-        .arg(now)
-        .arg(100_000)
-        .arg(0)
-        .arg("1")
-        .arg("")
-        .arg("")
-        .arg("1")
-        .arg(msg(seq).as_ref())
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let r = common::old_append(url, id, msg(seq).as_ref()).await;
     assert_eq!(r[0], seq as i64, "the old script appended at {seq}");
 }
 

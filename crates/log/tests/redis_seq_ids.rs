@@ -15,7 +15,6 @@ use common::{msg, ran, RedisServer};
 use mcp_resume_log::{EventLog, LogError, RedisLog, Retention, SessionRecords, StreamKey};
 
 const S: StreamKey = StreamKey::Session;
-const OLD_APPEND: &str = include_str!("fixtures/append-generation-1.lua");
 
 async fn instance(redis: &RedisServer, seq_ids: bool) -> RedisLog {
     let log = RedisLog::connect(&redis.url, Retention::default(), 0)
@@ -28,6 +27,18 @@ async fn instance(redis: &RedisServer, seq_ids: bool) -> RedisLog {
 /// What `redis-cli` answers, trimmed.
 fn cli(redis: &RedisServer, args: &[&str]) -> String {
     redis.cli(args).trim().to_owned()
+}
+
+/// An instance that creates seq-id sessions, session `w` on it, and a
+/// request stream of `w`'s.
+async fn with_request_stream(redis: &RedisServer) -> (RedisLog, u64) {
+    let log = instance(redis, true).await;
+    log.create_session("w", Bytes::new()).await.unwrap();
+    let r = log
+        .open_request_stream("w", Bytes::new(), 16)
+        .await
+        .unwrap();
+    (log, r)
 }
 
 /// The layout field of session `id`'s hash (empty: seq-zero).
@@ -181,29 +192,7 @@ fn an_older_release_refuses_a_seq_id_session_loudly() {
         let log = instance(&redis, true).await;
         log.create_session("w", Bytes::new()).await.unwrap();
         log.append("w", S, vec![msg(1)]).await.unwrap();
-        let client = redis::Client::open(redis.url.as_str()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let p = "mcpr:{w}";
-        let r: Vec<i64> = redis::Script::new(OLD_APPEND)
-            .key(format!("{p}:s"))
-            .key(format!("{p}:st:0"))
-            .key(format!("{p}:ev:0"))
-            .key(format!("{p}:pin"))
-            .key(format!("{p}:once"))
-            .key(format!("{p}:rs"))
-            .key(format!("{p}:f"))
-            .arg(0)
-            .arg(1)
-            .arg(100_000)
-            .arg(0)
-            .arg("1")
-            .arg("")
-            .arg("")
-            .arg("1")
-            .arg(msg(2).as_ref())
-            .invoke_async(&mut conn)
-            .await
-            .unwrap();
+        let r = common::old_append(&redis.url, "w", msg(2).as_ref()).await;
         assert_eq!(r, vec![-2], "the older release's append found no stream");
         assert_eq!(
             log.bounds("w", S).await.unwrap().head,
@@ -220,12 +209,7 @@ fn an_older_release_refuses_a_seq_id_session_loudly() {
 fn followers_live_in_the_session_hash() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let log = instance(&redis, true).await;
-        log.create_session("w", Bytes::new()).await.unwrap();
-        let r = log
-            .open_request_stream("w", Bytes::new(), 16)
-            .await
-            .unwrap();
+        let (log, r) = with_request_stream(&redis).await;
         let (_, _s0) = log.subscribe("w", S).await.unwrap();
         let (_, _sr) = log.subscribe("w", StreamKey::from_number(r)).await.unwrap();
         let w = cli(&redis, &["HGET", "mcpr:{w}:s", "w"]);
@@ -339,12 +323,7 @@ fn a_request_stream_an_older_release_opened_is_refused_loudly() {
 fn a_reused_id_does_not_inherit_an_emptied_stream() {
     let redis = RedisServer::start();
     mcp_resume_testkit::rt().block_on(async {
-        let log = instance(&redis, true).await;
-        log.create_session("w", Bytes::new()).await.unwrap();
-        let r = log
-            .open_request_stream("w", Bytes::new(), 16)
-            .await
-            .unwrap();
+        let (log, r) = with_request_stream(&redis).await;
         let stream = StreamKey::from_number(r);
         log.append("w", stream, vec![msg(1), msg(2)]).await.unwrap();
         // What an emptied stream leaves behind, as if its session's id came back.

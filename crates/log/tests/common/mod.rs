@@ -247,3 +247,38 @@ pub async fn append_each_reaching(
         }
     }
 }
+
+/// What the append script of a generation-1 instance (one server, ringing
+/// in the commit's step; tests/fixtures/append-generation-1.lua) answers
+/// when it appends `message` to stream 0 of session `id`: the older
+/// release in a rolling upgrade.
+pub async fn old_append(url: &str, id: &str, message: &[u8]) -> Vec<i64> {
+    const OLD_APPEND: &str = include_str!("../fixtures/append-generation-1.lua");
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let p = format!("mcpr:{{{id}}}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    redis::Script::new(OLD_APPEND)
+        .key(format!("{p}:s"))
+        .key(format!("{p}:st:0"))
+        .key(format!("{p}:ev:0"))
+        .key(format!("{p}:pin"))
+        .key(format!("{p}:once"))
+        .key(format!("{p}:rs"))
+        .key(format!("{p}:f"))
+        .arg(0)
+        .arg(now)
+        .arg(100_000)
+        .arg(0)
+        .arg("1")
+        .arg("")
+        .arg("")
+        .arg("1")
+        .arg(message)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap()
+}
