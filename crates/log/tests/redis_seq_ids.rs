@@ -302,6 +302,7 @@ fn a_request_stream_an_older_release_opened_is_refused_loudly() {
             log.append("w", r, vec![msg(1)]).await.unwrap_err(),
             log.bounds("w", r).await.unwrap_err(),
             log.read("w", r, 0, 10).await.unwrap_err(),
+            log.request_meta("w", 1).await.unwrap_err(),
         ] {
             assert!(
                 matches!(e, LogError::Storage(ref m) if m.contains("older release")),

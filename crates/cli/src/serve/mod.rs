@@ -29,9 +29,16 @@ async fn open_log(
         Some(s) if s.starts_with("redis://") || s.starts_with("redis-cluster://") => {
             if args.redis_seq_ids && (args.redis_replicas > 0 || s.starts_with("redis-cluster://"))
             {
+                let why = if s.starts_with("redis-cluster://") {
+                    "a cluster rings its followers after the commit".to_owned()
+                } else {
+                    format!(
+                        "{} replicas acknowledge it after the script",
+                        args.redis_replicas
+                    )
+                };
                 return Err(format!(
-                    "--redis-seq-ids needs one Redis server without --redis-replicas (its commit is the append script); {s} with {} replicas commits after it",
-                    args.redis_replicas
+                    "--redis-seq-ids needs one Redis server without --redis-replicas (its commit is the append script): on {s}, {why}"
                 ));
             }
             let log = RedisLog::connect(s, retention, args.redis_replicas)

@@ -64,6 +64,7 @@ impl RedisLog {
             [Value::Int(0), Value::BulkString(m)] => Ok(Bytes::copy_from_slice(m)),
             [Value::Int(-1)] => Err(LogError::NoSession(id.to_owned())),
             [Value::Int(-2)] => Err(no_stream()),
+            [Value::Int(-6)] => Err(super::layout::older_release_stream(id, r)),
             [Value::Int(-3), Value::Int(c), Value::Int(f)] => Err(LogError::Truncated {
                 cursor: 0,
                 head: *c as u64,

@@ -1,5 +1,6 @@
 -- A request stream's record: `{0, meta}`, or `{-1}` no session, `{-2}` no
--- stream, `{-3, c, f}` retention took it with the events.
+-- stream, `{-3, c, f}` retention took it with the events, `{-6}` a request
+-- stream an older release opened in a seq-id session.
 local session = KEYS[1]
 local state = KEYS[2]
 local events = KEYS[3]
@@ -7,7 +8,9 @@ local s = redis.call('HMGET', session, 'e', 'v')
 if s[1] ~= '0' then return {-1} end
 if s[2] == '2' then
   -- Seq ids (`seq_ids.lua`): `x` alone, a stream retention emptied.
-  local b = redis.call('HMGET', state, 'm', 'x')
+  local b = redis.call('HMGET', state, 'm', 'x', 'h')
+  -- Opened by an instance of an older release, in its layout.
+  if b[3] then return {-6} end
   if b[1] then return {0, b[1]} end
   if not b[2] then return {-2} end
   local h, f = seq_bounds(events)

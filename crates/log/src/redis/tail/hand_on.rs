@@ -55,7 +55,8 @@ impl Shard {
     }
 
     /// The committed head of each batch's stream: everything read, unless
-    /// commits wait for replicas; then the streams' `c`, in one round trip.
+    /// commits wait for replicas; then the streams' `c`, in one round trip
+    /// (a seq-id stream has none: everything read).
     async fn committed(&self, batches: &[(String, Vec<Event>)]) -> redis::RedisResult<Vec<Seq>> {
         if !self.strict || batches.is_empty() {
             return Ok(vec![Seq::MAX; batches.len()]);
