@@ -145,19 +145,10 @@ impl RedisLog {
         Ok(h as u64)
     }
 
-    /// Whether a session created now takes the seq-id layout (`layout.rs`):
-    /// allowed ([`RedisLog::set_seq_ids`]), on one server without replicas,
-    /// and every live instance reads it (as last checked, [`tail::Tails::fleet_reads_seq_ids`]).
-    pub(super) async fn creates_seq_ids(&self) -> bool {
-        self.seq_ids.load(std::sync::atomic::Ordering::Relaxed)
-            && self.rings_in_script()
-            && self.tails.fleet_reads_seq_ids().await
-    }
-
     /// Whether the append script itself wakes a stream's followers: on one
     /// server (a script may not touch a cluster's other slots) whose commit
     /// is the script (no `WAIT` for replicas before the committed head moves).
-    fn rings_in_script(&self) -> bool {
+    pub(super) fn rings_in_script(&self) -> bool {
         !self.cluster() && self.replicas == 0
     }
 

@@ -120,3 +120,14 @@ impl SessionRecords for RedisLog {
         self.live_ids().await
     }
 }
+
+impl RedisLog {
+    /// Whether a session created now takes the seq-id layout (`layout.rs`):
+    /// allowed ([`RedisLog::set_seq_ids`]), on one server without replicas,
+    /// and every live instance reads it (as last checked, `Tails::fleet_reads_seq_ids`).
+    async fn creates_seq_ids(&self) -> bool {
+        self.seq_ids.load(std::sync::atomic::Ordering::Relaxed)
+            && self.rings_in_script()
+            && self.tails.fleet_reads_seq_ids().await
+    }
+}

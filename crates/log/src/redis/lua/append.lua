@@ -58,6 +58,14 @@ elseif owner ~= '' and s[2] ~= owner then
 end
 local seq_ids = s[3] == '2'
 local h, f, first
+-- Where the floor must move for head `h`: past the events beyond
+-- `max_events`, and to `floor` (age), never past the head.
+local function trim_target(h)
+  local want = h + 1 - tonumber(max_events)
+  if tonumber(floor) > want then want = tonumber(floor) end
+  if want > h + 1 then want = h + 1 end
+  return want
+end
 -- The trim target past `f`, short of live pins (expired ones go); the
 -- number of live pins seen.
 local function short_of_pins(want)
@@ -80,10 +88,8 @@ if seq_ids then
   -- on stream 0 this read of the session's hash is the only one.
   if commit_at_ack ~= '1' or ring ~= '1' then return {-5} end
   if stream ~= '0' then
-    local st = redis.call('HMGET', stream_state, 'm', 'x', 'h')
-    -- Opened by an instance of an older release, in its layout.
-    if st[3] then return {-6} end
-    if not st[1] and not st[2] then return {-2} end
+    local st, why = seq_request_state(stream_state)
+    if not st then return {why} end
     if st[2] == '1' and #ARGV >= 10 then
       -- Events again on a stream retention emptied (below).
       redis.call('HSET', stream_state, 'x', '0')
@@ -108,9 +114,7 @@ if seq_ids then
     f = 0
   else
     h, f = seq_bounds(events)
-    local want = h + 1 - tonumber(max_events)
-    if tonumber(floor) > want then want = tonumber(floor) end
-    if want > h + 1 then want = h + 1 end
+    local want = trim_target(h)
     if want > f then
       local live
       want, live = short_of_pins(want)
@@ -147,9 +151,7 @@ else
     h = h + 1
     redis.call('XADD', events, h .. '-0', 't', now_ms, 'm', ARGV[i])
   end
-  local want = h + 1 - tonumber(max_events)
-  if tonumber(floor) > want then want = tonumber(floor) end
-  if want > h + 1 then want = h + 1 end
+  local want = trim_target(h)
   if want > f then
     want = short_of_pins(want)
     if want > f then

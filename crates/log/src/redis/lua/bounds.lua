@@ -17,10 +17,8 @@ local s = redis.call('HMGET', session, 'e', 'v', 'w')
 if s[1] ~= '0' then return {-1} end
 if s[2] == '2' then
   if stream ~= '0' then
-    local st = redis.call('HMGET', state, 'm', 'x', 'h')
-    -- Opened by an instance of an older release, in its layout.
-    if st[3] then return {-6} end
-    if not st[1] and not st[2] then return {-2} end
+    local st, why = seq_request_state(state)
+    if not st then return {why} end
   end
   local h, f = seq_bounds(events)
   if member then

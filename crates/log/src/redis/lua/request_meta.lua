@@ -8,11 +8,9 @@ local s = redis.call('HMGET', session, 'e', 'v')
 if s[1] ~= '0' then return {-1} end
 if s[2] == '2' then
   -- Seq ids (`seq_ids.lua`): `x` alone, a stream retention emptied.
-  local b = redis.call('HMGET', state, 'm', 'x', 'h')
-  -- Opened by an instance of an older release, in its layout.
-  if b[3] then return {-6} end
+  local b, why = seq_request_state(state)
+  if not b then return {why} end
   if b[1] then return {0, b[1]} end
-  if not b[2] then return {-2} end
   local h, f = seq_bounds(events)
   return {-3, h, f}
 end

@@ -22,6 +22,16 @@ local function seq_bounds(events)
   return h, tonumber(string.match(first[1], '^0%-(%d+)$'))
 end
 
+-- The record and emptied flag (`m`, `x`) of the request stream whose state
+-- hash is `state`, or why it has none: -2 no such stream, -6 opened by an
+-- instance of an older release, in its layout (its heads in the hash).
+local function seq_request_state(state)
+  local st = redis.call('HMGET', state, 'm', 'x', 'h')
+  if st[3] then return nil, -6 end
+  if not st[1] and not st[2] then return nil, -2 end
+  return st
+end
+
 -- Field `w` with member `m` (unchanged when it holds it already).
 local function w_add(w, m)
   w = w or ' '

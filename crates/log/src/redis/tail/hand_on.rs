@@ -61,35 +61,33 @@ impl Shard {
         if !self.strict || batches.is_empty() {
             return Ok(vec![Seq::MAX; batches.len()]);
         }
-        // A seq-id stream has no `c`: only a script that is the commit
-        // (one server without replicas) appends to it, so what is in it is
-        // committed (`layout.rs`).
-        let keys: Vec<Option<String>> = {
+        let keys: Vec<(String, Layout)> = {
             let st = self.lock();
             batches
                 .iter()
                 .map(|(k, _)| match st.streams.get(k) {
-                    Some(f) if f.layout == Layout::SeqIds => None,
-                    f => Some(f.map_or_else(|| "mcpr:none".to_owned(), |f| f.state_key.clone())),
+                    Some(f) => (f.state_key.clone(), f.layout),
+                    None => ("mcpr:none".to_owned(), Layout::SeqZero),
                 })
                 .collect()
         };
         let cmds = keys
             .iter()
-            .flatten()
-            .map(|k| {
+            .map(|(k, _)| {
                 let mut c = redis::Cmd::new();
                 c.arg("HGET").arg(k).arg("c");
                 c
             })
             .collect();
         let c: Vec<Option<Seq>> = self.conn.each(cmds).await?;
-        let mut c = c.into_iter();
-        Ok(keys
-            .iter()
-            .map(|k| match k {
-                None => Seq::MAX,
-                Some(_) => c.next().flatten().unwrap_or(0),
+        // A seq-id stream has no `c`: only a script that is the commit (one
+        // server without replicas) appends to it, so what is in it is
+        // committed (`layout.rs`).
+        Ok(c.into_iter()
+            .zip(&keys)
+            .map(|(c, (_, layout))| match layout {
+                Layout::SeqIds => Seq::MAX,
+                Layout::SeqZero => c.unwrap_or(0),
             })
             .collect())
     }
